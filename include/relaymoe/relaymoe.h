@@ -1,0 +1,190 @@
+/* relaymoe: Mixture-of-Experts layers of distributed training as StarPU task
+ * graphs, with the ring dispatch of RelayMoE (expert weights or token
+ * activations circulate around the ranks; every hop computes locally).
+ *
+ * The public API is plain C: opaque handles, plain configuration structs and
+ * int return codes (0 or a negative RMOE_E* code). Nothing here needs
+ * <starpu.h> or <mpi.h>; relaymoe_mpi.h adds the one call that takes an
+ * MPI_Comm.
+ *
+ * Layout conventions (all row-major, float32 unless stated):
+ *   x, y, dy, dx       [T, H]     T = tokens of this rank
+ *   w_router           [H, E]
+ *   w_gate, w_up (e)   [H, F]     expert e
+ *   w_down (e)         [F, H]
+ * expert_e(x) = (silu(x w_gate[e]) * (x w_up[e])) w_down[e]
+ * y = sum_k g_k expert_{i_k}(x) (+ shared(x) when a shared expert is set).
+ */
+#ifndef RELAYMOE_H
+#define RELAYMOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(RMOE_BUILDING_LIBRARY) && defined(__GNUC__)
+#define RMOE_API __attribute__((visibility("default")))
+#else
+#define RMOE_API
+#endif
+
+#define RMOE_VERSION_MAJOR 0
+#define RMOE_VERSION_MINOR 1
+#define RMOE_VERSION_PATCH 0
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum rmoe_error {
+	RMOE_OK = 0,
+	RMOE_EINVAL = -1,      /* a configuration or argument value is out of range */
+	RMOE_ENOMEM = -2,      /* an allocation failed (host, StarPU or device) */
+	RMOE_EMPI = -3,        /* an MPI call failed, or MPI is unusable as set up */
+	RMOE_ESTARPU = -4,     /* StarPU or StarPU-MPI returned an error */
+	RMOE_EMISMATCH = -5,   /* ranks disagree (configuration, weights, sizes) */
+	RMOE_ESTATE = -6,      /* call out of order (e.g. backward before forward) */
+	RMOE_ENOTSUP = -7,     /* not supported by this build or configuration */
+	RMOE_EIO = -8,         /* a file could not be read or written */
+	RMOE_ENONFINITE = -9,  /* NaN or infinity in an input or weight */
+	RMOE_EFORMAT = -10,    /* a file or description does not parse or match */
+	RMOE_EPEER = -11,      /* another rank failed or disappeared */
+};
+
+/* The sentence for code: the detailed message of the last error raised on
+ * this thread when it carries that code (it names the bad value and what was
+ * expected), otherwise a generic description. Never NULL. */
+RMOE_API const char *rmoe_strerror(int code);
+
+/* ---- context: MPI + StarPU for one process ----------------------------- */
+
+typedef struct rmoe_ctx rmoe_ctx;
+
+struct rmoe_ctx_config {
+	int ncpus;            /* CPU workers per rank; 0 = automatic (cores / ranks on the node) */
+	int ncuda;            /* CUDA workers per rank; -1 = all visible, 0 = none */
+	const char *sched;    /* StarPU scheduling policy; NULL = STARPU_SCHED or StarPU's default */
+	int verbose;          /* 0 = quiet, 1 = one line per decision */
+};
+
+/* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet. */
+RMOE_API void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg);
+
+/* Create the context over MPI_COMM_WORLD. If MPI is not initialised, MPI is
+ * initialised with MPI_THREAD_MULTIPLE and finalised by rmoe_ctx_destroy; if the
+ * application initialised it, it must have asked for MPI_THREAD_MULTIPLE. A
+ * StarPU already running is used as it is and left running. cfg may be NULL. */
+RMOE_API int rmoe_ctx_create(rmoe_ctx **ctx, const struct rmoe_ctx_config *cfg);
+
+/* The same over a Fortran communicator handle (MPI_Comm_c2f / mpi_comm%mpi_val). */
+RMOE_API int rmoe_ctx_create_fcomm(rmoe_ctx **ctx, const struct rmoe_ctx_config *cfg, int fortran_comm);
+
+/* Shut down what rmoe_ctx_create started, and nothing else. */
+RMOE_API int rmoe_ctx_destroy(rmoe_ctx *ctx);
+
+RMOE_API int rmoe_ctx_rank(const rmoe_ctx *ctx);
+RMOE_API int rmoe_ctx_size(const rmoe_ctx *ctx);
+
+/* ---- one MoE layer ----------------------------------------------------- */
+
+typedef struct rmoe_layer rmoe_layer;
+
+enum rmoe_dispatch {
+	RMOE_DISPATCH_ALLTOALL = 0,    /* Megatron-style permute / all-to-all / unpermute */
+	RMOE_DISPATCH_RING_EXPERT = 1, /* expert weights circulate (paper §3.1) */
+	RMOE_DISPATCH_RING_TOKEN = 2,  /* token activations circulate (paper §3.2) */
+	RMOE_DISPATCH_AUTO = 3,        /* chosen at creation from per-hop volumes (Table 2) */
+};
+
+enum rmoe_dtype {
+	RMOE_DTYPE_F32 = 0,
+	RMOE_DTYPE_BF16 = 1,           /* GPU builds only */
+};
+
+struct rmoe_layer_config {
+	int64_t hidden;      /* H */
+	int64_t ffn;         /* F, width of one routed expert */
+	int64_t experts;     /* E, divisible by the number of ranks */
+	int64_t topk;        /* K, 1 <= K <= E */
+	int64_t tokens;      /* T, tokens of this rank (same on every rank) */
+	int norm_topk;       /* divide the top-k probabilities by their sum (Qwen3: 1) */
+	int64_t shared_ffn;  /* width of the shared expert (Qwen2-MoE style); 0 = none */
+	enum rmoe_dispatch dispatch;
+	enum rmoe_dtype dtype;
+	int64_t chunk_rows;  /* split each hop's matched pairs into chunks of at most
+	                        this many rows; 0 = one chunk per hop */
+	int overlap;         /* 1: transfers overlap compute (default); 0: serialised */
+};
+
+/* Defaults: Qwen3-30B-A3B shape divided by 8 (H=256, F=96, E=128, K=8),
+ * T=1024, norm_topk on, no shared expert, ring expert routing, fp32. */
+RMOE_API void rmoe_layer_config_init(struct rmoe_layer_config *cfg);
+
+/* Collective over the context's ranks. Checks the configuration (every value,
+ * and that every rank passed the same one) before any work starts. */
+RMOE_API int rmoe_layer_create(rmoe_layer **layer, rmoe_ctx *ctx, const struct rmoe_layer_config *cfg);
+RMOE_API int rmoe_layer_destroy(rmoe_layer *layer);
+
+/* Routed experts this rank owns: [first, first + count). */
+RMOE_API int rmoe_layer_owned_experts(const rmoe_layer *layer, int64_t *first, int64_t *count);
+
+/* The dispatch the layer runs (the choice made for RMOE_DISPATCH_AUTO). */
+RMOE_API enum rmoe_dispatch rmoe_layer_dispatch(const rmoe_layer *layer);
+
+/* Weights. Router and shared expert are replicated: every rank sets the same
+ * values. Routed experts are set and read on their owner only (e global). */
+RMOE_API int rmoe_layer_set_router(rmoe_layer *layer, const float *w_router);
+RMOE_API int rmoe_layer_get_router(const rmoe_layer *layer, float *w_router);
+RMOE_API int rmoe_layer_set_expert(rmoe_layer *layer, int64_t e, const float *w_gate, const float *w_up,
+                          const float *w_down);
+RMOE_API int rmoe_layer_get_expert(const rmoe_layer *layer, int64_t e, float *w_gate, float *w_up,
+                          float *w_down);
+RMOE_API int rmoe_layer_set_shared(rmoe_layer *layer, const float *w_gate, const float *w_up,
+                          const float *w_down);
+
+/* Forward: x [T, H] -> y [T, H]. Collective. The layer keeps a copy of x and
+ * the routing (indices and weights) for backward; nothing else. */
+RMOE_API int rmoe_layer_forward(rmoe_layer *layer, const float *x, float *y);
+
+/* Backward of the last forward: dy [T, H] -> dx [T, H]; weight gradients are
+ * kept in the layer (overwritten, not accumulated) and read below. */
+RMOE_API int rmoe_layer_backward(rmoe_layer *layer, const float *dy, float *dx);
+
+/* Gradients of the last backward. dw_router is this rank's part (from its own
+ * tokens): sum it over ranks as for any replicated parameter. Expert
+ * gradients are complete (all ranks' tokens) and read on the owner. */
+RMOE_API int rmoe_layer_get_grad_router(const rmoe_layer *layer, float *dw_router);
+RMOE_API int rmoe_layer_get_grad_expert(const rmoe_layer *layer, int64_t e, float *dw_gate, float *dw_up,
+                               float *dw_down);
+RMOE_API int rmoe_layer_get_grad_shared(const rmoe_layer *layer, float *dw_gate, float *dw_up,
+                               float *dw_down);
+
+/* Routing of the last forward: indices [T, K] (int32) and weights [T, K];
+ * probs [T, E] (softmax). Any pointer may be NULL. */
+RMOE_API int rmoe_layer_get_routing(const rmoe_layer *layer, int32_t *topk_idx, float *topk_w, float *probs);
+
+/* What the last forward and backward cost on this rank. */
+struct rmoe_layer_stats {
+	double forward_seconds;
+	double backward_seconds;
+	int64_t peak_forward_bytes;   /* the layer's StarPU data, sampled at every task */
+	int64_t peak_backward_bytes;
+	int64_t resident_bytes;       /* part of the peaks that lives across calls */
+	int64_t largest_temporary_bytes; /* largest buffer registered by a graph */
+	int64_t bytes_sent_forward;   /* bytes this rank handed to StarPU-MPI */
+	int64_t bytes_sent_backward;
+	int64_t peak_rss_bytes;       /* process peak RSS (getrusage), monotone */
+	int hops;                     /* ring hops (0 for all-to-all) */
+};
+RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
+
+/* Names used on command lines and in output. */
+RMOE_API const char *rmoe_dispatch_name(enum rmoe_dispatch d);
+RMOE_API int rmoe_dispatch_parse(const char *name, enum rmoe_dispatch *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RELAYMOE_H */
