@@ -74,7 +74,8 @@ struct rmoe_rows_args {
 /* expert_ffn buffers: 0 rows [m*H] R, 1 weights (partition) R,
  *                     2 work [m*3F] W, 3 out [m*H] W.
  * expert_recompute: the same without buffer 3 (stops after act): the §3.3
- * reconstruction of a hop's intermediates.
+ * reconstruction of a hop's intermediates. Its work may also be the [m*4F]
+ * workspace of the pair-weighted backward (the first three blocks written).
  * Rows are grouped by expert: rows_per_expert[e] rows for local expert e, in
  * order. */
 struct rmoe_expert_args {
@@ -96,7 +97,10 @@ struct rmoe_expert_args {
  *   SwiGLU backward; dw_gate/up = x^T dpre; dx = dpre_gate w_gate^T + dpre_up w_up^T.
  * RMOE_BWD_PREWEIGHTED (all-to-all, shared expert): dout rows already carry g.
  *   buffers: 0 x rows R, 1 dout rows R, 2 weights R, 3 work [m*3F] RW (saved
- *   forward intermediates), 4 dx rows W, 5 dweights W. */
+ *   forward intermediates), 4 dx rows W, 5 dweights W.
+ * Both modes: dweights is inserted STARPU_RW when accumulate = 1. work is
+ * consumed: on return it holds dpre_gate | dpre_up | g*act | g*u
+ * (pair-weighted) or dpre_gate | dpre_up | dact (preweighted). */
 enum rmoe_expert_bwd_mode {
 	RMOE_BWD_PAIR_WEIGHTED = 0,
 	RMOE_BWD_PREWEIGHTED = 1,
@@ -112,7 +116,9 @@ struct rmoe_accumulate_args {
 /* sort_chunks (all-to-all "sort by local expert" and its inverse).
  * Input chunks come from n_peers peers; chunk (q, e) holds counts[q*n_experts+e]
  * rows of local expert e from peer q. A peer with no rows at all has no
- * buffer: per-peer buffers are given only for peers with rows, in peer order.
+ * buffer: per-peer buffers are given only for peers with rows, in peer order,
+ * so with n_active such peers "n_peers" below reads n_active (the task has
+ * n_active + 1 buffers).
  * RMOE_SORT_BY_EXPERT:   buffers 0..n_peers-1 per-peer R, n_peers sorted W;
  *                        sorted order is (e, q).
  * RMOE_UNSORT_TO_PEERS:  buffer 0 sorted R, 1..n_peers per-peer W. */
@@ -137,6 +143,11 @@ struct rmoe_sort_args {
 /* (uses struct rmoe_accumulate_args) */
 
 /* ---- the codelets ------------------------------------------------------- */
+
+/* Codelets with a fixed number of buffers declare the modes above, and
+ * starpu_task_insert must pass the same ones. gather, scatter_add,
+ * expert_bwd and sort_chunks have STARPU_VARIABLE_NBUFFERS: their modes come
+ * with the insertion. */
 
 extern struct starpu_codelet rmoe_cl_router_fwd;
 extern struct starpu_codelet rmoe_cl_router_bwd;

@@ -117,8 +117,9 @@ struct rmoe_layer_config {
 	int overlap;         /* 1: transfers overlap compute (default); 0: serialised */
 };
 
-/* Defaults: Qwen3-30B-A3B shape divided by 8 (H=256, F=96, E=128, K=8),
- * T=1024, norm_topk on, no shared expert, ring expert routing, fp32. */
+/* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16
+ * (H=128, F=48, E=128, K=8, T=3072), norm_topk on, no shared expert, ring
+ * expert routing, fp32, no chunking, overlap on. */
 RMOE_API void rmoe_layer_config_init(struct rmoe_layer_config *cfg);
 
 /* Collective over the context's ranks. Checks the configuration (every value,

@@ -1,0 +1,65 @@
+/* Shared pieces of the relaymoe command-line programs. */
+#ifndef RMOE_APP_H
+#define RMOE_APP_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "relaymoe/relaymoe.h"
+
+/* Subcommands: each owns its options and returns the process exit code. */
+int rmoe_cmd_run(int argc, char **argv, int first);
+
+/* Every rank learns the worst (lowest) code of all ranks. */
+int rmoe_app_agree(int rc);
+
+/* Rank 0 prints; the others stay quiet. */
+void rmoe_app_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Every rank prints an error line prefixed with its rank. */
+void rmoe_app_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The tensors of one layer problem on this rank: its tokens, its output
+ * gradient, the replicated router (and shared expert) and its own experts. */
+struct rmoe_problem {
+	struct rmoe_layer_config cfg;
+	int rank, nranks;
+	int64_t first_expert, e_local;
+	float *x, *dy;               /* [T, H] */
+	float *w_router;             /* [H, E] */
+	float *w_gate, *w_up;        /* [e_local, H, F] */
+	float *w_down;               /* [e_local, F, H] */
+	float *ws_gate, *ws_up, *ws_down; /* shared expert, when shared_ffn > 0 */
+};
+
+/* Draws every tensor from seed, then replaces those with a file in load_dir
+ * (may be NULL). Collective; 0 or an RMOE_E* code (message printed). */
+int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,
+                      const char *load_dir);
+void rmoe_problem_free(struct rmoe_problem *p);
+int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer);
+
+/* The outputs of one run on this rank. */
+struct rmoe_results {
+	float *y, *dx;               /* [T, H] */
+	float *dw_router;            /* [H, E], this rank's part */
+	float *dw_gate, *dw_up, *dw_down; /* owned experts */
+	float *dws_gate, *dws_up, *dws_down;
+	int32_t *topk_idx;           /* [T, K] */
+};
+int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p);
+void rmoe_results_free(struct rmoe_results *r);
+int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, rmoe_layer *layer);
+
+/* Largest relative norm difference between two runs' tensors, over ranks. */
+double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
+                                 const struct rmoe_problem *p, const char **worst);
+
+/* Compare with the reference on rank 0 (gathers everything there). Returns
+ * the largest relative error over all tensors, on every rank; worst names it. */
+double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
+                          const char **worst, int64_t *near_ties);
+
+/* Rank 0 writes inputs and outputs as .npy into dir (created if needed). */
+int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p, const char *dir);
+
+#endif

@@ -1,0 +1,359 @@
+/* relaymoe run: one MoE layer, forward and backward, with the ring and the
+ * all-to-all dispatchers side by side on the same inputs and weights. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "opts.h"
+#include "rmoe_scheduler.h"
+
+/* Tokens per rank of a preset before --scale: B*S/(SP*CP) of the paper's
+ * memory profile (§2: micro-batch 24, sequence 16384, SP=2, CP=4). */
+#define PRESET_TOKENS 49152
+#define CHECK_TOLERANCE 1e-5
+
+struct run_opts {
+	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat;
+	double scale;
+	const char *preset, *dispatch, *load, *dump, *csv;
+	int check, no_norm_topk, no_overlap, quiet;
+	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_shared;
+};
+
+static const char *usage_head =
+	"usage: mpirun -np N relaymoe run [options]\n"
+	"\n"
+	"Runs one MoE layer (router, top-k, SwiGLU experts) forward and backward on N\n"
+	"ranks, with the ring dispatcher of RelayMoE and a Megatron-style all-to-all\n"
+	"side by side, and reports time, memory and the difference between them.\n"
+	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
+	"F=48, E=128, K=8, 3072 tokens per rank), both dispatchers.\n"
+	"\n"
+	"options:\n";
+
+static const char *usage_tail =
+	"\n"
+	"--preset takes a Table 3 shape (Qwen3-30B-A3B, Qwen3.5-35B-A3B, Qwen2-57B-A14B,\n"
+	"MoE-E64/E128/E384, MoE-K4/K8/K12/K16, MoE-H512/H768/H2048) with 49152 tokens per\n"
+	"rank (the paper's §2 profile); --scale S divides its H, F and tokens.\n"
+	"Explicit --hidden, --ffn, --tokens etc. win over the preset.\n"
+	".npy layout (float32, C order): x.npy, dy.npy [N*T, H] (rank r: rows r*T..);\n"
+	"w_router.npy [H, E]; w_gate.npy, w_up.npy [E, H, F]; w_down.npy [E, F, H];\n"
+	"outputs y, dx, dw_router (summed over ranks), dw_gate, dw_up, dw_down alike.\n"
+	"--dump writes the inputs too, and the outputs of the ring when both run.\n";
+
+static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
+{
+	struct rmoe_opt t[] = {
+		{"hidden", RMOE_OPT_INT, &r->hidden, 1, 1e9, "H", "hidden size", &r->g_hidden},
+		{"ffn", RMOE_OPT_INT, &r->ffn, 1, 1e9, "F", "expert FFN width", &r->g_ffn},
+		{"experts", RMOE_OPT_INT, &r->experts, 1, 1e6, "E", "routed experts (multiple of N)", &r->g_experts},
+		{"topk", RMOE_OPT_INT, &r->topk, 1, 1e6, "K", "experts per token", &r->g_topk},
+		{"tokens", RMOE_OPT_INT, &r->tokens, 1, 1e12, "T", "tokens per rank", &r->g_tokens},
+		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (0: none)", &r->g_shared},
+		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (see below)", NULL},
+		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|both", "dispatchers to run (both)", NULL},
+		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of inputs and weights (1)", NULL},
+		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up (3)", NULL},
+		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
+		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
+		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},
+		{"check", RMOE_OPT_FLAG, &r->check, 0, 0, NULL, "compare with the reference; exit 1 past 1e-5", NULL},
+		{"load", RMOE_OPT_STRING, &r->load, 0, 0, "DIR", "read inputs and weights from DIR/*.npy", NULL},
+		{"dump", RMOE_OPT_STRING, &r->dump, 0, 0, "DIR", "write inputs and outputs to DIR/*.npy", NULL},
+		{"csv", RMOE_OPT_STRING, &r->csv, 0, 0, "FILE", "append one result row per dispatcher", NULL},
+		{"quiet", RMOE_OPT_FLAG, &r->quiet, 0, 0, NULL, "print the summary only", NULL},
+	};
+	memcpy(o, t, sizeof(t));
+}
+#define NOPTS 19
+
+/* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
+static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
+{
+	rmoe_layer_config_init(cfg);
+	if (r->preset) {
+		const struct rmoe_preset *p = rmoe_preset_find(r->preset);
+		if (!p) {
+			size_t n;
+			const struct rmoe_preset *all = rmoe_preset_list(&n);
+			int used = snprintf(msg, len, "--preset '%s' is not a known shape; expected one of", r->preset);
+			for (size_t i = 0; i < n && used > 0 && (size_t)used < len; i++)
+				used += snprintf(msg + used, len - (size_t)used, " %s", all[i].name);
+			return RMOE_EINVAL;
+		}
+		cfg->hidden = (int64_t)llround((double)p->hidden / r->scale);
+		cfg->ffn = (int64_t)llround((double)p->ffn / r->scale);
+		cfg->tokens = (int64_t)llround(PRESET_TOKENS / r->scale);
+		cfg->shared_ffn = (int64_t)llround((double)p->shared_ffn / r->scale);
+		cfg->experts = p->experts;
+		cfg->topk = p->topk;
+		if (cfg->hidden < 1 || cfg->ffn < 1 || cfg->tokens < 1) {
+			snprintf(msg, len, "--scale %g leaves %s with hidden=%lld ffn=%lld tokens=%lld: expected a "
+			         "scale that keeps each at least 1", r->scale, p->name, (long long)cfg->hidden,
+			         (long long)cfg->ffn, (long long)cfg->tokens);
+			return RMOE_EINVAL;
+		}
+	} else if (r->scale != 1.0) {
+		snprintf(msg, len, "--scale %g needs --preset", r->scale);
+		return RMOE_EINVAL;
+	}
+	if (r->g_hidden) cfg->hidden = r->hidden;
+	if (r->g_ffn) cfg->ffn = r->ffn;
+	if (r->g_experts) cfg->experts = r->experts;
+	if (r->g_topk) cfg->topk = r->topk;
+	if (r->g_tokens) cfg->tokens = r->tokens;
+	if (r->g_shared) cfg->shared_ffn = r->shared_ffn;
+	cfg->norm_topk = !r->no_norm_topk;
+	cfg->overlap = !r->no_overlap;
+	cfg->chunk_rows = r->chunk_rows;
+	return 0;
+}
+
+struct outcome {
+	enum rmoe_dispatch d;
+	double fwd_ms, bwd_ms;          /* medians, max over ranks */
+	double peak_fwd, peak_bwd;      /* bytes, max over ranks */
+	double resident, rss, sent;     /* bytes, max over ranks */
+	double largest_temp;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double max_over_ranks(double v)
+{
+	double m = v;
+	MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	return m;
+}
+
+/* Runs one dispatcher: warm-up, then repeat timed forward+backward passes. */
+static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dispatch d, int64_t repeat,
+                   int quiet, struct rmoe_results *res, struct outcome *out)
+{
+	struct rmoe_layer_config cfg = prob->cfg;
+	cfg.dispatch = d;
+	rmoe_layer *layer = NULL;
+	int rc = rmoe_layer_create(&layer, ctx, &cfg);
+	if (rc) {
+		rmoe_app_error("%s", rmoe_strerror(rc));
+		return rc;
+	}
+	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
+	double *fw = calloc((size_t)repeat, sizeof(double)), *bw = calloc((size_t)repeat, sizeof(double));
+	struct rmoe_layer_stats st = {0};
+	double peak_f = 0, peak_b = 0;
+	for (int64_t it = -1; it < repeat && !rc; it++) {
+		rc = rmoe_layer_forward(layer, prob->x, res->y);
+		if (!rc)
+			rc = rmoe_layer_backward(layer, prob->dy, res->dx);
+		if (rc) {
+			rmoe_app_error("%s %s", rmoe_dispatch_name(d), rmoe_strerror(rc));
+			break;
+		}
+		rmoe_layer_get_stats(layer, &st);
+		if (it >= 0) {
+			fw[it] = st.forward_seconds * 1e3;
+			bw[it] = st.backward_seconds * 1e3;
+		}
+		peak_f = fmax(peak_f, (double)st.peak_forward_bytes);
+		peak_b = fmax(peak_b, (double)st.peak_backward_bytes);
+		if (!quiet)
+			rmoe_app_say("  %-5s %s: forward %.1f ms, backward %.1f ms\n", rmoe_dispatch_name(d),
+			             it < 0 ? "warm-up" : "run", st.forward_seconds * 1e3,
+			             st.backward_seconds * 1e3);
+	}
+	rc = rmoe_app_agree(rc);
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_results_collect(res, prob, layer));
+	if (!rc) {
+		qsort(fw, (size_t)repeat, sizeof(double), cmp_double);
+		qsort(bw, (size_t)repeat, sizeof(double), cmp_double);
+		out->d = d;
+		out->fwd_ms = max_over_ranks(fw[repeat / 2]);
+		out->bwd_ms = max_over_ranks(bw[repeat / 2]);
+		out->peak_fwd = max_over_ranks(peak_f);
+		out->peak_bwd = max_over_ranks(peak_b);
+		out->resident = max_over_ranks((double)st.resident_bytes);
+		out->rss = max_over_ranks((double)st.peak_rss_bytes);
+		out->sent = max_over_ranks((double)(st.bytes_sent_forward + st.bytes_sent_backward));
+		out->largest_temp = max_over_ranks((double)st.largest_temporary_bytes);
+	}
+	free(fw);
+	free(bw);
+	rmoe_layer_destroy(layer);
+	return rc;
+}
+
+static const double MiB = 1024.0 * 1024.0;
+
+static void print_outcome(const struct outcome *o)
+{
+	double peak = fmax(o->peak_fwd, o->peak_bwd);
+	rmoe_app_say("%-6s %9.1f %9.1f %11.1f %11.1f %11.1f %9.1f %9.1f\n", rmoe_dispatch_name(o->d),
+	             o->fwd_ms, o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB, (peak - o->resident) / MiB,
+	             o->rss / MiB, o->sent / MiB);
+}
+
+static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int nranks,
+                     const struct outcome *o, int n)
+{
+	int rank;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	if (rank != 0)
+		return 0;
+	FILE *f = fopen(path, "a");
+	if (!f) {
+		rmoe_app_error("--csv %s: cannot open for appending", path);
+		return RMOE_EIO;
+	}
+	if (ftell(f) == 0)
+		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,fwd_ms,bwd_ms,peak_fwd_bytes,"
+		           "peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,largest_temp_bytes\n");
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n",
+		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
+		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens, o[i].fwd_ms,
+		        o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd, o[i].resident, o[i].rss, o[i].sent,
+		        o[i].largest_temp);
+	return fclose(f) == 0 ? 0 : RMOE_EIO;
+}
+
+int rmoe_cmd_run(int argc, char **argv, int first)
+{
+	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both"};
+	struct rmoe_opt opts[NOPTS];
+	fill_opts(opts, &r);
+	char msg[1024];
+	int prc = rmoe_opts_parse(opts, NOPTS, argc, argv, first, msg, sizeof(msg));
+	if (prc == 1) {
+		char help[4096];
+		rmoe_opts_help(opts, NOPTS, help, sizeof(help));
+		rmoe_app_say("%s%s%s", usage_head, help, usage_tail);
+		return 0;
+	}
+	struct rmoe_layer_config cfg;
+	if (!prc)
+		prc = make_config(&r, &cfg, msg, sizeof(msg));
+	enum rmoe_dispatch which[2];
+	int ndisp = 0;
+	if (!prc) {
+		if (strcmp(r.dispatch, "both") == 0) {
+			which[ndisp++] = RMOE_DISPATCH_RING_EXPERT;
+			which[ndisp++] = RMOE_DISPATCH_ALLTOALL;
+		} else if (strcmp(r.dispatch, "ring") == 0) {
+			which[ndisp++] = RMOE_DISPATCH_RING_EXPERT;
+		} else if (strcmp(r.dispatch, "a2a") == 0) {
+			which[ndisp++] = RMOE_DISPATCH_ALLTOALL;
+		} else {
+			snprintf(msg, sizeof(msg), "--dispatch '%s': expected ring, a2a or both", r.dispatch);
+			prc = RMOE_EINVAL;
+		}
+	}
+	if (prc) {
+		rmoe_app_say("relaymoe run: %s\n", msg);
+		return 2;
+	}
+
+	int nranks, rank;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	/* The configuration is checked before anything starts (same check as
+	 * the layer's, so a bad value fails here on every rank alike). */
+	int rc = rmoe_config_check(&cfg, nranks, 1);
+	if (rc) {
+		rmoe_app_say("relaymoe run: %s\n", rmoe_strerror(rc));
+		return 2;
+	}
+
+	rmoe_ctx *ctx = NULL;
+	rc = rmoe_app_agree(rmoe_ctx_create(&ctx, NULL));
+	if (rc) {
+		rmoe_app_error("%s", rmoe_strerror(rc));
+		if (ctx)
+			rmoe_ctx_destroy(ctx);
+		return 1;
+	}
+	struct rmoe_problem prob;
+	rc = rmoe_problem_init(&prob, &cfg, (uint64_t)r.seed, r.load);
+	if (rc) {
+		rmoe_problem_free(&prob);
+		rmoe_ctx_destroy(ctx);
+		return 1;
+	}
+
+	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, "
+	             "shared FFN %lld, seed %lld, %lld timed repetition(s)\n",
+	             nranks, (long long)cfg.hidden, (long long)cfg.ffn, (long long)cfg.experts,
+	             (long long)cfg.topk, (long long)cfg.tokens, r.preset ? ", preset " : "",
+	             r.preset ? r.preset : "", (long long)cfg.shared_ffn, (long long)r.seed,
+	             (long long)r.repeat);
+	if (r.preset && r.scale != 1.0)
+		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
+
+	struct rmoe_results res[2];
+	struct outcome out[2];
+	memset(res, 0, sizeof(res));
+	for (int i = 0; i < ndisp && !rc; i++) {
+		rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
+		if (!rc)
+			rc = run_one(ctx, &prob, which[i], r.repeat, r.quiet, &res[i], &out[i]);
+	}
+
+	int exit_code = rc ? 1 : 0;
+	if (!rc) {
+		rmoe_app_say("\n%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "fwd ms", "bwd ms", "peak fwd",
+		             "peak bwd", "exec peak", "peak RSS", "sent");
+		rmoe_app_say("%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "(median)", "(median)", "MiB",
+		             "MiB", "MiB", "MiB", "MiB/rank");
+		for (int i = 0; i < ndisp; i++)
+			print_outcome(&out[i]);
+		rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak "
+		             "= peak above the %.1f MiB resident: weights, gradients, inputs, routing)\n",
+		             out[0].resident / MiB);
+		if (ndisp == 2) {
+			const struct outcome *ring = &out[0], *a2a = &out[1];
+			double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
+			rmoe_app_say("a2a/ring: peak layer memory %.2fx (execution peak %.2fx), forward+backward "
+			             "time %.2fx\n",
+			             pa / pr, (pa - a2a->resident) / (pr - ring->resident),
+			             (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
+			const char *worst;
+			double diff = rmoe_results_max_rel_diff(&res[0], &res[1], &prob, &worst);
+			rmoe_app_say("largest relative difference ring vs a2a: %.2e (%s)\n", diff, worst);
+		}
+		for (int i = 0; i < ndisp && r.check; i++) {
+			const char *worst;
+			int64_t ties;
+			double err = rmoe_results_check(&res[i], &prob, &worst, &ties);
+			int ok = err <= CHECK_TOLERANCE;
+			rmoe_app_say("check %s vs reference: largest relative error %.2e (%s), %lld near-tie "
+			             "routing choice(s); tolerance %.0e: %s\n",
+			             rmoe_dispatch_name(out[i].d), err, worst, (long long)ties, CHECK_TOLERANCE,
+			             ok ? "PASS" : "FAIL");
+			if (!ok)
+				exit_code = 1;
+		}
+		if (exit_code == 0 && r.dump) {
+			if (rmoe_results_dump(&res[0], &prob, r.dump))
+				exit_code = 1;
+			else
+				rmoe_app_say("wrote inputs and %s outputs to %s/\n", rmoe_dispatch_name(out[0].d), r.dump);
+		}
+		if (exit_code == 0 && r.csv && rmoe_app_agree(write_csv(r.csv, &cfg, nranks, out, ndisp)))
+			exit_code = 1;
+	}
+	for (int i = 0; i < 2; i++)
+		rmoe_results_free(&res[i]);
+	rmoe_problem_free(&prob);
+	rmoe_ctx_destroy(ctx);
+	return exit_code;
+}

@@ -1,0 +1,492 @@
+/* The tensors of a layer problem: drawn from a seed or read from .npy files,
+ * handed to a layer, and its results compared, checked and written. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "app.h"
+#include "npy.h"
+#include "reference.h"
+#include "seeded.h"
+
+int rmoe_app_agree(int rc)
+{
+	int worst = rc;
+	MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	return worst;
+}
+
+void rmoe_app_say(const char *fmt, ...)
+{
+	int rank = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	if (rank != 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+}
+
+void rmoe_app_error(const char *fmt, ...)
+{
+	int rank = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "relaymoe: rank %d: %s\n", rank, line);
+	fflush(stderr);
+}
+
+static float *falloc(int64_t n)
+{
+	return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+/* Reads path (if it exists) into dst: rows [row0, row0+nrows) of a file of
+ * the given shape. 1 if read, 0 if absent, negative on a bad file. */
+static int load_one(const char *dir, const char *name, int ndim, const int64_t *shape, int64_t row0,
+                    int64_t nrows, float *dst)
+{
+	if (!dir)
+		return 0;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return 0;
+	int64_t expect[RMOE_NPY_MAXDIM];
+	memcpy(expect, shape, (size_t)ndim * sizeof(int64_t));
+	char msg[512];
+	int rc = rmoe_npy_read_f32(path, ndim, expect, row0, nrows, dst, msg, sizeof(msg));
+	if (rc) {
+		rmoe_app_error("%s", msg);
+		return rc;
+	}
+	return 1;
+}
+
+int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,
+                      const char *load_dir)
+{
+	memset(p, 0, sizeof(*p));
+	p->cfg = *cfg;
+	MPI_Comm_rank(MPI_COMM_WORLD, &p->rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &p->nranks);
+	const int64_t H = cfg->hidden, F = cfg->ffn, E = cfg->experts, T = cfg->tokens, Fs = cfg->shared_ffn;
+	p->e_local = E / p->nranks;
+	p->first_expert = p->rank * p->e_local;
+	const int64_t el = p->e_local, HF = H * F;
+	p->x = falloc(T * H);
+	p->dy = falloc(T * H);
+	p->w_router = falloc(H * E);
+	p->w_gate = falloc(el * HF);
+	p->w_up = falloc(el * HF);
+	p->w_down = falloc(el * HF);
+	if (Fs > 0) {
+		p->ws_gate = falloc(H * Fs);
+		p->ws_up = falloc(H * Fs);
+		p->ws_down = falloc(H * Fs);
+	}
+	int rc = (!p->x || !p->dy || !p->w_router || !p->w_gate || !p->w_up || !p->w_down ||
+	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)))
+	                 ? RMOE_ENOMEM
+	                 : 0;
+	if (rc)
+		rmoe_app_error("out of host memory for the layer's tensors (tokens=%lld hidden=%lld)",
+		               (long long)T, (long long)H);
+	if ((rc = rmoe_app_agree(rc)))
+		return rc;
+
+	/* Seeded: every rank draws its slice of the same global tensors. */
+	const float sh = 1.0f / sqrtf((float)H), sf = 1.0f / sqrtf((float)F);
+	rmoe_seeded_uniform(p->x, T * H, seed, RMOE_STREAM_X, p->rank * T * H, 1.0f);
+	rmoe_seeded_uniform(p->dy, T * H, seed, RMOE_STREAM_DY, p->rank * T * H, 1.0f);
+	rmoe_seeded_uniform(p->w_router, H * E, seed, RMOE_STREAM_W_ROUTER, 0, sh);
+	rmoe_seeded_uniform(p->w_gate, el * HF, seed, RMOE_STREAM_W_GATE, p->first_expert * HF, sh);
+	rmoe_seeded_uniform(p->w_up, el * HF, seed, RMOE_STREAM_W_UP, p->first_expert * HF, sh);
+	rmoe_seeded_uniform(p->w_down, el * HF, seed, RMOE_STREAM_W_DOWN, p->first_expert * HF, sf);
+	if (Fs > 0) {
+		float ss = 1.0f / sqrtf((float)Fs);
+		rmoe_seeded_uniform(p->ws_gate, H * Fs, seed, RMOE_STREAM_WS_GATE, 0, sh);
+		rmoe_seeded_uniform(p->ws_up, H * Fs, seed, RMOE_STREAM_WS_UP, 0, sh);
+		rmoe_seeded_uniform(p->ws_down, H * Fs, seed, RMOE_STREAM_WS_DOWN, 0, ss);
+	}
+	if (!load_dir)
+		return 0;
+
+	struct stat st;
+	if (stat(load_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		rmoe_app_error("--load %s: not a readable directory", load_dir);
+		return rmoe_app_agree(RMOE_EIO);
+	}
+	const int64_t N = p->nranks;
+	int64_t sx[2] = {N * T, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
+	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H};
+	struct {
+		const char *name;
+		int ndim;
+		const int64_t *shape;
+		int64_t row0, nrows;
+		float *dst;
+	} files[] = {
+		{"x.npy", 2, sx, p->rank * T, T, p->x},
+		{"dy.npy", 2, sx, p->rank * T, T, p->dy},
+		{"w_router.npy", 2, sr, 0, -1, p->w_router},
+		{"w_gate.npy", 3, sg, p->first_expert, el, p->w_gate},
+		{"w_up.npy", 3, sg, p->first_expert, el, p->w_up},
+		{"w_down.npy", 3, sd, p->first_expert, el, p->w_down},
+		{"w_shared_gate.npy", 2, ssg, 0, -1, p->ws_gate},
+		{"w_shared_up.npy", 2, ssg, 0, -1, p->ws_up},
+		{"w_shared_down.npy", 2, ssd, 0, -1, p->ws_down},
+	};
+	int nfiles = Fs > 0 ? 9 : 6;
+	for (int i = 0; i < nfiles && !rc; i++) {
+		int r = load_one(load_dir, files[i].name, files[i].ndim, files[i].shape, files[i].row0,
+		                 files[i].nrows, files[i].dst);
+		if (r < 0)
+			rc = r;
+	}
+	return rmoe_app_agree(rc);
+}
+
+void rmoe_problem_free(struct rmoe_problem *p)
+{
+	free(p->x);
+	free(p->dy);
+	free(p->w_router);
+	free(p->w_gate);
+	free(p->w_up);
+	free(p->w_down);
+	free(p->ws_gate);
+	free(p->ws_up);
+	free(p->ws_down);
+	memset(p, 0, sizeof(*p));
+}
+
+int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer)
+{
+	const int64_t HF = p->cfg.hidden * p->cfg.ffn;
+	int rc = rmoe_layer_set_router(layer, p->w_router);
+	for (int64_t e = 0; e < p->e_local && !rc; e++)
+		rc = rmoe_layer_set_expert(layer, p->first_expert + e, p->w_gate + e * HF, p->w_up + e * HF,
+		                           p->w_down + e * HF);
+	if (!rc && p->cfg.shared_ffn > 0)
+		rc = rmoe_layer_set_shared(layer, p->ws_gate, p->ws_up, p->ws_down);
+	return rc;
+}
+
+int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
+{
+	memset(r, 0, sizeof(*r));
+	const int64_t H = p->cfg.hidden, T = p->cfg.tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+	r->y = falloc(T * H);
+	r->dx = falloc(T * H);
+	r->dw_router = falloc(H * p->cfg.experts);
+	r->dw_gate = falloc(p->e_local * HF);
+	r->dw_up = falloc(p->e_local * HF);
+	r->dw_down = falloc(p->e_local * HF);
+	r->topk_idx = malloc((size_t)(T * p->cfg.topk) * sizeof(int32_t));
+	if (Fs > 0) {
+		r->dws_gate = falloc(H * Fs);
+		r->dws_up = falloc(H * Fs);
+		r->dws_down = falloc(H * Fs);
+	}
+	if (!r->y || !r->dx || !r->dw_router || !r->dw_gate || !r->dw_up || !r->dw_down || !r->topk_idx ||
+	    (Fs > 0 && (!r->dws_gate || !r->dws_up || !r->dws_down)))
+		return RMOE_ENOMEM;
+	return 0;
+}
+
+void rmoe_results_free(struct rmoe_results *r)
+{
+	free(r->y);
+	free(r->dx);
+	free(r->dw_router);
+	free(r->dw_gate);
+	free(r->dw_up);
+	free(r->dw_down);
+	free(r->dws_gate);
+	free(r->dws_up);
+	free(r->dws_down);
+	free(r->topk_idx);
+	memset(r, 0, sizeof(*r));
+}
+
+int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, rmoe_layer *layer)
+{
+	const int64_t HF = p->cfg.hidden * p->cfg.ffn;
+	int rc = rmoe_layer_get_grad_router(layer, r->dw_router);
+	for (int64_t e = 0; e < p->e_local && !rc; e++)
+		rc = rmoe_layer_get_grad_expert(layer, p->first_expert + e, r->dw_gate + e * HF,
+		                                r->dw_up + e * HF, r->dw_down + e * HF);
+	if (!rc && p->cfg.shared_ffn > 0)
+		rc = rmoe_layer_get_grad_shared(layer, r->dws_gate, r->dws_up, r->dws_down);
+	if (!rc)
+		rc = rmoe_layer_get_routing(layer, r->topk_idx, NULL, NULL);
+	return rc;
+}
+
+/* The tensors compared, with their local element counts. */
+struct tensor_view {
+	const char *name;
+	const float *a;
+	int64_t n;
+};
+
+static int views(const struct rmoe_results *r, const struct rmoe_problem *p, struct tensor_view *v)
+{
+	const int64_t H = p->cfg.hidden, T = p->cfg.tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+	int n = 0;
+	v[n++] = (struct tensor_view){"y", r->y, T * H};
+	v[n++] = (struct tensor_view){"dx", r->dx, T * H};
+	v[n++] = (struct tensor_view){"dw_router", r->dw_router, H * p->cfg.experts};
+	v[n++] = (struct tensor_view){"dw_gate", r->dw_gate, p->e_local * HF};
+	v[n++] = (struct tensor_view){"dw_up", r->dw_up, p->e_local * HF};
+	v[n++] = (struct tensor_view){"dw_down", r->dw_down, p->e_local * HF};
+	if (Fs > 0) {
+		v[n++] = (struct tensor_view){"dw_shared_gate", r->dws_gate, H * Fs};
+		v[n++] = (struct tensor_view){"dw_shared_up", r->dws_up, H * Fs};
+		v[n++] = (struct tensor_view){"dw_shared_down", r->dws_down, H * Fs};
+	}
+	return n;
+}
+
+double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
+                                 const struct rmoe_problem *p, const char **worst)
+{
+	struct tensor_view va[9], vb[9];
+	int n = views(a, p, va);
+	views(b, p, vb);
+	double maxerr = 0;
+	*worst = "none";
+	for (int i = 0; i < n; i++) {
+		double s[2] = {0, 0}, g[2];
+		for (int64_t j = 0; j < va[i].n; j++) {
+			double d = (double)va[i].a[j] - vb[i].a[j];
+			s[0] += d * d;
+			s[1] += (double)vb[i].a[j] * vb[i].a[j];
+		}
+		MPI_Allreduce(s, g, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+		double err = sqrt(g[0]) / (g[1] > 0 ? sqrt(g[1]) : 1e-300);
+		if (i == 0 || !(err <= maxerr)) { /* NaN counts as worst */
+			maxerr = err;
+			*worst = va[i].name;
+		}
+	}
+	return maxerr;
+}
+
+/* Gathers count floats per rank into root's dst (rank order). */
+static void gather(const float *src, int64_t count, float *dst)
+{
+	/* Counts above INT_MAX would need derived types; the sizes checked at
+	 * layer creation keep one rank's share far below that here. */
+	MPI_Gather(src, (int)count, MPI_FLOAT, dst, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+}
+
+/* Everything the reference needs, on rank 0. */
+struct global {
+	float *x, *dy, *y, *dx, *w_gate, *w_up, *w_down, *dw_gate, *dw_up, *dw_down, *dw_router;
+	float *dws[3];            /* shared-expert gradients summed over ranks */
+	int32_t *idx;
+};
+
+static void global_free(struct global *g)
+{
+	free(g->x);
+	free(g->dy);
+	free(g->y);
+	free(g->dx);
+	free(g->w_gate);
+	free(g->w_up);
+	free(g->w_down);
+	free(g->dw_gate);
+	free(g->dw_up);
+	free(g->dw_down);
+	free(g->dw_router);
+	for (int i = 0; i < 3; i++)
+		free(g->dws[i]);
+	free(g->idx);
+}
+
+static int global_gather(const struct rmoe_results *r, const struct rmoe_problem *p, struct global *g)
+{
+	memset(g, 0, sizeof(*g));
+	const int64_t N = p->nranks, T = p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
+	              K = p->cfg.topk, HF = H * p->cfg.ffn, el = p->e_local;
+	int root = p->rank == 0, rc = 0;
+	if (root) {
+		g->x = falloc(N * T * H);
+		g->dy = falloc(N * T * H);
+		g->y = falloc(N * T * H);
+		g->dx = falloc(N * T * H);
+		g->w_gate = falloc(E * HF);
+		g->w_up = falloc(E * HF);
+		g->w_down = falloc(E * HF);
+		g->dw_gate = falloc(E * HF);
+		g->dw_up = falloc(E * HF);
+		g->dw_down = falloc(E * HF);
+		g->dw_router = falloc(H * E);
+		g->idx = malloc((size_t)(N * T * K) * sizeof(int32_t));
+		for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
+			if (!(g->dws[i] = falloc(H * p->cfg.shared_ffn)))
+				rc = RMOE_ENOMEM;
+		if (!g->x || !g->dy || !g->y || !g->dx || !g->w_gate || !g->w_up || !g->w_down ||
+		    !g->dw_gate || !g->dw_up || !g->dw_down || !g->dw_router || !g->idx)
+			rc = RMOE_ENOMEM;
+	}
+	if ((rc = rmoe_app_agree(rc))) {
+		global_free(g);
+		return rc;
+	}
+	gather(p->x, T * H, g->x);
+	gather(p->dy, T * H, g->dy);
+	gather(r->y, T * H, g->y);
+	gather(r->dx, T * H, g->dx);
+	gather(p->w_gate, el * HF, g->w_gate);
+	gather(p->w_up, el * HF, g->w_up);
+	gather(p->w_down, el * HF, g->w_down);
+	gather(r->dw_gate, el * HF, g->dw_gate);
+	gather(r->dw_up, el * HF, g->dw_up);
+	gather(r->dw_down, el * HF, g->dw_down);
+	MPI_Reduce(r->dw_router, g->dw_router, (int)(H * E), MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+	MPI_Gather(r->topk_idx, (int)(T * K), MPI_INT32_T, g->idx, (int)(T * K), MPI_INT32_T, 0,
+	           MPI_COMM_WORLD);
+	const float *dws[3] = {r->dws_gate, r->dws_up, r->dws_down};
+	for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
+		MPI_Reduce(dws[i], g->dws[i], (int)(H * p->cfg.shared_ffn), MPI_FLOAT, MPI_SUM, 0,
+		           MPI_COMM_WORLD);
+	return 0;
+}
+
+double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
+                          const char **worst, int64_t *near_ties)
+{
+	struct global g;
+	*worst = "none";
+	*near_ties = 0;
+	if (global_gather(r, p, &g))
+		return INFINITY;
+	double maxerr = 0;
+	if (p->rank == 0) {
+		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
+		              K = p->cfg.topk, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+		struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
+		                           g.w_gate, g.w_up, g.w_down, p->ws_gate, p->ws_up, p->ws_down};
+		float *probs = falloc(TT * E), *tw = falloc(TT * K), *y = falloc(TT * H);
+		int32_t *idx = malloc((size_t)(TT * K) * sizeof(int32_t));
+		struct rmoe_ref_grads rg = {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF),
+		                            falloc(E * HF), Fs ? falloc(H * Fs) : NULL,
+		                            Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL};
+		/* A float32 near-tie in the router may pick another expert than the
+		 * double-precision reference; the reference then follows the layer's
+		 * choice, but only where it is within tie_tol of the K-th best. */
+		*near_ties = rmoe_ref_route(&L, TT, g.x, probs, idx, tw, g.idx, 1e-5);
+		if (*near_ties < 0) {
+			maxerr = INFINITY;
+			*worst = "routing";
+		} else {
+			rmoe_ref_forward(&L, TT, g.x, idx, tw, y);
+			rmoe_ref_backward(&L, TT, g.x, probs, idx, tw, g.dy, &rg);
+			struct {
+				const char *name;
+				const float *got, *want;
+				int64_t n;
+			} cmp[] = {
+				{"y", g.y, y, TT * H},
+				{"dx", g.dx, rg.dx, TT * H},
+				{"dw_router", g.dw_router, rg.dw_router, H * E},
+				{"dw_gate", g.dw_gate, rg.dw_gate, E * HF},
+				{"dw_up", g.dw_up, rg.dw_up, E * HF},
+				{"dw_down", g.dw_down, rg.dw_down, E * HF},
+				{"dw_shared_gate", g.dws[0], rg.dws_gate, H * Fs},
+				{"dw_shared_up", g.dws[1], rg.dws_up, H * Fs},
+				{"dw_shared_down", g.dws[2], rg.dws_down, H * Fs},
+			};
+			int ncmp = Fs > 0 ? 9 : 6;
+			for (int i = 0; i < ncmp; i++) {
+				double e = rmoe_ref_rel_err(cmp[i].got, cmp[i].want, cmp[i].n);
+				if (i == 0 || !(e <= maxerr)) {
+					maxerr = e;
+					*worst = cmp[i].name;
+				}
+			}
+		}
+		free(probs);
+		free(tw);
+		free(y);
+		free(idx);
+		free(rg.dx);
+		free(rg.dw_router);
+		free(rg.dw_gate);
+		free(rg.dw_up);
+		free(rg.dw_down);
+		free(rg.dws_gate);
+		free(rg.dws_up);
+		free(rg.dws_down);
+	}
+	global_free(&g);
+	MPI_Bcast(&maxerr, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+	MPI_Bcast(near_ties, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+	return maxerr;
+}
+
+static int write_npy(const char *dir, const char *name, int ndim, const int64_t *shape, const float *data)
+{
+	char path[4096], msg[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int rc = rmoe_npy_write_f32(path, ndim, shape, data, msg, sizeof(msg));
+	if (rc)
+		rmoe_app_error("%s", msg);
+	return rc;
+}
+
+int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p, const char *dir)
+{
+	int rc = 0;
+	if (p->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST) {
+		rmoe_app_error("--dump %s: cannot create the directory (%s)", dir, strerror(errno));
+		rc = RMOE_EIO;
+	}
+	if ((rc = rmoe_app_agree(rc)))
+		return rc;
+	struct global g;
+	if ((rc = global_gather(r, p, &g)))
+		return rc;
+	if (p->rank == 0) {
+		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
+		              F = p->cfg.ffn;
+		int64_t sx[2] = {TT, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
+		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H};
+		struct {
+			const char *name;
+			int ndim;
+			const int64_t *shape;
+			const float *data;
+		} out[] = {
+			{"x.npy", 2, sx, g.x},           {"dy.npy", 2, sx, g.dy},
+			{"w_router.npy", 2, sr, p->w_router}, {"w_gate.npy", 3, sg, g.w_gate},
+			{"w_up.npy", 3, sg, g.w_up},     {"w_down.npy", 3, sd, g.w_down},
+			{"y.npy", 2, sx, g.y},           {"dx.npy", 2, sx, g.dx},
+			{"dw_router.npy", 2, sr, g.dw_router}, {"dw_gate.npy", 3, sg, g.dw_gate},
+			{"dw_up.npy", 3, sg, g.dw_up},   {"dw_down.npy", 3, sd, g.dw_down},
+			{"w_shared_gate.npy", 2, ssg, p->ws_gate}, {"w_shared_up.npy", 2, ssg, p->ws_up},
+			{"w_shared_down.npy", 2, ssd, p->ws_down}, {"dw_shared_gate.npy", 2, ssg, g.dws[0]},
+			{"dw_shared_up.npy", 2, ssg, g.dws[1]},  {"dw_shared_down.npy", 2, ssd, g.dws[2]},
+		};
+		unsigned nout = p->cfg.shared_ffn > 0 ? 18 : 12;
+		for (unsigned i = 0; i < nout && !rc; i++)
+			rc = write_npy(dir, out[i].name, out[i].ndim, out[i].shape, out[i].data);
+	}
+	global_free(&g);
+	return rmoe_app_agree(rc);
+}

@@ -1,0 +1,37 @@
+/* relaymoe: command-line front end. Owns MPI (initialised with
+ * MPI_THREAD_MULTIPLE, as the library requires of an application that
+ * initialises MPI itself) and hands over to a subcommand. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "app.h"
+
+static const char *usage =
+	"usage: mpirun -np N relaymoe COMMAND [options]\n"
+	"\n"
+	"commands:\n"
+	"  run      one MoE layer forward and backward, ring and all-to-all side by side\n"
+	"\n"
+	"relaymoe COMMAND --help describes a command's options.\n";
+
+int main(int argc, char **argv)
+{
+	int provided = 0;
+	if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+		fprintf(stderr, "relaymoe: MPI_Init_thread failed\n");
+		return 1;
+	}
+	int code;
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		rmoe_app_say("%s", usage);
+		code = argc < 2 ? 2 : 0;
+	} else if (strcmp(argv[1], "run") == 0) {
+		code = rmoe_cmd_run(argc, argv, 2);
+	} else {
+		rmoe_app_say("relaymoe: unknown command '%s'\n%s", argv[1], usage);
+		code = 2;
+	}
+	MPI_Finalize();
+	return code;
+}

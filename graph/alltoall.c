@@ -1,0 +1,338 @@
+/* The all-to-all baseline, in the style of Megatron-LM's dispatcher (paper
+ * Fig. 2): permute and top-k-expand the tokens by destination, exchange
+ * counts, then rows (all-to-all as point-to-point StarPU-MPI transfers),
+ * sort by local expert, grouped SwiGLU, unsort, all-to-all back, weighted
+ * unpermute. Its buffers hold all T*K routed rows at once: that is the peak
+ * the ring removes.
+ *
+ * Backward follows Megatron's MoE-layer recomputation: the whole block is run
+ * forward again (dispatch, experts keeping their intermediates, combine back
+ * to the source ranks), then the reverse path: unpermute backward (dg and the
+ * weighted output gradients), all-to-all, sort, expert backward, unsort,
+ * all-to-all back, unpermute into dx. Buffers are released as soon as their
+ * last task is submitted, as a caching allocator would reuse them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_codelets.h"
+#include "rmoe_graph.h"
+
+enum { TAG_COUNTS, TAG_DISPATCH, TAG_COMBINE, TAG_DOUT, TAG_DX };
+
+/* Who sends what to whom, from every rank's expert counts. */
+struct a2a_plan {
+	int N, me;
+	int64_t *send_first, *send_rows;  /* [N] my pairs routed to partition q */
+	int64_t *recv_rows;               /* [N] q's pairs routed to my partition */
+	int64_t *chunk_rows;              /* [N * e_local] rows of (peer q, local expert e) */
+	int64_t *rows_per_expert;         /* [e_local] over all peers */
+	int64_t M;                        /* rows my experts compute */
+	int32_t *peer_counts;             /* [N * E] */
+};
+
+static void plan_free(struct a2a_plan *p)
+{
+	free(p->send_first);
+	free(p->send_rows);
+	free(p->recv_rows);
+	free(p->chunk_rows);
+	free(p->rows_per_expert);
+	free(p->peer_counts);
+}
+
+/* Exchange expert counts (the "tokens per expert" all-to-all): every rank
+ * sends its counts to every other. The host needs them to size buffers. */
+static int plan_build(struct rmoe_layer *L, struct rmoe_pass *pass, struct a2a_plan *p)
+{
+	const int N = L->N, me = L->ctx->rank;
+	const int64_t el = L->e_local;
+	memset(p, 0, sizeof(*p));
+	p->N = N;
+	p->me = me;
+	p->send_first = calloc((size_t)N, sizeof(int64_t));
+	p->send_rows = calloc((size_t)N, sizeof(int64_t));
+	p->recv_rows = calloc((size_t)N, sizeof(int64_t));
+	p->chunk_rows = calloc((size_t)(N * el), sizeof(int64_t));
+	p->rows_per_expert = calloc((size_t)el, sizeof(int64_t));
+	p->peer_counts = calloc((size_t)(N * L->E), sizeof(int32_t));
+	if (!p->send_first || !p->send_rows || !p->recv_rows || !p->chunk_rows || !p->rows_per_expert ||
+	    !p->peer_counts)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+
+	starpu_data_handle_t *hc = calloc((size_t)N, sizeof(*hc));
+	if (!hc)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int rc = 0;
+	for (int q = 0; q < N && !rc; q++) {
+		if (q == me)
+			continue;
+		hc[q] = rmoe_host_vector(pass, p->peer_counts + (int64_t)q * L->E, L->E, sizeof(int32_t));
+		rc = rmoe_send(L, pass, L->h_counts, q, pass->tag_base + TAG_COUNTS, 0);
+		if (!rc)
+			rc = rmoe_recv(L, pass, hc[q], q, pass->tag_base + TAG_COUNTS);
+	}
+	for (int q = 0; q < N; q++)
+		if (hc[q]) {
+			/* Unregistering waits for the receive. */
+			starpu_data_unregister(hc[q]);
+			pass->resident -= L->E * (int64_t)sizeof(int32_t);
+		}
+	free(hc);
+	if (rc)
+		return rc;
+	memcpy(p->peer_counts + (int64_t)me * L->E, L->expert_counts, (size_t)L->E * sizeof(int32_t));
+
+	for (int q = 0; q < N; q++) {
+		p->send_first[q] = rmoe_pairs_first(L, q * el);
+		p->send_rows[q] = rmoe_pairs_count(L, q * el, el);
+		for (int64_t e = 0; e < el; e++) {
+			int64_t c = p->peer_counts[(int64_t)q * L->E + me * el + e];
+			p->chunk_rows[q * el + e] = c;
+			p->recv_rows[q] += c;
+			p->rows_per_expert[e] += c;
+			p->M += c;
+		}
+	}
+	return 0;
+}
+
+static int submit_sort(struct rmoe_layer *L, const struct a2a_plan *p, int direction,
+                       starpu_data_handle_t *per_peer, starpu_data_handle_t sorted, const char *name)
+{
+	struct rmoe_sort_args *a = malloc(rmoe_sort_args_size(p->N, L->e_local));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	a->hidden = L->H;
+	a->n_peers = p->N;
+	a->n_experts = L->e_local;
+	a->direction = direction;
+	memcpy(a->counts, p->chunk_rows, (size_t)(p->N * L->e_local) * sizeof(int64_t));
+	struct starpu_data_descr *d = calloc((size_t)p->N + 1, sizeof(*d));
+	if (!d) {
+		free(a);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	}
+	int nb = 0;
+	if (direction == RMOE_UNSORT_TO_PEERS)
+		d[nb++] = (struct starpu_data_descr){sorted, STARPU_R};
+	for (int q = 0; q < p->N; q++)
+		if (p->recv_rows[q] > 0)
+			d[nb++] = (struct starpu_data_descr){per_peer[q],
+			                                     direction == RMOE_SORT_BY_EXPERT ? STARPU_R : STARPU_W};
+	if (direction == RMOE_SORT_BY_EXPERT)
+		d[nb++] = (struct starpu_data_descr){sorted, STARPU_W};
+	int ret = starpu_task_insert(&rmoe_cl_sort_chunks, STARPU_DATA_MODE_ARRAY, d, nb, STARPU_CL_ARGS, a,
+	                             rmoe_sort_args_size(p->N, L->e_local), STARPU_NAME, name, 0);
+	free(d);
+	return ret ? rmoe_error(RMOE_ESTARPU, "submitting %s failed (%d)", name, ret) : 0;
+}
+
+static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, starpu_data_handle_t back,
+                                int64_t first, int64_t count, starpu_data_handle_t dout)
+{
+	struct rmoe_rows_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K};
+	int ret = starpu_task_insert(&rmoe_cl_unpermute_bwd, STARPU_R, dy, STARPU_R, back, STARPU_R,
+	                             L->h_pair_order, STARPU_R, L->h_topk_w, STARPU_W, dout,
+	                             STARPU_RW | STARPU_COMMUTE, L->h_dg, STARPU_CL_ARGS, a, sizeof(*a),
+	                             STARPU_NAME, "unpermute-bwd", 0);
+	return ret ? rmoe_error(RMOE_ESTARPU, "submitting unpermute-bwd failed (%d)", ret) : 0;
+}
+
+/* Point-to-point all-to-all of per-peer row buffers: out[q] (rows_out[q])
+ * goes to q, in[q] (rows_in[q], allocated here) comes from q; the local part
+ * is handed over without a copy. The sent buffers are released. */
+static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                    starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
+                    const int64_t *rows_in, int phase)
+{
+	int rc = 0;
+	for (int q = 0; q < p->N && !rc; q++) {
+		if (q == p->me) {
+			in[q] = out[q];
+			out[q] = NULL;
+			continue;
+		}
+		in[q] = NULL;
+		if (rows_in[q] > 0) {
+			in[q] = rmoe_temp_vector(pass, rows_in[q] * L->H, sizeof(float));
+			rc = rmoe_recv(L, pass, in[q], q, pass->tag_base + phase);
+		}
+		if (!rc && rows_out[q] > 0) {
+			rc = rmoe_send(L, pass, out[q], q, pass->tag_base + phase, 1);
+			starpu_data_unregister_submit(out[q]);
+		}
+		out[q] = NULL;
+	}
+	return rc;
+}
+
+static void release_all(starpu_data_handle_t *h, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (h[i]) {
+			starpu_data_unregister_submit(h[i]);
+			h[i] = NULL;
+		}
+}
+
+/* The forward path up to the expert outputs returned to their source ranks
+ * (back[q], rows of my pairs in partition q). With keep != NULL the sorted
+ * input and the expert intermediates are kept for the backward (recompute). */
+static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                                    starpu_data_handle_t *back, starpu_data_handle_t *keep_sorted,
+                                    starpu_data_handle_t *keep_work)
+{
+	const int N = p->N;
+	starpu_data_handle_t *send = calloc((size_t)N, sizeof(*send));
+	starpu_data_handle_t *recv = calloc((size_t)N, sizeof(*recv));
+	starpu_data_handle_t *ret_out = calloc((size_t)N, sizeof(*ret_out));
+	if (!send || !recv || !ret_out) {
+		free(send);
+		free(recv);
+		free(ret_out);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	}
+	int rc = 0;
+	/* dispatch preprocess: permute + top-k expand, one buffer per destination */
+	for (int q = 0; q < N && !rc; q++)
+		if (p->send_rows[q] > 0) {
+			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * L->H, sizeof(float));
+			rc = rmoe_submit_gather(L, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
+			                        "permute");
+		}
+	if (!rc)
+		rc = exchange(L, pass, p, send, p->send_rows, recv, p->recv_rows, TAG_DISPATCH);
+
+	starpu_data_handle_t sorted = NULL, work = NULL, outs = NULL;
+	if (!rc && p->M > 0) {
+		sorted = rmoe_temp_vector(pass, p->M * L->H, sizeof(float));
+		rc = submit_sort(L, p, RMOE_SORT_BY_EXPERT, recv, sorted, "sort-by-expert");
+		release_all(recv, N);
+		work = rmoe_temp_vector(pass, p->M * 3 * L->F, sizeof(float));
+		outs = rmoe_temp_vector(pass, p->M * L->H, sizeof(float));
+		if (!rc)
+			rc = rmoe_submit_expert_ffn(L, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
+			                            p->M, work, outs, 0, "expert-ffn");
+		if (keep_sorted) {
+			*keep_sorted = sorted;
+			*keep_work = work;
+		} else {
+			starpu_data_unregister_submit(sorted);
+			starpu_data_unregister_submit(work);
+		}
+		/* combine preprocess: unsort to one buffer per source rank */
+		for (int q = 0; q < N; q++)
+			if (p->recv_rows[q] > 0)
+				ret_out[q] = rmoe_temp_vector(pass, p->recv_rows[q] * L->H, sizeof(float));
+		if (!rc)
+			rc = submit_sort(L, p, RMOE_UNSORT_TO_PEERS, ret_out, outs, "unsort");
+		starpu_data_unregister_submit(outs);
+	}
+	release_all(recv, N);
+	if (!rc)
+		rc = exchange(L, pass, p, ret_out, p->recv_rows, back, p->send_rows, TAG_COMBINE);
+	release_all(ret_out, N);
+	free(send);
+	free(recv);
+	free(ret_out);
+	return rc;
+}
+
+int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
+{
+	struct a2a_plan p;
+	int rc = plan_build(L, pass, &p);
+	starpu_data_handle_t *back = calloc((size_t)L->N, sizeof(*back));
+	if (!rc && !back)
+		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
+	if (!rc)
+		rc = dispatch_compute_combine(L, pass, &p, back, NULL, NULL);
+	/* combine postprocess: weighted unpermute into y */
+	for (int q = 0; q < L->N && !rc; q++)
+		if (p.send_rows[q] > 0)
+			rc = rmoe_submit_scatter_add(L, back[q], p.send_first[q], p.send_rows[q], 1, y, 0,
+			                             "unpermute");
+	if (back)
+		release_all(back, L->N);
+	free(back);
+	plan_free(&p);
+	return rc;
+}
+
+int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                           starpu_data_handle_t dx)
+{
+	const int N = L->N;
+	struct a2a_plan p;
+	int rc = plan_build(L, pass, &p);
+	starpu_data_handle_t *back = calloc((size_t)N, sizeof(*back));
+	starpu_data_handle_t *dout = calloc((size_t)N, sizeof(*dout));
+	starpu_data_handle_t *drecv = calloc((size_t)N, sizeof(*drecv));
+	starpu_data_handle_t *dxsend = calloc((size_t)N, sizeof(*dxsend));
+	starpu_data_handle_t *dxback = calloc((size_t)N, sizeof(*dxback));
+	if (!rc && (!back || !dout || !drecv || !dxsend || !dxback))
+		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
+
+	/* Recompute of the whole block, keeping what autograd would save. */
+	starpu_data_handle_t sorted = NULL, work = NULL;
+	if (!rc)
+		rc = dispatch_compute_combine(L, pass, &p, back, &sorted, &work);
+
+	/* combine postprocess backward: dg = <dy, out>, dout = g dy */
+	for (int q = 0; q < N && !rc; q++)
+		if (p.send_rows[q] > 0) {
+			dout[q] = rmoe_temp_vector(pass, p.send_rows[q] * L->H, sizeof(float));
+			rc = submit_unpermute_bwd(L, dy, back[q], p.send_first[q], p.send_rows[q], dout[q]);
+		}
+	if (back)
+		release_all(back, N);
+	if (!rc)
+		rc = exchange(L, pass, &p, dout, p.send_rows, drecv, p.recv_rows, TAG_DOUT);
+
+	if (!rc && p.M > 0) {
+		starpu_data_handle_t dsorted = rmoe_temp_vector(pass, p.M * L->H, sizeof(float));
+		rc = submit_sort(L, &p, RMOE_SORT_BY_EXPERT, drecv, dsorted, "sort-by-expert");
+		release_all(drecv, N);
+		starpu_data_handle_t dxs = rmoe_temp_vector(pass, p.M * L->H, sizeof(float));
+		if (!rc)
+			rc = rmoe_submit_expert_bwd_preweighted(L, sorted, dsorted, L->h_w_part, L->e_local, L->F,
+			                                        p.rows_per_expert, p.M, work, dxs, L->h_dw_part,
+			                                        0, "expert-bwd");
+		starpu_data_unregister_submit(dsorted);
+		for (int q = 0; q < N; q++)
+			if (p.recv_rows[q] > 0)
+				dxsend[q] = rmoe_temp_vector(pass, p.recv_rows[q] * L->H, sizeof(float));
+		if (!rc)
+			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort");
+		starpu_data_unregister_submit(dxs);
+	} else if (!rc) {
+		rc = rmoe_submit_zero(L->h_dw_part, L->part_floats, 0, "zero-grad");
+	}
+	if (sorted)
+		starpu_data_unregister_submit(sorted);
+	if (work)
+		starpu_data_unregister_submit(work);
+	if (drecv)
+		release_all(drecv, N);
+	if (!rc)
+		rc = exchange(L, pass, &p, dxsend, p.recv_rows, dxback, p.send_rows, TAG_DX);
+	/* dispatch preprocess backward: unpermute (sum over k) into dx */
+	for (int q = 0; q < N && !rc; q++)
+		if (p.send_rows[q] > 0)
+			rc = rmoe_submit_scatter_add(L, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
+			                             "unpermute-dx");
+	if (dxsend)
+		release_all(dxsend, N);
+	if (dxback)
+		release_all(dxback, N);
+	free(back);
+	free(dout);
+	free(drecv);
+	free(dxsend);
+	free(dxback);
+	plan_free(&p);
+	return rc;
+}

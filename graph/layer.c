@@ -1,0 +1,885 @@
+/* The layer object behind the public API: creation (collective checks),
+ * weights, forward and backward (router, shared expert, then the chosen
+ * dispatch graph), and the helpers the graphs share. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "rmoe_codelets.h"
+#include "rmoe_config.h"
+#include "rmoe_graph.h"
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static void *alloc_floats(int64_t n, size_t elsize)
+{
+	void *p = NULL;
+	size_t bytes = (size_t)(n > 0 ? n : 1) * elsize;
+	if (posix_memalign(&p, 64, bytes) != 0)
+		return NULL;
+	return p;
+}
+
+static starpu_data_handle_t reg_vector(void *ptr, int64_t n, size_t elsize)
+{
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elsize);
+	return h;
+}
+
+starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize)
+{
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, -1, 0, (uint32_t)n, elsize);
+	int64_t bytes = n * (int64_t)elsize;
+	if (bytes > pass->largest_temporary)
+		pass->largest_temporary = bytes;
+	return h;
+}
+
+starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)
+{
+	pass->resident += n * (int64_t)elsize;
+	return reg_vector(ptr, n, elsize);
+}
+
+int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int dest,
+              int64_t tag, int prio)
+{
+	int ret = starpu_mpi_isend_detached_prio(h, dest, tag, prio, L->ctx->comm, NULL, NULL);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_mpi_isend_detached to rank %d (tag %lld) failed (%d)",
+		                  dest, (long long)tag, ret);
+	pass->bytes_sent += (int64_t)starpu_data_get_size(h);
+	return 0;
+}
+
+int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int src,
+              int64_t tag)
+{
+	(void)pass;
+	int ret = starpu_mpi_irecv_detached(h, src, tag, L->ctx->comm, NULL, NULL);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_mpi_irecv_detached from rank %d (tag %lld) failed (%d)",
+		                  src, (long long)tag, ret);
+	return 0;
+}
+
+static int insert_failed(const char *what, int ret)
+{
+	if (ret == -ENODEV)
+		return rmoe_error(RMOE_ESTARPU, "no StarPU worker can run the %s codelet", what);
+	return rmoe_error(RMOE_ESTARPU, "submitting a %s task failed (%d)", what, ret);
+}
+
+/* StarPU accepts priorities within the policy's range only. */
+static int clamp_prio(int prio)
+{
+	int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
+	if (prio < lo)
+		return lo;
+	if (prio > hi)
+		return hi;
+	return prio;
+}
+
+/* ---- chunks of a partition's pairs ------------------------------------------ */
+
+int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_rows,
+                              struct rmoe_chunk **chunks)
+{
+	int64_t e0 = (int64_t)p * L->e_local;
+	int64_t first = rmoe_pairs_first(L, e0);
+	int64_t total = rmoe_pairs_count(L, e0, L->e_local);
+	*chunks = NULL;
+	if (total == 0)
+		return 0;
+	if (max_rows <= 0 || max_rows > total)
+		max_rows = total;
+	int64_t n = (total + max_rows - 1) / max_rows;
+	struct rmoe_chunk *c = calloc((size_t)n, sizeof(*c));
+	if (!c)
+		return -1;
+	for (int64_t i = 0; i < n; i++) {
+		c[i].first = first + i * max_rows;
+		c[i].rows = (i == n - 1) ? total - i * max_rows : max_rows;
+		c[i].rows_per_expert = calloc((size_t)L->e_local, sizeof(int64_t));
+		if (!c[i].rows_per_expert) {
+			rmoe_chunks_free(c, i);
+			return -1;
+		}
+		int64_t lo = c[i].first, hi = c[i].first + c[i].rows;
+		for (int64_t e = 0; e < L->e_local; e++) {
+			int64_t a = L->expert_offsets[e0 + e], b = L->expert_offsets[e0 + e + 1];
+			int64_t s = a > lo ? a : lo, t = b < hi ? b : hi;
+			c[i].rows_per_expert[e] = t > s ? t - s : 0;
+		}
+	}
+	*chunks = c;
+	return n;
+}
+
+void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		free(chunks[i].rows_per_expert);
+	free(chunks);
+}
+
+/* ---- task insertion --------------------------------------------------------- */
+
+int rmoe_submit_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t first, int64_t count,
+                       int weighted, starpu_data_handle_t rows, int prio, const char *name)
+{
+	struct rmoe_rows_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K,
+	                             .weighted = weighted};
+	int ret;
+	if (weighted)
+		ret = starpu_task_insert(&rmoe_cl_gather, STARPU_R, src, STARPU_R, L->h_pair_order, STARPU_W,
+		                         rows, STARPU_R, L->h_topk_w, STARPU_CL_ARGS, a, sizeof(*a),
+		                         STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
+	else
+		ret = starpu_task_insert(&rmoe_cl_gather, STARPU_R, src, STARPU_R, L->h_pair_order, STARPU_W,
+		                         rows, STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
+		                         clamp_prio(prio), STARPU_NAME, name, 0);
+	return ret ? insert_failed("gather", ret) : 0;
+}
+
+int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int64_t first,
+                            int64_t count, int weighted, starpu_data_handle_t dst, int prio,
+                            const char *name)
+{
+	struct rmoe_rows_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K,
+	                             .weighted = weighted};
+	int ret;
+	/* Contributions of different hops commute (paper §3.1: in-place
+	 * accumulation of partial outputs). */
+	if (weighted)
+		ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_R, rows, STARPU_R, L->h_pair_order,
+		                         STARPU_RW | STARPU_COMMUTE, dst, STARPU_R, L->h_topk_w,
+		                         STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY, clamp_prio(prio),
+		                         STARPU_NAME, name, 0);
+	else
+		ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_R, rows, STARPU_R, L->h_pair_order,
+		                         STARPU_RW | STARPU_COMMUTE, dst, STARPU_CL_ARGS, a, sizeof(*a),
+		                         STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
+	return ret ? insert_failed("scatter-add", ret) : 0;
+}
+
+static struct rmoe_expert_args *expert_args(int64_t hidden, int64_t ffn, int64_t n_experts,
+                                            const int64_t *rows_per_expert, int64_t nrows)
+{
+	struct rmoe_expert_args *a = malloc(rmoe_expert_args_size(n_experts));
+	if (!a)
+		return NULL;
+	memset(a, 0, sizeof(*a));
+	a->hidden = hidden;
+	a->ffn = ffn;
+	a->n_experts = n_experts;
+	a->rows = nrows;
+	memcpy(a->rows_per_expert, rows_per_expert, (size_t)n_experts * sizeof(int64_t));
+	return a;
+}
+
+int rmoe_submit_expert_ffn(struct rmoe_layer *L, starpu_data_handle_t rows, starpu_data_handle_t w,
+                           int64_t n_experts, int64_t ffn, const int64_t *rows_per_expert,
+                           int64_t nrows, starpu_data_handle_t work, starpu_data_handle_t out,
+                           int prio, const char *name)
+{
+	struct rmoe_expert_args *a = expert_args(L->H, ffn, n_experts, rows_per_expert, nrows);
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	size_t sz = rmoe_expert_args_size(n_experts);
+	int ret;
+	if (out)
+		ret = starpu_task_insert(&rmoe_cl_expert_ffn, STARPU_R, rows, STARPU_R, w, STARPU_W, work,
+		                         STARPU_W, out, STARPU_CL_ARGS, a, sz, STARPU_PRIORITY,
+		                         clamp_prio(prio), STARPU_FLOPS,
+		                         rmoe_flops_expert_ffn(nrows, L->H, ffn, 1), STARPU_NAME, name, 0);
+	else
+		ret = starpu_task_insert(&rmoe_cl_expert_recompute, STARPU_R, rows, STARPU_R, w, STARPU_W,
+		                         work, STARPU_CL_ARGS, a, sz, STARPU_PRIORITY, clamp_prio(prio),
+		                         STARPU_FLOPS, rmoe_flops_expert_ffn(nrows, L->H, ffn, 0),
+		                         STARPU_NAME, name, 0);
+	return ret ? insert_failed("expert-ffn", ret) : 0;
+}
+
+int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, starpu_data_handle_t xrows,
+                                 starpu_data_handle_t dyrows, starpu_data_handle_t w,
+                                 const struct rmoe_chunk *c, starpu_data_handle_t work,
+                                 starpu_data_handle_t dxrows, starpu_data_handle_t dw,
+                                 int accumulate, int prio, const char *name)
+{
+	struct rmoe_expert_args *a = expert_args(L->H, L->F, L->e_local, c->rows_per_expert, c->rows);
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	a->mode = RMOE_BWD_PAIR_WEIGHTED;
+	a->accumulate = accumulate;
+	a->first = c->first;
+	a->topk = L->K;
+	struct starpu_data_descr d[9] = {
+		{xrows, STARPU_R},          {dyrows, STARPU_R},
+		{w, STARPU_R},              {L->h_pair_order, STARPU_R},
+		{L->h_topk_w, STARPU_R},    {work, STARPU_RW},
+		{dxrows, STARPU_W},         {L->h_dg, STARPU_RW | STARPU_COMMUTE},
+		{dw, accumulate ? STARPU_RW : STARPU_W},
+	};
+	int ret = starpu_task_insert(&rmoe_cl_expert_bwd, STARPU_DATA_MODE_ARRAY, d, 9, STARPU_CL_ARGS, a,
+	                             rmoe_expert_args_size(L->e_local), STARPU_PRIORITY, clamp_prio(prio),
+	                             STARPU_FLOPS,
+	                             rmoe_flops_expert_bwd(c->rows, L->H, L->F, RMOE_BWD_PAIR_WEIGHTED),
+	                             STARPU_NAME, name, 0);
+	return ret ? insert_failed("expert-bwd", ret) : 0;
+}
+
+int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_t xrows,
+                                       starpu_data_handle_t doutrows, starpu_data_handle_t w,
+                                       int64_t n_experts, int64_t ffn,
+                                       const int64_t *rows_per_expert, int64_t nrows,
+                                       starpu_data_handle_t work, starpu_data_handle_t dxrows,
+                                       starpu_data_handle_t dw, int prio, const char *name)
+{
+	struct rmoe_expert_args *a = expert_args(L->H, ffn, n_experts, rows_per_expert, nrows);
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	a->mode = RMOE_BWD_PREWEIGHTED;
+	struct starpu_data_descr d[6] = {
+		{xrows, STARPU_R}, {doutrows, STARPU_R}, {w, STARPU_R},
+		{work, STARPU_RW}, {dxrows, STARPU_W},   {dw, STARPU_W},
+	};
+	int ret = starpu_task_insert(&rmoe_cl_expert_bwd, STARPU_DATA_MODE_ARRAY, d, 6, STARPU_CL_ARGS, a,
+	                             rmoe_expert_args_size(n_experts), STARPU_PRIORITY, clamp_prio(prio),
+	                             STARPU_FLOPS,
+	                             rmoe_flops_expert_bwd(nrows, L->H, ffn, RMOE_BWD_PREWEIGHTED),
+	                             STARPU_NAME, name, 0);
+	return ret ? insert_failed("expert-bwd", ret) : 0;
+}
+
+int rmoe_submit_accumulate(starpu_data_handle_t src, starpu_data_handle_t dst, int64_t count,
+                           int prio, const char *name)
+{
+	struct rmoe_accumulate_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	a->count = count;
+	int ret = starpu_task_insert(&rmoe_cl_accumulate, STARPU_R, src, STARPU_RW, dst, STARPU_CL_ARGS, a,
+	                             sizeof(*a), STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
+	return ret ? insert_failed("grad-accumulate", ret) : 0;
+}
+
+int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name)
+{
+	struct rmoe_accumulate_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	a->count = count;
+	int ret = starpu_task_insert(&rmoe_cl_zero, STARPU_W, dst, STARPU_CL_ARGS, a, sizeof(*a),
+	                             STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
+	return ret ? insert_failed("zero", ret) : 0;
+}
+
+/* ---- task names ------------------------------------------------------------- */
+
+/* StarPU keeps the name pointer until the task is gone, so names with a hop
+ * number are interned for the life of the process (ops x hops: bounded). */
+struct interned {
+	struct interned *next;
+	char s[];
+};
+static struct interned *interned_names;
+static pthread_mutex_t interned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const char *rmoe_task_name(const char *op, int hop)
+{
+	char buf[64];
+	if (hop >= 0)
+		snprintf(buf, sizeof(buf), "%s h%d", op, hop);
+	else
+		snprintf(buf, sizeof(buf), "%s", op);
+	pthread_mutex_lock(&interned_lock);
+	struct interned *i;
+	for (i = interned_names; i; i = i->next)
+		if (strcmp(i->s, buf) == 0)
+			break;
+	if (!i) {
+		i = malloc(sizeof(*i) + strlen(buf) + 1);
+		if (i) {
+			strcpy(i->s, buf);
+			i->next = interned_names;
+			interned_names = i;
+		}
+	}
+	pthread_mutex_unlock(&interned_lock);
+	return i ? i->s : op;
+}
+
+/* ---- creation ---------------------------------------------------------------- */
+
+/* Every rank learns whether every rank succeeded: no rank proceeds (and
+ * hangs later in a collective) while another has failed. */
+static int agree(rmoe_ctx *ctx, int rc, const char *what)
+{
+	int worst = rc;
+	if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, ctx->comm) != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while checking %s", what);
+	if (rc != 0)
+		return rc;
+	if (worst != 0)
+		return rmoe_error(worst, "another rank failed %s: %s", what, rmoe_strerror(worst));
+	return 0;
+}
+
+static int check_same_config(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
+{
+	uint64_t h = rmoe_config_hash(cfg), lo = h, hi = h;
+	if (MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, ctx->comm) != MPI_SUCCESS ||
+	    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, ctx->comm) != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while comparing layer configurations");
+	if (lo != hi)
+		return rmoe_error(RMOE_EMISMATCH,
+		                  "the layer configuration differs between ranks (this rank %d: hidden=%lld "
+		                  "ffn=%lld experts=%lld topk=%lld tokens=%lld dispatch=%s): every rank must "
+		                  "pass the same one",
+		                  ctx->rank, (long long)cfg->hidden, (long long)cfg->ffn,
+		                  (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
+		                  rmoe_dispatch_name(cfg->dispatch));
+	return 0;
+}
+
+static void layer_free(struct rmoe_layer *L)
+{
+	starpu_data_handle_t *hs[] = {&L->h_w_router, &L->h_dw_router, &L->h_w_part, &L->h_dw_part,
+	                              &L->h_ws, &L->h_dws, &L->h_x, &L->h_probs, &L->h_topk_idx,
+	                              &L->h_topk_w, &L->h_dg, &L->h_pair_order, &L->h_counts};
+	for (unsigned i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
+		if (*hs[i]) {
+			starpu_data_unregister(*hs[i]);
+			*hs[i] = NULL;
+		}
+	free(L->w_router);
+	free(L->dw_router);
+	free(L->w_part);
+	free(L->dw_part);
+	free(L->ws);
+	free(L->dws);
+	free(L->x_saved);
+	free(L->probs);
+	free(L->topk_w);
+	free(L->dg);
+	free(L->topk_idx);
+	free(L->pair_order);
+	free(L->expert_counts);
+	free(L->expert_offsets);
+	free(L->ring);
+	free(L);
+}
+
+int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
+{
+	if (!out || !ctx || !cfg)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_create: layer, ctx and cfg must not be NULL");
+	*out = NULL;
+#ifdef STARPU_USE_CUDA
+	int have_cuda = starpu_cuda_worker_get_count() > 0;
+#else
+	int have_cuda = 0;
+#endif
+	int rc = rmoe_config_check(cfg, ctx->size, have_cuda);
+	if ((rc = agree(ctx, rc, "the layer configuration check")))
+		return rc;
+	if ((rc = agree(ctx, check_same_config(ctx, cfg), "the cross-rank configuration check")))
+		return rc;
+
+	struct rmoe_layer *L = calloc(1, sizeof(*L));
+	if (!L)
+		return agree(ctx, rmoe_error(RMOE_ENOMEM, "out of host memory for the layer"), "allocation");
+	L->ctx = ctx;
+	L->cfg = *cfg;
+	L->dispatch = cfg->dispatch;
+	L->H = cfg->hidden;
+	L->F = cfg->ffn;
+	L->E = cfg->experts;
+	L->K = cfg->topk;
+	L->T = cfg->tokens;
+	L->Fs = cfg->shared_ffn;
+	L->N = ctx->size;
+	L->e_local = L->E / L->N;
+	L->first_expert = (int64_t)ctx->rank * L->e_local;
+	L->part_floats = L->e_local * rmoe_expert_floats(L->H, L->F);
+
+	/* Ring order: ranks in order until the topology planner provides one. */
+	L->ring = malloc(sizeof(int) * (size_t)L->N);
+	int64_t TK = L->T * L->K, HE = L->H * L->E;
+	L->w_router = alloc_floats(HE, sizeof(float));
+	L->dw_router = alloc_floats(HE, sizeof(float));
+	L->w_part = alloc_floats(L->part_floats, sizeof(float));
+	L->dw_part = alloc_floats(L->part_floats, sizeof(float));
+	if (L->Fs > 0) {
+		L->ws = alloc_floats(3 * L->H * L->Fs, sizeof(float));
+		L->dws = alloc_floats(3 * L->H * L->Fs, sizeof(float));
+	}
+	L->x_saved = alloc_floats(L->T * L->H, sizeof(float));
+	L->probs = alloc_floats(L->T * L->E, sizeof(float));
+	L->topk_w = alloc_floats(TK, sizeof(float));
+	L->dg = alloc_floats(TK, sizeof(float));
+	L->topk_idx = alloc_floats(TK, sizeof(int32_t));
+	L->pair_order = alloc_floats(TK, sizeof(int32_t));
+	L->expert_counts = alloc_floats(L->E, sizeof(int32_t));
+	L->expert_offsets = calloc((size_t)L->E + 1, sizeof(int64_t));
+	int fail = !L->ring || !L->w_router || !L->dw_router || !L->w_part || !L->dw_part ||
+	           (L->Fs > 0 && (!L->ws || !L->dws)) || !L->x_saved || !L->probs || !L->topk_w ||
+	           !L->dg || !L->topk_idx || !L->pair_order || !L->expert_counts || !L->expert_offsets;
+	rc = fail ? rmoe_error(RMOE_ENOMEM,
+	                       "out of host memory for the layer's buffers (tokens=%lld, hidden=%lld)",
+	                       (long long)L->T, (long long)L->H)
+	          : 0;
+	if ((rc = agree(ctx, rc, "allocation"))) {
+		layer_free(L);
+		return rc;
+	}
+	for (int i = 0; i < L->N; i++)
+		L->ring[i] = i;
+	L->ring_pos = ctx->rank;
+	L->left = L->ring[(L->ring_pos - 1 + L->N) % L->N];
+	L->right = L->ring[(L->ring_pos + 1) % L->N];
+
+	/* Deterministic contents until the application sets its own. */
+	memset(L->w_router, 0, (size_t)HE * sizeof(float));
+	memset(L->w_part, 0, (size_t)L->part_floats * sizeof(float));
+	memset(L->dw_part, 0, (size_t)L->part_floats * sizeof(float));
+	memset(L->dw_router, 0, (size_t)HE * sizeof(float));
+	memset(L->dg, 0, (size_t)TK * sizeof(float));
+	if (L->Fs > 0) {
+		memset(L->ws, 0, (size_t)(3 * L->H * L->Fs) * sizeof(float));
+		memset(L->dws, 0, (size_t)(3 * L->H * L->Fs) * sizeof(float));
+	}
+
+	L->h_w_router = reg_vector(L->w_router, HE, sizeof(float));
+	L->h_dw_router = reg_vector(L->dw_router, HE, sizeof(float));
+	L->h_w_part = reg_vector(L->w_part, L->part_floats, sizeof(float));
+	L->h_dw_part = reg_vector(L->dw_part, L->part_floats, sizeof(float));
+	if (L->Fs > 0) {
+		L->h_ws = reg_vector(L->ws, 3 * L->H * L->Fs, sizeof(float));
+		L->h_dws = reg_vector(L->dws, 3 * L->H * L->Fs, sizeof(float));
+	}
+	L->h_x = reg_vector(L->x_saved, L->T * L->H, sizeof(float));
+	L->h_probs = reg_vector(L->probs, L->T * L->E, sizeof(float));
+	L->h_topk_idx = reg_vector(L->topk_idx, TK, sizeof(int32_t));
+	L->h_topk_w = reg_vector(L->topk_w, TK, sizeof(float));
+	L->h_dg = reg_vector(L->dg, TK, sizeof(float));
+	L->h_pair_order = reg_vector(L->pair_order, TK, sizeof(int32_t));
+	L->h_counts = reg_vector(L->expert_counts, L->E, sizeof(int32_t));
+
+	L->resident_bytes = (int64_t)sizeof(float) * (2 * HE + 2 * L->part_floats +
+	                                              (L->Fs > 0 ? 6 * L->H * L->Fs : 0) +
+	                                              L->T * L->H + L->T * L->E + 3 * TK) +
+	                    (int64_t)sizeof(int32_t) * (2 * TK + L->E);
+	ctx->nlayers++;
+	*out = L;
+	return 0;
+}
+
+int rmoe_layer_destroy(rmoe_layer *L)
+{
+	if (!L)
+		return 0;
+	starpu_task_wait_for_all();
+	L->ctx->nlayers--;
+	layer_free(L);
+	return 0;
+}
+
+int rmoe_layer_owned_experts(const rmoe_layer *L, int64_t *first, int64_t *count)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	if (first)
+		*first = L->first_expert;
+	if (count)
+		*count = L->e_local;
+	return 0;
+}
+
+enum rmoe_dispatch rmoe_layer_dispatch(const rmoe_layer *L)
+{
+	return L ? L->dispatch : RMOE_DISPATCH_ALLTOALL;
+}
+
+/* ---- weights and gradients ----------------------------------------------------- */
+
+/* Copy between host memory and a registered buffer, waiting for the tasks
+ * and transfers that use it. */
+static int copy_handle(starpu_data_handle_t h, void *dst, const void *src, size_t bytes, int write)
+{
+	int ret = starpu_data_acquire(h, write ? STARPU_W : STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	memcpy(dst, src, bytes);
+	starpu_data_release(h);
+	return 0;
+}
+
+static int check_owned(const rmoe_layer *L, int64_t e)
+{
+	if (e < L->first_expert || e >= L->first_expert + L->e_local)
+		return rmoe_error(RMOE_EINVAL,
+		                  "expert %lld is not owned by rank %d: expected %lld <= e < %lld",
+		                  (long long)e, L->ctx->rank, (long long)L->first_expert,
+		                  (long long)(L->first_expert + L->e_local));
+	return 0;
+}
+
+/* Partition layout: gate [n][H][F] | up [n][H][F] | down [n][F][H]. */
+static int expert_io(const rmoe_layer *L, starpu_data_handle_t h, float *part, int64_t e, float *g,
+                     float *u, float *d, int write)
+{
+	int rc = check_owned(L, e);
+	if (rc)
+		return rc;
+	if (!g || !u || !d)
+		return rmoe_error(RMOE_EINVAL, "expert %lld: gate, up and down pointers must not be NULL",
+		                  (long long)e);
+	int64_t le = e - L->first_expert, hf = L->H * L->F, n = L->e_local;
+	float *pg = part + le * hf, *pu = part + n * hf + le * hf, *pd = part + 2 * n * hf + le * hf;
+	int ret = starpu_data_acquire(h, write ? STARPU_RW : STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	size_t bytes = (size_t)hf * sizeof(float);
+	if (write) {
+		memcpy(pg, g, bytes);
+		memcpy(pu, u, bytes);
+		memcpy(pd, d, bytes);
+	} else {
+		memcpy(g, pg, bytes);
+		memcpy(u, pu, bytes);
+		memcpy(d, pd, bytes);
+	}
+	starpu_data_release(h);
+	return 0;
+}
+
+int rmoe_layer_set_router(rmoe_layer *L, const float *w)
+{
+	if (!L || !w)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_set_router: layer and weights must not be NULL");
+	return copy_handle(L->h_w_router, L->w_router, w, (size_t)(L->H * L->E) * sizeof(float), 1);
+}
+
+int rmoe_layer_get_router(const rmoe_layer *L, float *w)
+{
+	if (!L || !w)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_get_router: layer and output must not be NULL");
+	return copy_handle(L->h_w_router, w, L->w_router, (size_t)(L->H * L->E) * sizeof(float), 0);
+}
+
+int rmoe_layer_set_expert(rmoe_layer *L, int64_t e, const float *g, const float *u, const float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return expert_io(L, L->h_w_part, L->w_part, e, (float *)g, (float *)u, (float *)d, 1);
+}
+
+int rmoe_layer_get_expert(const rmoe_layer *L, int64_t e, float *g, float *u, float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return expert_io(L, L->h_w_part, L->w_part, e, g, u, d, 0);
+}
+
+int rmoe_layer_get_grad_expert(const rmoe_layer *L, int64_t e, float *g, float *u, float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return expert_io(L, L->h_dw_part, L->dw_part, e, g, u, d, 0);
+}
+
+static int shared_io(const rmoe_layer *L, starpu_data_handle_t h, float *buf, float *g, float *u,
+                     float *d, int write)
+{
+	if (L->Fs <= 0)
+		return rmoe_error(RMOE_ESTATE, "the layer has no shared expert (shared_ffn = 0)");
+	if (!g || !u || !d)
+		return rmoe_error(RMOE_EINVAL, "shared expert: gate, up and down must not be NULL");
+	size_t bytes = (size_t)(L->H * L->Fs) * sizeof(float);
+	int ret = starpu_data_acquire(h, write ? STARPU_RW : STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	float *p[3] = {buf, buf + L->H * L->Fs, buf + 2 * L->H * L->Fs};
+	float *q[3] = {g, u, d};
+	for (int i = 0; i < 3; i++)
+		memcpy(write ? p[i] : q[i], write ? q[i] : p[i], bytes);
+	starpu_data_release(h);
+	return 0;
+}
+
+int rmoe_layer_set_shared(rmoe_layer *L, const float *g, const float *u, const float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	int rc = shared_io(L, L->h_ws, L->ws, (float *)g, (float *)u, (float *)d, 1);
+	if (!rc)
+		L->have_shared_weights = 1;
+	return rc;
+}
+
+int rmoe_layer_get_grad_shared(const rmoe_layer *L, float *g, float *u, float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return shared_io(L, L->h_dws, L->dws, g, u, d, 0);
+}
+
+int rmoe_layer_get_grad_router(const rmoe_layer *L, float *dw)
+{
+	if (!L || !dw)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_get_grad_router: layer and output must not be NULL");
+	return copy_handle(L->h_dw_router, dw, L->dw_router, (size_t)(L->H * L->E) * sizeof(float), 0);
+}
+
+int rmoe_layer_get_routing(const rmoe_layer *L, int32_t *idx, float *w, float *probs)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	if (!L->have_forward)
+		return rmoe_error(RMOE_ESTATE, "no forward has run on this layer yet");
+	int rc = 0;
+	size_t tk = (size_t)(L->T * L->K);
+	if (idx && !rc)
+		rc = copy_handle(L->h_topk_idx, idx, L->topk_idx, tk * sizeof(int32_t), 0);
+	if (w && !rc)
+		rc = copy_handle(L->h_topk_w, w, L->topk_w, tk * sizeof(float), 0);
+	if (probs && !rc)
+		rc = copy_handle(L->h_probs, probs, L->probs, (size_t)(L->T * L->E) * sizeof(float), 0);
+	return rc;
+}
+
+int rmoe_layer_get_stats(const rmoe_layer *L, struct rmoe_layer_stats *s)
+{
+	if (!L || !s)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_get_stats: layer and stats must not be NULL");
+	*s = L->stats;
+	return 0;
+}
+
+/* ---- forward and backward ------------------------------------------------------ */
+
+static int64_t peak_rss_bytes(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return -1;
+	return (int64_t)ru.ru_maxrss * 1024;
+}
+
+static int submit_router_fwd(struct rmoe_layer *L)
+{
+	struct rmoe_router_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*a = (struct rmoe_router_args){L->T, L->H, L->E, L->K, L->cfg.norm_topk};
+	int ret = starpu_task_insert(&rmoe_cl_router_fwd, STARPU_R, L->h_x, STARPU_R, L->h_w_router,
+	                             STARPU_W, L->h_probs, STARPU_W, L->h_topk_idx, STARPU_W, L->h_topk_w,
+	                             STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
+	                             clamp_prio(starpu_sched_get_max_priority()), STARPU_FLOPS,
+	                             rmoe_flops_router(L->T, L->H, L->E), STARPU_NAME, "router-fwd", 0);
+	if (ret)
+		return insert_failed("router-fwd", ret);
+	struct rmoe_dispatch_map_args *m = malloc(sizeof(*m));
+	if (!m)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*m = (struct rmoe_dispatch_map_args){L->T, L->K, L->E};
+	ret = starpu_task_insert(&rmoe_cl_dispatch_map, STARPU_R, L->h_topk_idx, STARPU_W, L->h_pair_order,
+	                         STARPU_W, L->h_counts, STARPU_CL_ARGS, m, sizeof(*m), STARPU_PRIORITY,
+	                         clamp_prio(starpu_sched_get_max_priority()), STARPU_NAME, "dispatch-map", 0);
+	return ret ? insert_failed("dispatch-map", ret) : 0;
+}
+
+/* The host needs the per-expert counts to size the hops' buffers: the one
+ * synchronisation point of a forward (Megatron's dispatcher has the same). */
+static int read_counts(struct rmoe_layer *L)
+{
+	int ret = starpu_data_acquire(L->h_counts, STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire(expert counts) failed (%d)", ret);
+	L->expert_offsets[0] = 0;
+	for (int64_t e = 0; e < L->E; e++)
+		L->expert_offsets[e + 1] = L->expert_offsets[e] + L->expert_counts[e];
+	starpu_data_release(L->h_counts);
+	if (L->expert_offsets[L->E] != L->T * L->K)
+		return rmoe_error(RMOE_ESTARPU, "dispatch map counted %lld pairs, expected %lld",
+		                  (long long)L->expert_offsets[L->E], (long long)(L->T * L->K));
+	return 0;
+}
+
+static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
+{
+	int64_t rows = L->T;
+	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
+	starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	int rc = rmoe_submit_expert_ffn(L, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0,
+	                                "shared-ffn");
+	if (!rc)
+		rc = rmoe_submit_accumulate(out, y, rows * L->H, 0, "shared-add");
+	starpu_data_unregister_submit(work);
+	starpu_data_unregister_submit(out);
+	return rc;
+}
+
+static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                             starpu_data_handle_t dx)
+{
+	int64_t rows = L->T;
+	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
+	starpu_data_handle_t dxs = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	int rc = rmoe_submit_expert_ffn(L, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, NULL, 0,
+	                                "shared-recompute");
+	if (!rc)
+		rc = rmoe_submit_expert_bwd_preweighted(L, L->h_x, dy, L->h_ws, 1, L->Fs, &rows, rows, work,
+		                                        dxs, L->h_dws, 0, "shared-bwd");
+	if (!rc)
+		rc = rmoe_submit_accumulate(dxs, dx, rows * L->H, 0, "shared-dx");
+	starpu_data_unregister_submit(work);
+	starpu_data_unregister_submit(dxs);
+	return rc;
+}
+
+/* Waits for a pass: its outputs, then every task (temporaries freed); the
+ * owned weights are acquired so their outgoing transfers are complete too. */
+static void finish_pass(struct rmoe_layer *L, starpu_data_handle_t *outs, int nouts)
+{
+	for (int i = 0; i < nouts; i++)
+		if (outs[i] && starpu_data_acquire(outs[i], STARPU_R) == 0)
+			starpu_data_release(outs[i]);
+	starpu_task_wait_for_all();
+	if (starpu_data_acquire(L->h_w_part, STARPU_RW) == 0)
+		starpu_data_release(L->h_w_part);
+}
+
+static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_base, double t0)
+{
+	double secs = (starpu_timing_now() - t0) * 1e-6;
+	int64_t dyn = rmoe_probe_peak() - dyn_base;
+	if (dyn < 0)
+		dyn = 0;
+	int64_t resident = L->resident_bytes + pass->resident;
+	if (pass->backward) {
+		L->stats.backward_seconds = secs;
+		L->stats.peak_backward_bytes = resident + dyn;
+		L->stats.bytes_sent_backward = pass->bytes_sent;
+	} else {
+		L->stats.forward_seconds = secs;
+		L->stats.peak_forward_bytes = resident + dyn;
+		L->stats.bytes_sent_forward = pass->bytes_sent;
+	}
+	L->stats.resident_bytes = resident;
+	if (pass->largest_temporary > L->stats.largest_temporary_bytes)
+		L->stats.largest_temporary_bytes = pass->largest_temporary;
+	L->stats.peak_rss_bytes = peak_rss_bytes();
+	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
+}
+
+int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
+{
+	if (!L || !x || !y)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer, x and y must not be NULL");
+	if (L->Fs > 0 && !L->have_shared_weights)
+		return rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
+		                  "(rmoe_layer_set_shared)", (long long)L->Fs);
+	double t0 = starpu_timing_now();
+	struct rmoe_pass pass = {0};
+	int rc = rmoe_tags_reserve(L->ctx, 2 * (int64_t)L->N + 8, &pass.tag_base);
+	if (rc)
+		return rc;
+
+	/* §3.3: the forward keeps x (a copy: the caller may reuse its buffer)
+	 * and the routing; nothing else survives to the backward. */
+	rc = copy_handle(L->h_x, L->x_saved, x, (size_t)(L->T * L->H) * sizeof(float), 1);
+	if (rc)
+		return rc;
+	memset(y, 0, (size_t)(L->T * L->H) * sizeof(float));
+	starpu_data_handle_t hy = rmoe_host_vector(&pass, y, L->T * L->H, sizeof(float));
+
+	rmoe_probe_reset();
+	int64_t dyn_base = rmoe_probe_current();
+	rc = submit_router_fwd(L);
+	if (!rc && L->Fs > 0)
+		rc = submit_shared_fwd(L, &pass, hy);
+	if (!rc)
+		rc = read_counts(L);
+	if (!rc) {
+		if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
+			rc = rmoe_alltoall_forward(L, &pass, hy);
+		else
+			rc = rmoe_ring_expert_forward(L, &pass, hy);
+	}
+	finish_pass(L, &hy, 1);
+	starpu_data_unregister(hy);
+	if (rc)
+		return rc;
+	L->have_forward = 1;
+	record(L, &pass, dyn_base, t0);
+	return 0;
+}
+
+static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx)
+{
+	struct rmoe_router_args *a = malloc(sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*a = (struct rmoe_router_args){L->T, L->H, L->E, L->K, L->cfg.norm_topk};
+	struct starpu_data_descr d[8] = {
+		{L->h_x, STARPU_R},      {L->h_w_router, STARPU_R}, {L->h_probs, STARPU_R},
+		{L->h_topk_idx, STARPU_R}, {L->h_topk_w, STARPU_R}, {L->h_dg, STARPU_R},
+		{dx, STARPU_RW},         {L->h_dw_router, STARPU_W},
+	};
+	int ret = starpu_task_insert(&rmoe_cl_router_bwd, STARPU_DATA_MODE_ARRAY, d, 8, STARPU_CL_ARGS, a,
+	                             sizeof(*a), STARPU_FLOPS, 2 * rmoe_flops_router(L->T, L->H, L->E),
+	                             STARPU_NAME, "router-bwd", 0);
+	return ret ? insert_failed("router-bwd", ret) : 0;
+}
+
+int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
+{
+	if (!L || !dy || !dx)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer, dy and dx must not be NULL");
+	if (!L->have_forward)
+		return rmoe_error(RMOE_ESTATE, "rmoe_layer_backward called before any rmoe_layer_forward");
+	double t0 = starpu_timing_now();
+	struct rmoe_pass pass = {.backward = 1};
+	int rc = rmoe_tags_reserve(L->ctx, 2 * (int64_t)L->N + 8, &pass.tag_base);
+	if (rc)
+		return rc;
+	memset(dx, 0, (size_t)(L->T * L->H) * sizeof(float));
+	starpu_data_handle_t hdx = rmoe_host_vector(&pass, dx, L->T * L->H, sizeof(float));
+	starpu_data_handle_t hdy = rmoe_host_vector(&pass, (void *)dy, L->T * L->H, sizeof(float));
+
+	rmoe_probe_reset();
+	int64_t dyn_base = rmoe_probe_current();
+	if (L->Fs > 0)
+		rc = submit_shared_bwd(L, &pass, hdy, hdx);
+	if (!rc) {
+		if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
+			rc = rmoe_alltoall_backward(L, &pass, hdy, hdx);
+		else
+			rc = rmoe_ring_expert_backward(L, &pass, hdy, hdx);
+	}
+	if (!rc)
+		rc = submit_router_bwd(L, hdx);
+	starpu_data_handle_t outs[] = {hdx, L->h_dw_part, L->h_dw_router, L->h_dws};
+	finish_pass(L, outs, 4);
+	starpu_data_unregister(hdx);
+	starpu_data_unregister(hdy);
+	if (rc)
+		return rc;
+	record(L, &pass, dyn_base, t0);
+	return 0;
+}

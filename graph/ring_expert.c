@@ -1,0 +1,227 @@
+/* Ring expert routing (paper §3.1, §3.3).
+ *
+ * N ranks on a ring (order from the plan); rank r owns partition P_r (its
+ * experts). At hop h the rank at ring position i holds the partition of the
+ * rank at position i - h, arrived from its left neighbour, and computes the
+ * pairs of its own tokens routed to that partition. Weights are double
+ * buffered: while hop h computes on one buffer, that buffer is sent right and
+ * the next partition is received into the other; StarPU orders the receive
+ * into a buffer after the previous hop's readers of it (write after read),
+ * which is exactly the double buffering. No buffer of T*K rows exists: the
+ * largest temporaries are one hop's (or one chunk's) matched rows.
+ *
+ * Backward: the weights circulate again; each hop reconstructs the visiting
+ * partition's intermediates from the saved x and the weights, consumes them and
+ * releases them (§3.3). The partial weight gradient S of a hop is computed
+ * without waiting for the gradient accumulator G of the same partition, which
+ * arrives from the left one hop behind its weights; G += S, and G moves on.
+ * After the last hop each rank holds the finished G of its right neighbour's
+ * partition: one gradient-only transfer returns it to its owner. */
+#include <stdlib.h>
+
+#include "rmoe_codelets.h"
+#include "rmoe_graph.h"
+
+/* Partition held at hop h by this rank. */
+static int visiting(const struct rmoe_layer *L, int h)
+{
+	return L->ring[(L->ring_pos - h + L->N) % L->N];
+}
+
+/* Without overlap (the naive ring of the paper's ablation) a hop's transfers
+ * start only after its compute has ended, and the next hop starts only once
+ * they are done. */
+static int wait_for(starpu_data_handle_t h)
+{
+	int ret = starpu_data_acquire(h, STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	starpu_data_release(h);
+	return 0;
+}
+
+/* Forward of one hop: gather the matched rows, grouped SwiGLU over the
+ * visiting partition, weighted in-place accumulation into y. */
+static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
+                       starpu_data_handle_t weights, starpu_data_handle_t y)
+{
+	struct rmoe_chunk *chunks;
+	int64_t n = rmoe_partition_chunks(L, visiting(L, h), L->cfg.chunk_rows, &chunks);
+	if (n < 0)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int prio = rmoe_prio_hop(h, L->N), rc = 0;
+	for (int64_t c = 0; c < n && !rc; c++) {
+		int64_t rows = chunks[c].rows;
+		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
+		starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		rc = rmoe_submit_gather(L, L->h_x, chunks[c].first, rows, 0, xg, prio,
+		                        rmoe_task_name("gather", h));
+		if (!rc)
+			rc = rmoe_submit_expert_ffn(L, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
+			                            rows, work, out, prio, rmoe_task_name("expert-ffn", h));
+		if (!rc)
+			rc = rmoe_submit_scatter_add(L, out, chunks[c].first, rows, 1, y, prio,
+			                             rmoe_task_name("scatter-add", h));
+		starpu_data_unregister_submit(xg);
+		starpu_data_unregister_submit(work);
+		starpu_data_unregister_submit(out);
+	}
+	rmoe_chunks_free(chunks, n);
+	return rc;
+}
+
+int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
+{
+	const int N = L->N, overlap = L->cfg.overlap;
+	starpu_data_handle_t rb[2] = {NULL, NULL};
+	if (N > 1) {
+		rb[0] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+		rb[1] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+	}
+	int rc = 0;
+	for (int h = 0; h < N && !rc; h++) {
+		starpu_data_handle_t hold = h == 0 ? L->h_w_part : rb[h % 2];
+		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % 2] : NULL;
+		int64_t tag = pass->tag_base + h;
+		if (next && overlap) {
+			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1);
+			if (!rc)
+				rc = rmoe_recv(L, pass, next, L->left, tag);
+		}
+		if (!rc)
+			rc = forward_hop(L, pass, h, hold, y);
+		if (!rc && next && !overlap) {
+			starpu_task_wait_for_all();
+			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1);
+			if (!rc)
+				rc = rmoe_recv(L, pass, next, L->left, tag);
+			if (!rc)
+				rc = wait_for(next);
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		if (rb[i])
+			starpu_data_unregister_submit(rb[i]);
+	return rc;
+}
+
+/* Backward of one hop's pairs into the partial weight gradient S (§3.3:
+ * reconstruct, consume and release within the hop). Returns the number of
+ * chunks (0: no local pair was routed to this partition). */
+static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
+                            starpu_data_handle_t weights, starpu_data_handle_t dy,
+                            starpu_data_handle_t dx, starpu_data_handle_t partial, int *rc)
+{
+	struct rmoe_chunk *chunks;
+	int64_t n = rmoe_partition_chunks(L, visiting(L, h), L->cfg.chunk_rows, &chunks);
+	if (n < 0) {
+		*rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
+		return 0;
+	}
+	int prio = rmoe_prio_hop(h, L->N);
+	for (int64_t c = 0; c < n && !*rc; c++) {
+		int64_t rows = chunks[c].rows;
+		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
+		starpu_data_handle_t dxg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		*rc = rmoe_submit_gather(L, L->h_x, chunks[c].first, rows, 0, xg, prio,
+		                         rmoe_task_name("gather", h));
+		if (!*rc)
+			*rc = rmoe_submit_gather(L, dy, chunks[c].first, rows, 0, dyg, prio,
+			                         rmoe_task_name("gather-dy", h));
+		if (!*rc)
+			*rc = rmoe_submit_expert_ffn(L, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
+			                             rows, work, NULL, prio, rmoe_task_name("recompute", h));
+		if (!*rc)
+			*rc = rmoe_submit_expert_bwd_pairs(L, xg, dyg, weights, &chunks[c], work, dxg, partial,
+			                                   c > 0, prio, rmoe_task_name("expert-bwd", h));
+		if (!*rc)
+			*rc = rmoe_submit_scatter_add(L, dxg, chunks[c].first, rows, 0, dx, prio,
+			                              rmoe_task_name("scatter-add-dx", h));
+		starpu_data_unregister_submit(xg);
+		starpu_data_unregister_submit(dyg);
+		starpu_data_unregister_submit(work);
+		starpu_data_unregister_submit(dxg);
+	}
+	rmoe_chunks_free(chunks, n);
+	return n;
+}
+
+int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                              starpu_data_handle_t dx)
+{
+	const int N = L->N, overlap = L->cfg.overlap;
+	const int64_t tag_w = pass->tag_base, tag_g = pass->tag_base + N, tag_final = pass->tag_base + 2 * N;
+	starpu_data_handle_t rb[2] = {NULL, NULL}, gb[2] = {NULL, NULL};
+	if (N > 1)
+		for (int i = 0; i < 2; i++) {
+			rb[i] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+			gb[i] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+		}
+	int rc = 0;
+	for (int h = 0; h < N && !rc; h++) {
+		int prio = rmoe_prio_hop(h, N);
+		starpu_data_handle_t hold = h == 0 ? L->h_w_part : rb[h % 2];
+		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % 2] : NULL;
+		/* G of the visiting partition; with one rank, the owner's gradient. */
+		starpu_data_handle_t acc = N == 1 ? L->h_dw_part : gb[h % 2];
+		if (next && overlap) {
+			rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1);
+			if (!rc)
+				rc = rmoe_recv(L, pass, next, L->left, tag_w + h);
+		}
+		/* Posted before the hop's compute: it arrives while we compute. */
+		if (!rc && h >= 1 && overlap)
+			rc = rmoe_recv(L, pass, acc, L->left, tag_g + h);
+		if (rc)
+			break;
+
+		/* At hop 0 the partial is the accumulator itself; later hops keep
+		 * it apart so it does not wait for the incoming G (§3.1). */
+		starpu_data_handle_t partial = h == 0 ? acc : rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+		int64_t nchunks = backward_hop(L, pass, h, hold, dy, dx, partial, &rc);
+		if (!rc && nchunks == 0 && h == 0)
+			rc = rmoe_submit_zero(acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
+		if (!rc && nchunks > 0 && h >= 1)
+			rc = rmoe_submit_accumulate(partial, acc, L->part_floats, prio,
+			                            rmoe_task_name("grad-accumulate", h));
+		if (h >= 1)
+			starpu_data_unregister_submit(partial);
+		if (rc || N == 1)
+			break;
+
+		if (!overlap) {
+			starpu_task_wait_for_all();
+			if (next) {
+				rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1);
+				if (!rc)
+					rc = rmoe_recv(L, pass, next, L->left, tag_w + h);
+			}
+		}
+		if (!rc && h < N - 1) {
+			rc = rmoe_send(L, pass, acc, L->right, tag_g + h + 1, prio + 1);
+			if (!rc && !overlap)
+				rc = rmoe_recv(L, pass, gb[(h + 1) % 2], L->left, tag_g + h + 1);
+		} else if (!rc) {
+			/* The gradient-only return: rank at position i finishes the G of
+			 * position i+1's partition and hands it to its owner. */
+			rc = rmoe_send(L, pass, acc, L->right, tag_final, prio + 1);
+			if (!rc)
+				rc = rmoe_recv(L, pass, L->h_dw_part, L->left, tag_final);
+		}
+		if (!rc && !overlap && next) {
+			rc = wait_for(next);
+			if (!rc)
+				rc = wait_for(gb[(h + 1) % 2]);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (rb[i])
+			starpu_data_unregister_submit(rb[i]);
+		if (gb[i])
+			starpu_data_unregister_submit(gb[i]);
+	}
+	return rc;
+}

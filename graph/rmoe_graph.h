@@ -1,0 +1,166 @@
+/* graph/: the task graphs of one MoE layer (ring expert routing, the
+ * all-to-all baseline) and the context and layer objects behind the public
+ * API. Knows StarPU handles and StarPU-MPI transfers; knows no BLAS. */
+#ifndef RMOE_GRAPH_H
+#define RMOE_GRAPH_H
+
+#include <mpi.h>
+#include <starpu.h>
+#include <starpu_mpi.h>
+#include <stdint.h>
+
+#include "relaymoe/relaymoe.h"
+#include "rmoe_scheduler.h"
+
+struct rmoe_ctx {
+	MPI_Comm comm;            /* StarPU-MPI's communicator: every transfer rides it */
+	int rank, size;
+	int local_rank, local_size;   /* ranks sharing this node */
+	int started_mpi;          /* what rmoe_ctx_create started, and must stop */
+	int started_starpu_mpi;
+	int dup_comm;             /* comm is our duplicate, freed on destroy */
+	int verbose;
+	int64_t tag_first, tag_last, tag_next;  /* tag window, see tags.c */
+	int nlayers;              /* layers alive, for a clean destroy */
+};
+
+/* One pass (forward or backward) of a layer: what its graph needs to know
+ * and what it reports back. */
+struct rmoe_pass {
+	int backward;
+	int64_t tag_base;
+	int64_t bytes_sent;
+	int64_t largest_temporary;
+	int64_t resident;         /* bytes registered from host memory for this pass */
+};
+
+struct rmoe_layer {
+	rmoe_ctx *ctx;
+	struct rmoe_layer_config cfg;
+	enum rmoe_dispatch dispatch;
+	int64_t H, F, E, K, T, Fs;
+	int N;                    /* ranks in the expert-parallel group */
+	int64_t e_local;          /* experts per partition (E / N) */
+	int64_t first_expert;     /* of the partition this rank owns */
+	int64_t part_floats;      /* floats of one partition's weights */
+
+	/* Ring order from the plan: ring[i] is the rank at position i; the
+	 * partition a rank owns carries that rank's number. */
+	int *ring;
+	int ring_pos, left, right;
+
+	/* Host memory the layer owns across calls. */
+	float *w_router, *dw_router;
+	float *w_part, *dw_part;          /* owned partition: weights and gradient */
+	float *ws, *dws;                  /* shared expert: gate | up | down */
+	float *x_saved;                   /* §3.3: forward saves x and the routing only */
+	float *probs, *topk_w, *dg;
+	int32_t *topk_idx, *pair_order, *expert_counts;
+	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
+
+	/* Their handles (home node: main memory), registered once. */
+	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;
+	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts;
+	int64_t resident_bytes;
+
+	int have_forward;
+	int have_shared_weights;
+	struct rmoe_layer_stats stats;
+};
+
+/* ---- helpers shared by the graphs (layer.c) ----------------------------- */
+
+/* A temporary vector handle of n elements of elsize bytes, allocated by
+ * StarPU when its first task runs and freed after unregister_submit once its
+ * last task ends. Tracks the largest one in pass. */
+starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize);
+
+/* Register a host buffer for the duration of a pass. */
+starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize);
+
+/* Transfers, counted in the pass. Priority favours the ring's critical path. */
+int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int dest,
+              int64_t tag, int prio);
+int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int src,
+              int64_t tag);
+
+/* Pairs routed to the experts [e0, e0+ne) of this rank's tokens: their
+ * slice of pair_order. */
+static inline int64_t rmoe_pairs_first(const struct rmoe_layer *L, int64_t e0)
+{
+	return L->expert_offsets[e0];
+}
+static inline int64_t rmoe_pairs_count(const struct rmoe_layer *L, int64_t e0, int64_t ne)
+{
+	return L->expert_offsets[e0 + ne] - L->expert_offsets[e0];
+}
+
+/* One chunk of a partition's pairs: rows [first, first+rows) of pair_order,
+ * with the rows of each local expert. */
+struct rmoe_chunk {
+	int64_t first, rows;
+	int64_t *rows_per_expert;     /* e_local entries */
+};
+
+/* Split the pairs of partition p (this rank's tokens) into chunks of at most
+ * max_rows rows (0 = one chunk). Returns the count; *chunks is malloc'ed. A
+ * partition with no pair gives 0 chunks. */
+int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_rows,
+                              struct rmoe_chunk **chunks);
+void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n);
+
+/* Task insertion helpers (the codelets' arguments are built here). */
+int rmoe_submit_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t first, int64_t count,
+                       int weighted, starpu_data_handle_t rows, int prio, const char *name);
+int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int64_t first,
+                            int64_t count, int weighted, starpu_data_handle_t dst, int prio,
+                            const char *name);
+int rmoe_submit_expert_ffn(struct rmoe_layer *L, starpu_data_handle_t rows, starpu_data_handle_t w,
+                           int64_t n_experts, int64_t ffn, const int64_t *rows_per_expert,
+                           int64_t nrows, starpu_data_handle_t work, starpu_data_handle_t out,
+                           int prio, const char *name);
+int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, starpu_data_handle_t xrows,
+                                 starpu_data_handle_t dyrows, starpu_data_handle_t w,
+                                 const struct rmoe_chunk *c, starpu_data_handle_t work,
+                                 starpu_data_handle_t dxrows, starpu_data_handle_t dw,
+                                 int accumulate, int prio, const char *name);
+int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_t xrows,
+                                       starpu_data_handle_t doutrows, starpu_data_handle_t w,
+                                       int64_t n_experts, int64_t ffn,
+                                       const int64_t *rows_per_expert, int64_t nrows,
+                                       starpu_data_handle_t work, starpu_data_handle_t dxrows,
+                                       starpu_data_handle_t dw, int prio, const char *name);
+int rmoe_submit_accumulate(starpu_data_handle_t src, starpu_data_handle_t dst, int64_t count,
+                           int prio, const char *name);
+int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name);
+
+/* "op hN": a task name that lives as long as the process (StarPU keeps the
+ * pointer); hop < 0 gives the bare op. */
+const char *rmoe_task_name(const char *op, int hop);
+
+/* ---- the graphs ---------------------------------------------------------- */
+
+/* Both are called after the router and dispatch map of this pass are
+ * submitted and the expert counts are known on the host. They submit every
+ * task and transfer of the dispatch and return; the caller waits. */
+int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                              starpu_data_handle_t dx);
+int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                           starpu_data_handle_t dx);
+
+/* ---- tags ------------------------------------------------------------------ */
+
+/* Reserve count consecutive StarPU-MPI tags for one pass. All ranks call it
+ * in the same order, so they agree on the block. */
+int rmoe_tags_reserve(rmoe_ctx *ctx, int64_t count, int64_t *base);
+
+/* ---- priorities -------------------------------------------------------------- */
+/* Earlier hops first; transfers above the compute of their hop. */
+static inline int rmoe_prio_hop(int hop, int nhops)
+{
+	return 2 * (nhops - hop);
+}
+
+#endif

@@ -1,0 +1,165 @@
+/* Configuration: defaults, checks that name the bad value, the cross-rank
+ * digest, dispatch names. */
+#include <string.h>
+
+#include "rmoe_scheduler.h"
+
+/* StarPU 1.3 vector handles count elements in 32 bits. */
+#define RMOE_MAX_HANDLE_ELEMS 4294967295LL
+
+void rmoe_layer_config_init(struct rmoe_layer_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	/* Qwen3-30B-A3B (H=2048, F=768, E=128, K=8) with H, F and the paper's
+	 * 49152 tokens per GPU (§2) divided by 16: every buffer keeps its
+	 * proportions, so memory ratios are those of the full-size layer. */
+	cfg->hidden = 128;
+	cfg->ffn = 48;
+	cfg->experts = 128;
+	cfg->topk = 8;
+	cfg->tokens = 3072;
+	cfg->norm_topk = 1;
+	cfg->shared_ffn = 0;
+	cfg->dispatch = RMOE_DISPATCH_RING_EXPERT;
+	cfg->dtype = RMOE_DTYPE_F32;
+	cfg->chunk_rows = 0;
+	cfg->overlap = 1;
+}
+
+static const char *const dispatch_names[] = {
+	[RMOE_DISPATCH_ALLTOALL] = "a2a",
+	[RMOE_DISPATCH_RING_EXPERT] = "ring",
+	[RMOE_DISPATCH_RING_TOKEN] = "token",
+	[RMOE_DISPATCH_AUTO] = "auto",
+};
+
+const char *rmoe_dispatch_name(enum rmoe_dispatch d)
+{
+	if ((unsigned)d < sizeof(dispatch_names) / sizeof(dispatch_names[0]))
+		return dispatch_names[d];
+	return "invalid";
+}
+
+int rmoe_dispatch_parse(const char *name, enum rmoe_dispatch *d)
+{
+	for (unsigned i = 0; i < sizeof(dispatch_names) / sizeof(dispatch_names[0]); i++)
+		if (name && strcmp(name, dispatch_names[i]) == 0) {
+			*d = (enum rmoe_dispatch)i;
+			return 0;
+		}
+	return rmoe_error(RMOE_EINVAL, "dispatch '%s': expected one of a2a, ring, token, auto",
+	                  name ? name : "(null)");
+}
+
+/* a * b elements must fit one StarPU handle. */
+static int check_elems(const char *what, int64_t a, int64_t b)
+{
+	int64_t n;
+	if (__builtin_mul_overflow(a, b, &n) || n > RMOE_MAX_HANDLE_ELEMS)
+		return rmoe_error(RMOE_EINVAL,
+		                  "%s = %lld x %lld elements: more than %lld, the largest buffer StarPU 1.3 "
+		                  "can register; use fewer tokens per rank or more ranks",
+		                  what, (long long)a, (long long)b, RMOE_MAX_HANDLE_ELEMS);
+	return 0;
+}
+
+int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cuda)
+{
+	if (!c)
+		return rmoe_error(RMOE_EINVAL, "layer config is NULL");
+	struct {
+		const char *name;
+		int64_t v;
+	} pos[] = {{"hidden", c->hidden}, {"ffn", c->ffn}, {"experts", c->experts},
+	           {"topk", c->topk}, {"tokens", c->tokens}};
+	for (unsigned i = 0; i < sizeof(pos) / sizeof(pos[0]); i++)
+		if (pos[i].v <= 0)
+			return rmoe_error(RMOE_EINVAL, "%s = %lld: expected a positive integer", pos[i].name,
+			                  (long long)pos[i].v);
+	if (c->topk > c->experts)
+		return rmoe_error(RMOE_EINVAL, "topk = %lld is larger than experts = %lld: expected 1 <= K <= E",
+		                  (long long)c->topk, (long long)c->experts);
+	if (nranks <= 0)
+		return rmoe_error(RMOE_EINVAL, "%d ranks: expected at least one", nranks);
+	if (c->experts % nranks != 0)
+		return rmoe_error(RMOE_EINVAL,
+		                  "experts = %lld is not divisible by the %d ranks of the group: expected a "
+		                  "multiple of %d",
+		                  (long long)c->experts, nranks, nranks);
+	if (c->shared_ffn < 0)
+		return rmoe_error(RMOE_EINVAL, "shared_ffn = %lld: expected 0 (no shared expert) or a width",
+		                  (long long)c->shared_ffn);
+	if (c->chunk_rows < 0)
+		return rmoe_error(RMOE_EINVAL, "chunk_rows = %lld: expected 0 (whole hop) or a row count",
+		                  (long long)c->chunk_rows);
+	if (c->norm_topk != 0 && c->norm_topk != 1)
+		return rmoe_error(RMOE_EINVAL, "norm_topk = %d: expected 0 or 1", c->norm_topk);
+	if (c->overlap != 0 && c->overlap != 1)
+		return rmoe_error(RMOE_EINVAL, "overlap = %d: expected 0 or 1", c->overlap);
+	switch (c->dispatch) {
+	case RMOE_DISPATCH_ALLTOALL:
+	case RMOE_DISPATCH_RING_EXPERT:
+		break;
+	case RMOE_DISPATCH_RING_TOKEN:
+	case RMOE_DISPATCH_AUTO:
+		return rmoe_error(RMOE_ENOTSUP, "dispatch %s is not available in this version",
+		                  rmoe_dispatch_name(c->dispatch));
+	default:
+		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token or auto",
+		                  (int)c->dispatch);
+	}
+	if (c->dtype == RMOE_DTYPE_BF16 && !have_cuda)
+		return rmoe_error(RMOE_ENOTSUP, "dtype bf16 needs a CUDA build of relaymoe and a GPU");
+	if (c->dtype != RMOE_DTYPE_F32 && c->dtype != RMOE_DTYPE_BF16)
+		return rmoe_error(RMOE_EINVAL, "dtype = %d: expected f32 or bf16", (int)c->dtype);
+
+	int rc;
+	int64_t pairs;
+	if (__builtin_mul_overflow(c->tokens, c->topk, &pairs) || pairs > INT32_MAX)
+		return rmoe_error(RMOE_EINVAL,
+		                  "tokens x topk = %lld x %lld pairs: more than %d, the pair index range",
+		                  (long long)c->tokens, (long long)c->topk, INT32_MAX);
+	if ((rc = check_elems("tokens x hidden", c->tokens, c->hidden)) ||
+	    (rc = check_elems("tokens x experts", c->tokens, c->experts)) ||
+	    (rc = check_elems("pairs x hidden", pairs, c->hidden)) ||
+	    (rc = check_elems("pairs x 4 ffn", pairs, 4 * c->ffn)) ||
+	    (rc = check_elems("hidden x experts", c->hidden, c->experts)))
+		return rc;
+	int64_t hf;
+	if (__builtin_mul_overflow(c->hidden, c->ffn, &hf))
+		return rmoe_error(RMOE_EINVAL, "hidden x ffn overflows");
+	if ((rc = check_elems("partition weights (3 x hidden x ffn x experts/ranks)", 3 * hf,
+	                      c->experts / nranks)))
+		return rc;
+	if (c->shared_ffn > 0 && ((rc = check_elems("shared expert weights", 3 * c->hidden, c->shared_ffn)) ||
+	                          (rc = check_elems("tokens x 3 shared_ffn", c->tokens, 3 * c->shared_ffn))))
+		return rc;
+	return 0;
+}
+
+/* FNV-1a over the fields that every rank must agree on. */
+static uint64_t fnv(uint64_t h, int64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		h ^= (uint64_t)((v >> (8 * i)) & 0xff);
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
+{
+	uint64_t h = 14695981039346656037ULL;
+	h = fnv(h, c->hidden);
+	h = fnv(h, c->ffn);
+	h = fnv(h, c->experts);
+	h = fnv(h, c->topk);
+	h = fnv(h, c->tokens);
+	h = fnv(h, c->norm_topk);
+	h = fnv(h, c->shared_ffn);
+	h = fnv(h, c->dispatch);
+	h = fnv(h, c->dtype);
+	h = fnv(h, c->chunk_rows);
+	h = fnv(h, c->overlap);
+	return h;
+}

@@ -1,0 +1,37 @@
+/* Model shapes of the paper's Table 3 (hidden H, expert FFN F, experts E,
+ * top-k K; L layers for full-model planning). */
+#include <string.h>
+#include <strings.h>
+
+#include "rmoe_scheduler.h"
+
+static const struct rmoe_preset presets[] = {
+	{"Qwen3-30B-A3B", 48, 2048, 768, 128, 8, 0},
+	{"Qwen3.5-35B-A3B", 40, 2048, 512, 256, 8, 0},
+	/* Qwen2-57B-A14B: one shared expert of width 20480 beside the routed ones. */
+	{"Qwen2-57B-A14B", 28, 3584, 2560, 64, 8, 20480},
+	{"MoE-E64", 24, 2048, 768, 64, 8, 0},
+	{"MoE-E128", 12, 2048, 768, 128, 8, 0},
+	{"MoE-E384", 4, 2048, 768, 384, 8, 0},
+	{"MoE-K4", 12, 2048, 768, 128, 4, 0},
+	{"MoE-K8", 12, 2048, 768, 128, 8, 0},
+	{"MoE-K12", 12, 2048, 768, 128, 12, 0},
+	{"MoE-K16", 12, 2048, 768, 128, 16, 0},
+	{"MoE-H512", 18, 2048, 512, 128, 8, 0},
+	{"MoE-H768", 12, 2048, 768, 128, 8, 0},
+	{"MoE-H2048", 5, 2048, 2048, 128, 8, 0},
+};
+
+const struct rmoe_preset *rmoe_preset_list(size_t *count)
+{
+	*count = sizeof(presets) / sizeof(presets[0]);
+	return presets;
+}
+
+const struct rmoe_preset *rmoe_preset_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+		if (name && strcasecmp(name, presets[i].name) == 0)
+			return &presets[i];
+	return NULL;
+}

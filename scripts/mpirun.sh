@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# mpirun with what relaymoe's ranks need on a workstation or a CI machine:
+# more ranks than cores allowed (--oversubscribe), root allowed when running
+# as root, no binding of a whole rank to one core (StarPU places its own
+# threads), one StarPU CPU worker per rank unless STARPU_NCPU says otherwise.
+#   scripts/mpirun.sh -np 4 build/apps/relaymoe run
+set -euo pipefail
+args=(--oversubscribe --bind-to none)
+[ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
+export STARPU_SILENT=${STARPU_SILENT:-1}
+export STARPU_NCPU=${STARPU_NCPU:-1}
+export STARPU_WORKERS_NOBIND=${STARPU_WORKERS_NOBIND:-1}
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+exec mpirun "${args[@]}" "$@"

@@ -1,0 +1,143 @@
+/* Multi-rank: ring expert routing and the all-to-all baseline, forward and
+ * backward, against the single-process reference, on seeded inputs, for
+ * several routing situations. Run under mpiexec -n N (N = 1..4). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "seeded.h"
+
+/* fp32 against a double reference: relative norm error. */
+#define TOLERANCE 1e-5
+
+static int failures;
+
+static void expect(int ok, const char *what, double value)
+{
+	if (!ok) {
+		rmoe_app_say("FAIL %s (%.3e)\n", what, value);
+		failures++;
+	}
+}
+
+/* Skews the router so that experts [0, hot) take nearly every token: most
+ * partitions then receive no pair at all. */
+static void skew_router(struct rmoe_problem *p, int64_t hot)
+{
+	const int64_t H = p->cfg.hidden, E = p->cfg.experts;
+	for (int64_t h = 0; h < H; h++)
+		for (int64_t e = 0; e < E; e++)
+			p->w_router[h * E + e] *= e < hot ? 8.0f : 0.05f;
+}
+
+struct scenario {
+	const char *name;
+	int64_t hidden, ffn, experts_per_rank, topk, tokens, shared_ffn, chunk_rows;
+	int norm_topk, skew, overlap;
+};
+
+static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
+{
+	int nranks;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	struct rmoe_layer_config cfg;
+	rmoe_layer_config_init(&cfg);
+	cfg.hidden = s->hidden;
+	cfg.ffn = s->ffn;
+	cfg.experts = s->experts_per_rank * nranks;
+	cfg.topk = s->topk < 0 ? cfg.experts : s->topk;
+	cfg.tokens = s->tokens;
+	cfg.shared_ffn = s->shared_ffn;
+	cfg.chunk_rows = s->chunk_rows;
+	cfg.norm_topk = s->norm_topk;
+	cfg.overlap = s->overlap;
+
+	struct rmoe_problem prob;
+	if (rmoe_problem_init(&prob, &cfg, 7 + (uint64_t)s->tokens, NULL)) {
+		expect(0, "problem init", 0);
+		return;
+	}
+	if (s->skew)
+		skew_router(&prob, s->skew);
+
+	enum rmoe_dispatch ds[2] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_ALLTOALL};
+	struct rmoe_results res[2];
+	for (int i = 0; i < 2; i++) {
+		char what[160];
+		cfg.dispatch = ds[i];
+		rmoe_layer *layer = NULL;
+		int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, &cfg));
+		if (!rc)
+			rc = rmoe_app_agree(rmoe_problem_apply(&prob, layer));
+		if (!rc)
+			rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
+		/* Two calls: the second reuses tags, buffers and the saved state. */
+		for (int it = 0; it < 2 && !rc; it++) {
+			rc = rmoe_layer_forward(layer, prob.x, res[i].y);
+			if (!rc)
+				rc = rmoe_layer_backward(layer, prob.dy, res[i].dx);
+			rc = rmoe_app_agree(rc);
+		}
+		if (!rc)
+			rc = rmoe_app_agree(rmoe_results_collect(&res[i], &prob, layer));
+		snprintf(what, sizeof(what), "%s/%s: layer calls (%s)", s->name, rmoe_dispatch_name(ds[i]),
+		         rc ? rmoe_strerror(rc) : "ok");
+		expect(rc == 0, what, 0);
+		if (!rc) {
+			const char *worst;
+			int64_t ties;
+			double err = rmoe_results_check(&res[i], &prob, &worst, &ties);
+			snprintf(what, sizeof(what), "%s/%s vs reference (worst %s)", s->name,
+			         rmoe_dispatch_name(ds[i]), worst);
+			expect(err <= TOLERANCE, what, err);
+			rmoe_app_say("  %-28s %-5s rel err %.2e (%s), near ties %lld\n", s->name,
+			             rmoe_dispatch_name(ds[i]), err, worst, (long long)ties);
+		}
+		rmoe_layer_destroy(layer);
+	}
+	const char *worst;
+	double diff = rmoe_results_max_rel_diff(&res[0], &res[1], &prob, &worst);
+	char what[160];
+	snprintf(what, sizeof(what), "%s: ring vs a2a (worst %s)", s->name, worst);
+	expect(diff <= TOLERANCE, what, diff);
+	for (int i = 0; i < 2; i++)
+		rmoe_results_free(&res[i]);
+	rmoe_problem_free(&prob);
+}
+
+int main(int argc, char **argv)
+{
+	int provided;
+	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+	rmoe_ctx *ctx = NULL;
+	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+		rmoe_app_error("%s", rmoe_strerror(RMOE_ESTARPU));
+		MPI_Finalize();
+		return 77;
+	}
+	int nranks;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	rmoe_app_say("test_layer on %d rank(s)\n", nranks);
+	const struct scenario scenarios[] = {
+		/* name, H, F, E/rank, K, T, shared, chunk, norm, skew, overlap */
+		{"even, norm top-k", 24, 16, 3, 3, 37, 0, 0, 1, 0, 1},
+		{"no renormalisation", 24, 16, 3, 2, 29, 0, 0, 0, 0, 1},
+		{"K=1", 16, 8, 2, 1, 33, 0, 0, 1, 0, 1},
+		{"K=E", 16, 8, 2, -1, 11, 0, 0, 1, 0, 1},
+		{"skewed: idle experts", 24, 16, 3, 2, 41, 0, 0, 1, 2, 1},
+		{"all tokens on one expert", 16, 12, 2, 1, 23, 0, 0, 1, 1, 1},
+		{"shared expert", 24, 16, 2, 2, 19, 20, 0, 1, 0, 1},
+		{"chunks of 5 rows", 24, 16, 3, 3, 37, 0, 5, 1, 0, 1},
+		{"no overlap", 24, 16, 3, 3, 21, 0, 0, 1, 0, 0},
+	};
+	for (unsigned i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		run_scenario(ctx, &scenarios[i]);
+	rmoe_ctx_destroy(ctx);
+	int total = failures;
+	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	rmoe_app_say("test_layer: %s (%d failure(s))\n", total ? "FAILED" : "passed", total);
+	MPI_Finalize();
+	return total ? 1 : 0;
+}
