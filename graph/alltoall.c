@@ -200,7 +200,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 	for (int q = 0; q < N && !rc; q++)
 		if (p->send_rows[q] > 0) {
 			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * L->H, sizeof(float));
-			rc = rmoe_submit_gather(L, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
+			rc = rmoe_submit_gather(L, NULL, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
 			                        "permute");
 		}
 	if (!rc)
@@ -214,7 +214,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 		work = rmoe_temp_vector(pass, p->M * 3 * L->F, sizeof(float));
 		outs = rmoe_temp_vector(pass, p->M * L->H, sizeof(float));
 		if (!rc)
-			rc = rmoe_submit_expert_ffn(L, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
+			rc = rmoe_submit_expert_ffn(L, NULL, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
 			                            p->M, work, outs, 0, "expert-ffn");
 		if (keep_sorted) {
 			*keep_sorted = sorted;

@@ -68,24 +68,6 @@ int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
 	return 0;
 }
 
-static int insert_failed(const char *what, int ret)
-{
-	if (ret == -ENODEV)
-		return rmoe_error(RMOE_ESTARPU, "no StarPU worker can run the %s codelet", what);
-	return rmoe_error(RMOE_ESTARPU, "submitting a %s task failed (%d)", what, ret);
-}
-
-/* StarPU accepts priorities within the policy's range only. */
-static int clamp_prio(int prio)
-{
-	int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
-	if (prio < lo)
-		return lo;
-	if (prio > hi)
-		return hi;
-	return prio;
-}
-
 /* ---- chunks of a partition's pairs ------------------------------------------ */
 
 int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_rows,
@@ -127,199 +109,6 @@ void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n)
 	for (int64_t i = 0; i < n; i++)
 		free(chunks[i].rows_per_expert);
 	free(chunks);
-}
-
-/* ---- task insertion --------------------------------------------------------- */
-
-int rmoe_submit_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t first, int64_t count,
-                       int weighted, starpu_data_handle_t rows, int prio, const char *name)
-{
-	struct rmoe_rows_args *a = malloc(sizeof(*a));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K,
-	                             .weighted = weighted};
-	int ret;
-	if (weighted)
-		ret = starpu_task_insert(&rmoe_cl_gather, STARPU_R, src, STARPU_R, L->h_pair_order, STARPU_W,
-		                         rows, STARPU_R, L->h_topk_w, STARPU_CL_ARGS, a, sizeof(*a),
-		                         STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
-	else
-		ret = starpu_task_insert(&rmoe_cl_gather, STARPU_R, src, STARPU_R, L->h_pair_order, STARPU_W,
-		                         rows, STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
-		                         clamp_prio(prio), STARPU_NAME, name, 0);
-	return ret ? insert_failed("gather", ret) : 0;
-}
-
-int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int64_t first,
-                            int64_t count, int weighted, starpu_data_handle_t dst, int prio,
-                            const char *name)
-{
-	struct rmoe_rows_args *a = malloc(sizeof(*a));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K,
-	                             .weighted = weighted};
-	int ret;
-	/* Contributions of different hops commute (paper §3.1: in-place
-	 * accumulation of partial outputs). */
-	if (weighted)
-		ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_R, rows, STARPU_R, L->h_pair_order,
-		                         STARPU_RW | STARPU_COMMUTE, dst, STARPU_R, L->h_topk_w,
-		                         STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY, clamp_prio(prio),
-		                         STARPU_NAME, name, 0);
-	else
-		ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_R, rows, STARPU_R, L->h_pair_order,
-		                         STARPU_RW | STARPU_COMMUTE, dst, STARPU_CL_ARGS, a, sizeof(*a),
-		                         STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
-	return ret ? insert_failed("scatter-add", ret) : 0;
-}
-
-static struct rmoe_expert_args *expert_args(int64_t hidden, int64_t ffn, int64_t n_experts,
-                                            const int64_t *rows_per_expert, int64_t nrows)
-{
-	struct rmoe_expert_args *a = malloc(rmoe_expert_args_size(n_experts));
-	if (!a)
-		return NULL;
-	memset(a, 0, sizeof(*a));
-	a->hidden = hidden;
-	a->ffn = ffn;
-	a->n_experts = n_experts;
-	a->rows = nrows;
-	memcpy(a->rows_per_expert, rows_per_expert, (size_t)n_experts * sizeof(int64_t));
-	return a;
-}
-
-int rmoe_submit_expert_ffn(struct rmoe_layer *L, starpu_data_handle_t rows, starpu_data_handle_t w,
-                           int64_t n_experts, int64_t ffn, const int64_t *rows_per_expert,
-                           int64_t nrows, starpu_data_handle_t work, starpu_data_handle_t out,
-                           int prio, const char *name)
-{
-	struct rmoe_expert_args *a = expert_args(L->H, ffn, n_experts, rows_per_expert, nrows);
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	size_t sz = rmoe_expert_args_size(n_experts);
-	int ret;
-	if (out)
-		ret = starpu_task_insert(&rmoe_cl_expert_ffn, STARPU_R, rows, STARPU_R, w, STARPU_W, work,
-		                         STARPU_W, out, STARPU_CL_ARGS, a, sz, STARPU_PRIORITY,
-		                         clamp_prio(prio), STARPU_FLOPS,
-		                         rmoe_flops_expert_ffn(nrows, L->H, ffn, 1), STARPU_NAME, name, 0);
-	else
-		ret = starpu_task_insert(&rmoe_cl_expert_recompute, STARPU_R, rows, STARPU_R, w, STARPU_W,
-		                         work, STARPU_CL_ARGS, a, sz, STARPU_PRIORITY, clamp_prio(prio),
-		                         STARPU_FLOPS, rmoe_flops_expert_ffn(nrows, L->H, ffn, 0),
-		                         STARPU_NAME, name, 0);
-	return ret ? insert_failed("expert-ffn", ret) : 0;
-}
-
-int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, starpu_data_handle_t xrows,
-                                 starpu_data_handle_t dyrows, starpu_data_handle_t w,
-                                 const struct rmoe_chunk *c, starpu_data_handle_t work,
-                                 starpu_data_handle_t dxrows, starpu_data_handle_t dw,
-                                 int accumulate, int prio, const char *name)
-{
-	struct rmoe_expert_args *a = expert_args(L->H, L->F, L->e_local, c->rows_per_expert, c->rows);
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	a->mode = RMOE_BWD_PAIR_WEIGHTED;
-	a->accumulate = accumulate;
-	a->first = c->first;
-	a->topk = L->K;
-	struct starpu_data_descr d[9] = {
-		{xrows, STARPU_R},          {dyrows, STARPU_R},
-		{w, STARPU_R},              {L->h_pair_order, STARPU_R},
-		{L->h_topk_w, STARPU_R},    {work, STARPU_RW},
-		{dxrows, STARPU_W},         {L->h_dg, STARPU_RW | STARPU_COMMUTE},
-		{dw, accumulate ? STARPU_RW : STARPU_W},
-	};
-	int ret = starpu_task_insert(&rmoe_cl_expert_bwd, STARPU_DATA_MODE_ARRAY, d, 9, STARPU_CL_ARGS, a,
-	                             rmoe_expert_args_size(L->e_local), STARPU_PRIORITY, clamp_prio(prio),
-	                             STARPU_FLOPS,
-	                             rmoe_flops_expert_bwd(c->rows, L->H, L->F, RMOE_BWD_PAIR_WEIGHTED),
-	                             STARPU_NAME, name, 0);
-	return ret ? insert_failed("expert-bwd", ret) : 0;
-}
-
-int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_t xrows,
-                                       starpu_data_handle_t doutrows, starpu_data_handle_t w,
-                                       int64_t n_experts, int64_t ffn,
-                                       const int64_t *rows_per_expert, int64_t nrows,
-                                       starpu_data_handle_t work, starpu_data_handle_t dxrows,
-                                       starpu_data_handle_t dw, int prio, const char *name)
-{
-	struct rmoe_expert_args *a = expert_args(L->H, ffn, n_experts, rows_per_expert, nrows);
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	a->mode = RMOE_BWD_PREWEIGHTED;
-	struct starpu_data_descr d[6] = {
-		{xrows, STARPU_R}, {doutrows, STARPU_R}, {w, STARPU_R},
-		{work, STARPU_RW}, {dxrows, STARPU_W},   {dw, STARPU_W},
-	};
-	int ret = starpu_task_insert(&rmoe_cl_expert_bwd, STARPU_DATA_MODE_ARRAY, d, 6, STARPU_CL_ARGS, a,
-	                             rmoe_expert_args_size(n_experts), STARPU_PRIORITY, clamp_prio(prio),
-	                             STARPU_FLOPS,
-	                             rmoe_flops_expert_bwd(nrows, L->H, ffn, RMOE_BWD_PREWEIGHTED),
-	                             STARPU_NAME, name, 0);
-	return ret ? insert_failed("expert-bwd", ret) : 0;
-}
-
-int rmoe_submit_accumulate(starpu_data_handle_t src, starpu_data_handle_t dst, int64_t count,
-                           int prio, const char *name)
-{
-	struct rmoe_accumulate_args *a = malloc(sizeof(*a));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	a->count = count;
-	int ret = starpu_task_insert(&rmoe_cl_accumulate, STARPU_R, src, STARPU_RW, dst, STARPU_CL_ARGS, a,
-	                             sizeof(*a), STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
-	return ret ? insert_failed("grad-accumulate", ret) : 0;
-}
-
-int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name)
-{
-	struct rmoe_accumulate_args *a = malloc(sizeof(*a));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	a->count = count;
-	int ret = starpu_task_insert(&rmoe_cl_zero, STARPU_W, dst, STARPU_CL_ARGS, a, sizeof(*a),
-	                             STARPU_PRIORITY, clamp_prio(prio), STARPU_NAME, name, 0);
-	return ret ? insert_failed("zero", ret) : 0;
-}
-
-/* ---- task names ------------------------------------------------------------- */
-
-/* StarPU keeps the name pointer until the task is gone, so names with a hop
- * number are interned for the life of the process (ops x hops: bounded). */
-struct interned {
-	struct interned *next;
-	char s[];
-};
-static struct interned *interned_names;
-static pthread_mutex_t interned_lock = PTHREAD_MUTEX_INITIALIZER;
-
-const char *rmoe_task_name(const char *op, int hop)
-{
-	char buf[64];
-	if (hop >= 0)
-		snprintf(buf, sizeof(buf), "%s h%d", op, hop);
-	else
-		snprintf(buf, sizeof(buf), "%s", op);
-	pthread_mutex_lock(&interned_lock);
-	struct interned *i;
-	for (i = interned_names; i; i = i->next)
-		if (strcmp(i->s, buf) == 0)
-			break;
-	if (!i) {
-		i = malloc(sizeof(*i) + strlen(buf) + 1);
-		if (i) {
-			strcpy(i->s, buf);
-			i->next = interned_names;
-			interned_names = i;
-		}
-	}
-	pthread_mutex_unlock(&interned_lock);
-	return i ? i->s : op;
 }
 
 /* ---- creation ---------------------------------------------------------------- */
@@ -689,18 +478,18 @@ static int submit_router_fwd(struct rmoe_layer *L)
 	int ret = starpu_task_insert(&rmoe_cl_router_fwd, STARPU_R, L->h_x, STARPU_R, L->h_w_router,
 	                             STARPU_W, L->h_probs, STARPU_W, L->h_topk_idx, STARPU_W, L->h_topk_w,
 	                             STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
-	                             clamp_prio(starpu_sched_get_max_priority()), STARPU_FLOPS,
+	                             rmoe_clamp_prio(starpu_sched_get_max_priority()), STARPU_FLOPS,
 	                             rmoe_flops_router(L->T, L->H, L->E), STARPU_NAME, "router-fwd", 0);
 	if (ret)
-		return insert_failed("router-fwd", ret);
+		return rmoe_insert_failed("router-fwd", ret);
 	struct rmoe_dispatch_map_args *m = malloc(sizeof(*m));
 	if (!m)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	*m = (struct rmoe_dispatch_map_args){L->T, L->K, L->E};
 	ret = starpu_task_insert(&rmoe_cl_dispatch_map, STARPU_R, L->h_topk_idx, STARPU_W, L->h_pair_order,
 	                         STARPU_W, L->h_counts, STARPU_CL_ARGS, m, sizeof(*m), STARPU_PRIORITY,
-	                         clamp_prio(starpu_sched_get_max_priority()), STARPU_NAME, "dispatch-map", 0);
-	return ret ? insert_failed("dispatch-map", ret) : 0;
+	                         rmoe_clamp_prio(starpu_sched_get_max_priority()), STARPU_NAME, "dispatch-map", 0);
+	return ret ? rmoe_insert_failed("dispatch-map", ret) : 0;
 }
 
 /* The host needs the per-expert counts to size the hops' buffers: the one
@@ -725,7 +514,7 @@ static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int64_t rows = L->T;
 	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
 	starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-	int rc = rmoe_submit_expert_ffn(L, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0,
+	int rc = rmoe_submit_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0,
 	                                "shared-ffn");
 	if (!rc)
 		rc = rmoe_submit_accumulate(out, y, rows * L->H, 0, "shared-add");
@@ -740,7 +529,7 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int64_t rows = L->T;
 	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
 	starpu_data_handle_t dxs = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-	int rc = rmoe_submit_expert_ffn(L, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, NULL, 0,
+	int rc = rmoe_submit_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, NULL, 0,
 	                                "shared-recompute");
 	if (!rc)
 		rc = rmoe_submit_expert_bwd_preweighted(L, L->h_x, dy, L->h_ws, 1, L->Fs, &rows, rows, work,
@@ -754,12 +543,14 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 
 /* Waits for a pass: its outputs, then every task (temporaries freed); the
  * owned weights are acquired so their outgoing transfers are complete too. */
-static void finish_pass(struct rmoe_layer *L, starpu_data_handle_t *outs, int nouts)
+static void finish_pass(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs,
+                        int nouts)
 {
 	for (int i = 0; i < nouts; i++)
 		if (outs[i] && starpu_data_acquire(outs[i], STARPU_R) == 0)
 			starpu_data_release(outs[i]);
 	starpu_task_wait_for_all();
+	rmoe_pass_release(pass);
 	if (starpu_data_acquire(L->h_w_part, STARPU_RW) == 0)
 		starpu_data_release(L->h_w_part);
 }
@@ -821,7 +612,7 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 		else
 			rc = rmoe_ring_expert_forward(L, &pass, hy);
 	}
-	finish_pass(L, &hy, 1);
+	finish_pass(L, &pass, &hy, 1);
 	starpu_data_unregister(hy);
 	if (rc)
 		return rc;
@@ -844,7 +635,7 @@ static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx)
 	int ret = starpu_task_insert(&rmoe_cl_router_bwd, STARPU_DATA_MODE_ARRAY, d, 8, STARPU_CL_ARGS, a,
 	                             sizeof(*a), STARPU_FLOPS, 2 * rmoe_flops_router(L->T, L->H, L->E),
 	                             STARPU_NAME, "router-bwd", 0);
-	return ret ? insert_failed("router-bwd", ret) : 0;
+	return ret ? rmoe_insert_failed("router-bwd", ret) : 0;
 }
 
 int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
@@ -875,7 +666,7 @@ int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
 	if (!rc)
 		rc = submit_router_bwd(L, hdx);
 	starpu_data_handle_t outs[] = {hdx, L->h_dw_part, L->h_dw_router, L->h_dws};
-	finish_pass(L, outs, 4);
+	finish_pass(L, &pass, outs, 4);
 	starpu_data_unregister(hdx);
 	starpu_data_unregister(hdy);
 	if (rc)

@@ -55,10 +55,10 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
 		starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		rc = rmoe_submit_gather(L, L->h_x, chunks[c].first, rows, 0, xg, prio,
+		rc = rmoe_submit_gather(L, pass, L->h_x, chunks[c].first, rows, 0, xg, prio,
 		                        rmoe_task_name("gather", h));
 		if (!rc)
-			rc = rmoe_submit_expert_ffn(L, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
+			rc = rmoe_submit_expert_ffn(L, pass, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
 			                            rows, work, out, prio, rmoe_task_name("expert-ffn", h));
 		if (!rc)
 			rc = rmoe_submit_scatter_add(L, out, chunks[c].first, rows, 1, y, prio,
@@ -126,16 +126,16 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
 		starpu_data_handle_t dxg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		*rc = rmoe_submit_gather(L, L->h_x, chunks[c].first, rows, 0, xg, prio,
+		*rc = rmoe_submit_gather(L, pass, L->h_x, chunks[c].first, rows, 0, xg, prio,
 		                         rmoe_task_name("gather", h));
 		if (!*rc)
-			*rc = rmoe_submit_gather(L, dy, chunks[c].first, rows, 0, dyg, prio,
+			*rc = rmoe_submit_gather(L, pass, dy, chunks[c].first, rows, 0, dyg, prio,
 			                         rmoe_task_name("gather-dy", h));
 		if (!*rc)
-			*rc = rmoe_submit_expert_ffn(L, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
+			*rc = rmoe_submit_expert_ffn(L, NULL, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
 			                             rows, work, NULL, prio, rmoe_task_name("recompute", h));
 		if (!*rc)
-			*rc = rmoe_submit_expert_bwd_pairs(L, xg, dyg, weights, &chunks[c], work, dxg, partial,
+			*rc = rmoe_submit_expert_bwd_pairs(L, pass, xg, dyg, weights, &chunks[c], work, dxg, partial,
 			                                   c > 0, prio, rmoe_task_name("expert-bwd", h));
 		if (!*rc)
 			*rc = rmoe_submit_scatter_add(L, dxg, chunks[c].first, rows, 0, dx, prio,

@@ -32,7 +32,13 @@ struct rmoe_pass {
 	int64_t bytes_sent;
 	int64_t largest_temporary;
 	int64_t resident;         /* bytes registered from host memory for this pass */
+	struct starpu_task *window;   /* see submit.c */
+	struct starpu_task **anchors;
+	int nanchors, capanchors;
 };
+
+/* Destroys the pass's dependency anchors; after every task has ended. */
+void rmoe_pass_release(struct rmoe_pass *pass);
 
 struct rmoe_layer {
 	rmoe_ctx *ctx;
@@ -109,21 +115,25 @@ int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_row
                               struct rmoe_chunk **chunks);
 void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n);
 
-/* Task insertion helpers (the codelets' arguments are built here). */
-int rmoe_submit_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t first, int64_t count,
-                       int weighted, starpu_data_handle_t rows, int prio, const char *name);
+/* Task insertion (submit.c). Gathers given a pass wait for its window;
+ * expert tasks given an anchor pass become its window. */
+int rmoe_insert_failed(const char *what, int ret);
+int rmoe_clamp_prio(int prio);
+int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t src,
+                       int64_t first, int64_t count, int weighted, starpu_data_handle_t rows, int prio,
+                       const char *name);
 int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int64_t first,
                             int64_t count, int weighted, starpu_data_handle_t dst, int prio,
                             const char *name);
-int rmoe_submit_expert_ffn(struct rmoe_layer *L, starpu_data_handle_t rows, starpu_data_handle_t w,
-                           int64_t n_experts, int64_t ffn, const int64_t *rows_per_expert,
-                           int64_t nrows, starpu_data_handle_t work, starpu_data_handle_t out,
-                           int prio, const char *name);
-int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, starpu_data_handle_t xrows,
-                                 starpu_data_handle_t dyrows, starpu_data_handle_t w,
-                                 const struct rmoe_chunk *c, starpu_data_handle_t work,
-                                 starpu_data_handle_t dxrows, starpu_data_handle_t dw,
-                                 int accumulate, int prio, const char *name);
+int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starpu_data_handle_t rows,
+                           starpu_data_handle_t w, int64_t n_experts, int64_t ffn,
+                           const int64_t *rows_per_expert, int64_t nrows, starpu_data_handle_t work,
+                           starpu_data_handle_t out, int prio, const char *name);
+int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
+                                 starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
+                                 starpu_data_handle_t w, const struct rmoe_chunk *c,
+                                 starpu_data_handle_t work, starpu_data_handle_t dxrows,
+                                 starpu_data_handle_t dw, int accumulate, int prio, const char *name);
 int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_t xrows,
                                        starpu_data_handle_t doutrows, starpu_data_handle_t w,
                                        int64_t n_experts, int64_t ffn,
