@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""An independent NumPy implementation of the relaymoe layer (float64), for
+checking `relaymoe run --load/--dump` against files.
+
+  moe_numpy.py make DIR --ranks N --tokens T --hidden H --ffn F --experts E --seed S
+      writes x, dy, w_router, w_gate, w_up, w_down (.npy, float32) into DIR
+  moe_numpy.py check IN OUT --topk K [--no-norm-topk] [--tol 1e-4]
+      computes y, dx and every gradient from IN/*.npy and compares them with
+      OUT/*.npy (relative norm error); exits 1 past the tolerance
+"""
+import argparse
+import sys
+
+import numpy as np
+
+
+def silu(a):
+    return a / (1.0 + np.exp(-a))
+
+
+def route(x, w_router, k, norm):
+    logits = x @ w_router
+    logits -= logits.max(axis=1, keepdims=True)
+    p = np.exp(logits)
+    p /= p.sum(axis=1, keepdims=True)
+    # K largest, descending; ties go to the lower expert (stable sort on -p)
+    idx = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    g = np.take_along_axis(p, idx, axis=1)
+    s = g.sum(axis=1, keepdims=True)
+    return p, idx, (g / s if norm else g), s
+
+
+def layer(x, dy, w_router, w_gate, w_up, w_down, k, norm):
+    t, h = x.shape
+    e = w_router.shape[1]
+    p, idx, g, s = route(x, w_router, k, norm)
+    y = np.zeros_like(x)
+    dx = np.zeros_like(x)
+    dgate, dup, ddown = (np.zeros_like(w_gate), np.zeros_like(w_up), np.zeros_like(w_down))
+    dg = np.zeros_like(g)
+    for ex in range(e):
+        tok, slot = np.nonzero(idx == ex)
+        if tok.size == 0:
+            continue
+        xe = x[tok]
+        a = xe @ w_gate[ex]
+        b = xe @ w_up[ex]
+        act = silu(a) * b
+        out = act @ w_down[ex]
+        ge = g[tok, slot][:, None]
+        np.add.at(y, tok, ge * out)
+        dye = dy[tok]
+        dg[tok, slot] = (dye * out).sum(axis=1)
+        dout = ge * dye
+        ddown[ex] += act.T @ dout
+        dact = dout @ w_down[ex].T
+        sig = 1.0 / (1.0 + np.exp(-a))
+        da = dact * b * sig * (1.0 + a * (1.0 - sig))
+        db = dact * silu(a)
+        dgate[ex] += xe.T @ da
+        dup[ex] += xe.T @ db
+        np.add.at(dx, tok, da @ w_gate[ex].T + db @ w_up[ex].T)
+    # router: through the renormalisation, then the softmax
+    dpk = (dg - (dg * g).sum(axis=1, keepdims=True)) / s if norm else dg
+    dp = np.zeros_like(p)
+    np.put_along_axis(dp, idx, dpk, axis=1)
+    dlogits = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+    dx += dlogits @ w_router.T
+    return {"y": y, "dx": dx, "dw_router": x.T @ dlogits, "dw_gate": dgate, "dw_up": dup,
+            "dw_down": ddown}
+
+
+def make(a):
+    rng = np.random.default_rng(a.seed)
+    n, t, h, f, e = a.ranks, a.tokens, a.hidden, a.ffn, a.experts
+
+    def u(shape, scale):
+        return (rng.uniform(-1, 1, size=shape) * scale).astype(np.float32)
+
+    arrays = {"x": u((n * t, h), 1.0), "dy": u((n * t, h), 1.0),
+              "w_router": u((h, e), h ** -0.5), "w_gate": u((e, h, f), h ** -0.5),
+              "w_up": u((e, h, f), h ** -0.5), "w_down": u((e, f, h), f ** -0.5)}
+    for name, v in arrays.items():
+        np.save(f"{a.dir}/{name}.npy", v)
+
+
+def check(a):
+    load = {n: np.load(f"{a.inp}/{n}.npy").astype(np.float64)
+            for n in ("x", "dy", "w_router", "w_gate", "w_up", "w_down")}
+    want = layer(load["x"], load["dy"], load["w_router"], load["w_gate"], load["w_up"],
+                 load["w_down"], a.topk, not a.no_norm_topk)
+    worst = 0.0
+    for name, ref in want.items():
+        got = np.load(f"{a.out}/{name}.npy")
+        if got.dtype != np.float32 or got.shape != ref.shape:
+            print(f"{name}: {got.dtype} {got.shape}, expected float32 {ref.shape}")
+            return 1
+        err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-300)
+        worst = max(worst, err)
+        print(f"{name:10s} relative error {err:.2e}")
+    ok = worst <= a.tol
+    print(f"largest {worst:.2e}, tolerance {a.tol:.0e}: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("dir")
+    for opt in ("ranks", "tokens", "hidden", "ffn", "experts", "seed"):
+        m.add_argument(f"--{opt}", type=int, required=True)
+    c = sub.add_parser("check")
+    c.add_argument("inp")
+    c.add_argument("out")
+    c.add_argument("--topk", type=int, required=True)
+    c.add_argument("--no-norm-topk", action="store_true")
+    c.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    if a.cmd == "make":
+        make(a)
+        return 0
+    return check(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

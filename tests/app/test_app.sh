@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The relaymoe program end to end under mpiexec: --check, .npy interop
+# against an independent NumPy implementation, and bad input (a clear error,
+# a non-zero exit on every rank, no hang, no partial output).
+#   test_app.sh RELAYMOE MPIEXEC SOURCE_DIR WORK_DIR
+set -uo pipefail
+app=$1 mpiexec=$2 src=$3 work=$4
+py=/usr/bin/python3
+$py -c "import numpy" 2>/dev/null || { echo "python3-numpy missing"; exit 77; }
+rm -rf "$work" && mkdir -p "$work"
+fails=0
+run() { timeout 120 "$mpiexec" -n "$1" --oversubscribe "$app" run "${@:2}"; }
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+small=(--hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 40 --repeat 1 --quiet)
+
+# 1. --check passes, and reports both dispatchers.
+out=$(run 2 "${small[@]}" --check 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "check ring vs reference.*PASS" <<<"$out" && grep -q "check a2a vs reference.*PASS" <<<"$out"; then
+  ok "run --check"; else bad "run --check (rc=$rc)"; echo "$out"; fi
+
+# 2. --load/--dump against NumPy, for the ring and for all-to-all.
+mkdir -p "$work/in" && $py "$src/tests/app/moe_numpy.py" make "$work/in" --ranks 2 --tokens 40 --hidden 32 --ffn 16 --experts 8 --seed 5
+for d in ring a2a; do
+  out=$(run 2 "${small[@]}" --dispatch $d --load "$work/in" --dump "$work/out-$d" 2>&1); rc=$?
+  chk=$($py "$src/tests/app/moe_numpy.py" check "$work/in" "$work/out-$d" --topk 2 --tol 1e-4 2>&1); crc=$?
+  if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "npy interop $d: $(tail -1 <<<"$chk")"; else bad "npy interop $d (run $rc, check $crc)"; echo "$out"; echo "$chk"; fi
+done
+
+# 3. Bad input: message, exit code, nothing written, no hang (timeout 124).
+expect_fail() { # expect_fail NAME PATTERN NP ARGS...
+  local name=$1 pat=$2 np=$3; shift 3
+  local out rc
+  out=$(run "$np" "$@" 2>&1); rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$pat" <<<"$out"; then ok "$name: exit $rc"
+  else bad "$name (rc=$rc, wanted a non-zero exit and '$pat')"; echo "$out"; fi
+}
+expect_fail "unknown option" "did you mean --tokens" 2 --tokns 5
+expect_fail "missing value" "needs a value" 2 --tokens
+expect_fail "bad number" "expected an integer" 2 --topk x
+expect_fail "unknown preset" "not a known shape" 2 --preset Qwen9
+expect_fail "experts not divisible" "not divisible by the 3 ranks" 3 "${small[@]}" --experts 8
+expect_fail "topk above experts" "larger than experts" 2 "${small[@]}" --topk 9
+expect_fail "bad dispatch" "expected ring, a2a or both" 2 --dispatch rings
+
+mkdir -p "$work/badnpy"
+cp "$work/in/"*.npy "$work/badnpy/"
+printf 'not a numpy file' > "$work/badnpy/w_router.npy"
+expect_fail "corrupt .npy" "w_router.npy" 2 "${small[@]}" --load "$work/badnpy" --dump "$work/never"
+[ -e "$work/never" ] && bad "a failed run left $work/never behind" || ok "no output after a failed run"
+out=$(run 2 "${small[@]}" --load "$work/badnpy" 2>&1)
+[ "$(grep -c 'w_router.npy' <<<"$out")" -ge 2 ] && ok "every rank names the bad file" || { bad "not every rank reported the bad file"; echo "$out"; }
+$py -c "import numpy as np; np.save('$work/badnpy/w_router.npy', np.zeros((32, 9), np.float32))"
+expect_fail "wrong shape .npy" "shape (32, 9) but expected (32, 8)" 2 "${small[@]}" --load "$work/badnpy"
+$py -c "import numpy as np; np.save('$work/badnpy/w_router.npy', np.zeros((32, 8), np.float64))"
+expect_fail "wrong dtype .npy" "<f8" 2 "${small[@]}" --load "$work/badnpy"
+expect_fail "load dir missing" "not a readable directory" 2 "${small[@]}" --load "$work/nowhere"
+touch "$work/afile"
+expect_fail "dump into a file" "cannot create" 2 "${small[@]}" --dump "$work/afile/sub"
+
+echo "test_app: $fails failure(s)"
+[ $fails -eq 0 ]

@@ -1,0 +1,114 @@
+/* Multi-rank: the ring never allocates a buffer of T*K*H elements, from the
+ * layer's memory accounting, while the all-to-all baseline does allocate
+ * top-k-expanded buffers; and chunking bounds the largest buffer. */
+#include <stdio.h>
+
+#include "app.h"
+
+static int failures;
+
+static void expect(int ok, const char *what, double got, double bound)
+{
+	rmoe_app_say("  %-58s %10.0f vs %10.0f bytes: %s\n", what, got, bound, ok ? "ok" : "FAIL");
+	if (!ok)
+		failures++;
+}
+
+static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_problem *prob,
+               struct rmoe_layer_stats *st)
+{
+	rmoe_layer *layer = NULL;
+	struct rmoe_results res;
+	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, &cfg));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_results_alloc(&res, prob));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_layer_forward(layer, prob->x, res.y));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_layer_backward(layer, prob->dy, res.dx));
+	if (!rc)
+		rmoe_layer_get_stats(layer, st);
+	rmoe_results_free(&res);
+	rmoe_layer_destroy(layer);
+	return rc;
+}
+
+static double max_ranks(double v)
+{
+	double m;
+	MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	return m;
+}
+
+int main(int argc, char **argv)
+{
+	int provided, nranks;
+	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	if (nranks < 2) {
+		/* One rank is one hop holding every pair: nothing to show. */
+		MPI_Finalize();
+		return 77;
+	}
+	rmoe_ctx *ctx = NULL;
+	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+		MPI_Finalize();
+		return 77;
+	}
+	struct rmoe_layer_config cfg;
+	rmoe_layer_config_init(&cfg);
+	cfg.hidden = 64;
+	cfg.ffn = 16;
+	cfg.experts = 8 * nranks;
+	cfg.topk = 4;
+	cfg.tokens = 512;
+	struct rmoe_problem prob;
+	if (rmoe_problem_init(&prob, &cfg, 3, NULL))
+		return 1;
+	const double tkh = 4.0 * (double)(cfg.tokens * cfg.topk * cfg.hidden);
+
+	struct rmoe_layer_stats ring, a2a, chunked;
+	cfg.dispatch = RMOE_DISPATCH_RING_EXPERT;
+	int rc = run(ctx, cfg, &prob, &ring);
+	cfg.dispatch = RMOE_DISPATCH_ALLTOALL;
+	if (!rc)
+		rc = run(ctx, cfg, &prob, &a2a);
+	cfg.dispatch = RMOE_DISPATCH_RING_EXPERT;
+	cfg.chunk_rows = 64;
+	if (!rc)
+		rc = run(ctx, cfg, &prob, &chunked);
+	if (rc) {
+		rmoe_app_error("%s", rmoe_strerror(rc));
+		return 1;
+	}
+	rmoe_app_say("test_memory on %d ranks: T*K*H float32 = %.0f bytes\n", nranks, tkh);
+	double ring_temp = max_ranks((double)ring.largest_temporary_bytes);
+	double a2a_temp = max_ranks((double)a2a.largest_temporary_bytes);
+	double ring_peak = max_ranks((double)(ring.peak_backward_bytes > ring.peak_forward_bytes
+	                                              ? ring.peak_backward_bytes
+	                                              : ring.peak_forward_bytes));
+	double a2a_peak = max_ranks((double)(a2a.peak_backward_bytes > a2a.peak_forward_bytes
+	                                             ? a2a.peak_backward_bytes
+	                                             : a2a.peak_forward_bytes));
+	expect(ring_temp < tkh, "ring: largest buffer < T*K*H elements", ring_temp, tkh);
+	/* even routing: a hop holds about T*K/N rows */
+	expect(ring_temp <= 1.25 * tkh / nranks, "ring: largest buffer about T*K*H/N (even routing)",
+	       ring_temp, 1.25 * tkh / nranks);
+	expect(a2a_temp > ring_temp, "a2a: largest buffer larger than the ring's", a2a_temp, ring_temp);
+	expect(a2a_peak > ring_peak, "a2a: peak layer memory above the ring's", a2a_peak, ring_peak);
+	double chunk_bound = 4.0 * 64 * (cfg.hidden > 4 * cfg.ffn ? cfg.hidden : 4 * cfg.ffn);
+	double weights = 4.0 * 3 * cfg.hidden * cfg.ffn * (cfg.experts / nranks);
+	double chunk_temp = max_ranks((double)chunked.largest_temporary_bytes);
+	expect(chunk_temp <= (chunk_bound > weights ? chunk_bound : weights),
+	       "ring, 64-row chunks: largest buffer <= max(chunk, partition)", chunk_temp,
+	       chunk_bound > weights ? chunk_bound : weights);
+	rmoe_problem_free(&prob);
+	rmoe_ctx_destroy(ctx);
+	int total;
+	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	rmoe_app_say("test_memory: %s\n", total ? "FAILED" : "passed");
+	MPI_Finalize();
+	return total ? 1 : 0;
+}
