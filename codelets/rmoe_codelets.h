@@ -39,7 +39,9 @@ extern "C" {
  * topk_w = those probs, divided by their sum when norm_topk. */
 /* router_bwd buffers: 0 x R, 1 w_router R, 2 probs R, 3 topk_idx R,
  *                     4 topk_w R, 5 dg [T*K] R, 6 dx [T*H] RW (+=),
- *                     7 dw_router [H*E] W (overwritten).
+ *                     7 dw_router [H*E] W (overwritten),
+ *                     (8 dprobs [T*E] R: a gradient on probs added to the
+ *                     one from dg, e.g. of a load-balancing loss).
  * dp from dg through the (optional) renormalisation, dlogits = p*(dp - <p,dp>),
  * dw_router = x^T dlogits, dx += dlogits w_router^T. The top-k choice itself
  * is not differentiated. */

@@ -89,9 +89,11 @@ static void rmoe_router_fwd_cpu(void *buffers[], void *cl_arg)
 }
 
 /* dlogits of one token from dg: dp through the renormalisation (w = p/S, so
- * dp_i = (dg_k - <dg, w>) / S), then the softmax Jacobian. */
+ * dp_i = (dg_k - <dg, w>) / S), plus any gradient the caller has on p itself
+ * (dp_extra, e.g. of a load-balancing loss), then the softmax Jacobian. */
 static void rmoe_router_dlogits(const struct rmoe_router_args *a, const float *p, const int32_t *idx,
-                                const float *w, const float *dg, float *dlogits)
+                                const float *w, const float *dg, const float *dp_extra,
+                                float *dlogits)
 {
 	const int64_t E = a->experts, K = a->topk;
 	memset(dlogits, 0, (size_t)E * sizeof(float));
@@ -108,6 +110,9 @@ static void rmoe_router_dlogits(const struct rmoe_router_args *a, const float *p
 		for (int64_t k = 0; k < K; k++)
 			dlogits[idx[k]] += dg[k];
 	}
+	if (dp_extra)
+		for (int64_t e = 0; e < E; e++)
+			dlogits[e] += dp_extra[e];
 	double p_dp = 0.0;
 	for (int64_t e = 0; e < E; e++)
 		p_dp += (double)p[e] * dlogits[e];
@@ -139,6 +144,11 @@ static void rmoe_router_bwd_cpu(void *buffers[], void *cl_arg)
 	const float *dg = (const float *)STARPU_VECTOR_GET_PTR(buffers[5]);
 	float *dx = (float *)STARPU_VECTOR_GET_PTR(buffers[6]);
 	float *dw_router = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
+	const float *dprobs = NULL;
+	if (STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 8) {
+		RMOE_CL_CHECK_NX(buffers, 8, T * E, "dprobs");
+		dprobs = (const float *)STARPU_VECTOR_GET_PTR(buffers[8]);
+	}
 
 	if (T == 0) {
 		memset(dw_router, 0, (size_t)(H * E) * sizeof(float));
@@ -158,7 +168,7 @@ static void rmoe_router_bwd_cpu(void *buffers[], void *cl_arg)
 		for (int64_t i = 0; i < b; i++) {
 			int64_t t = t0 + i;
 			rmoe_router_dlogits(a, probs + t * E, topk_idx + t * K, topk_w + t * K, dg + t * K,
-			                    dlogits + i * E);
+			                    dprobs ? dprobs + t * E : NULL, dlogits + i * E);
 		}
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H, (int)E, (int)b, 1.0f,
 		            x + t0 * H, (int)H, dlogits, (int)E, t0 == 0 ? 0.0f : 1.0f, dw_router, (int)E);
@@ -195,7 +205,6 @@ struct starpu_codelet rmoe_cl_router_bwd = {
 	.name = "router-bwd",
 	.cpu_funcs = {rmoe_router_bwd_cpu},
 	.cpu_funcs_name = {"rmoe_router_bwd_cpu"},
-	.nbuffers = 8,
-	.modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_RW, STARPU_W},
+	.nbuffers = STARPU_VARIABLE_NBUFFERS, /* 8, or 9 with dprobs */
 	.model = &rmoe_model_router_bwd,
 };

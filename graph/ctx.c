@@ -18,6 +18,15 @@ void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg)
 	cfg->ncuda = -1;
 	cfg->sched = NULL;
 	cfg->verbose = 0;
+	cfg->cluster_file = NULL;
+}
+
+int rmoe_ctx_ring_order(const rmoe_ctx *ctx, int *order)
+{
+	if (!ctx || !order)
+		return rmoe_error(RMOE_EINVAL, "rmoe_ctx_ring_order: ctx and order must not be NULL");
+	memcpy(order, ctx->ring, (size_t)ctx->size * sizeof(int));
+	return 0;
 }
 
 int rmoe_ctx_rank(const rmoe_ctx *ctx)
@@ -42,6 +51,23 @@ static int auto_ncpus(int local_size)
 	if (share >= 2)
 		return (int)(share - 1);
 	return 1;
+}
+
+/* The ring order, the same on every rank. */
+static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
+{
+	ctx->ring = malloc(sizeof(int) * (size_t)ctx->size);
+	int rc = ctx->ring ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+	if (!rc) {
+		(void)cfg;
+		for (int i = 0; i < ctx->size; i++)
+			ctx->ring[i] = i;
+	}
+	int worst = rc;
+	MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, ctx->comm);
+	if (!rc && worst)
+		rc = rmoe_error(worst, "another rank failed to plan the ring");
+	return rc;
 }
 
 static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Comm comm)
@@ -145,6 +171,12 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	}
 	rmoe_codelets_init();
 
+	int rc = plan_ring(ctx, &cfg);
+	if (rc) {
+		rmoe_ctx_destroy(ctx);
+		return rc;
+	}
+
 	int64_t *ub = NULL;
 	int ubflag = 0;
 	starpu_mpi_comm_get_attr(ctx->comm, STARPU_MPI_TAG_UB, &ub, &ubflag);
@@ -198,6 +230,7 @@ int rmoe_ctx_destroy(rmoe_ctx *ctx)
 		MPI_Comm_free(&ctx->comm);
 	if (ctx->started_mpi)
 		MPI_Finalize();
+	free(ctx->ring);
 	free(ctx);
 	return 0;
 }

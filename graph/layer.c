@@ -205,7 +205,6 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	L->first_expert = (int64_t)ctx->rank * L->e_local;
 	L->part_floats = L->e_local * rmoe_expert_floats(L->H, L->F);
 
-	/* Ring order: ranks in order until the topology planner provides one. */
 	L->ring = malloc(sizeof(int) * (size_t)L->N);
 	int64_t TK = L->T * L->K, HE = L->H * L->E;
 	L->w_router = alloc_floats(HE, sizeof(float));
@@ -235,9 +234,11 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 		layer_free(L);
 		return rc;
 	}
+	/* Neighbours come from the context's plan, not from rank +- 1. */
+	memcpy(L->ring, ctx->ring, sizeof(int) * (size_t)L->N);
 	for (int i = 0; i < L->N; i++)
-		L->ring[i] = i;
-	L->ring_pos = ctx->rank;
+		if (L->ring[i] == ctx->rank)
+			L->ring_pos = i;
 	L->left = L->ring[(L->ring_pos - 1 + L->N) % L->N];
 	L->right = L->ring[(L->ring_pos + 1) % L->N];
 
@@ -621,24 +622,30 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	return 0;
 }
 
-static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx)
+static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx, starpu_data_handle_t dprobs)
 {
 	struct rmoe_router_args *a = malloc(sizeof(*a));
 	if (!a)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	*a = (struct rmoe_router_args){L->T, L->H, L->E, L->K, L->cfg.norm_topk};
-	struct starpu_data_descr d[8] = {
+	struct starpu_data_descr d[9] = {
 		{L->h_x, STARPU_R},      {L->h_w_router, STARPU_R}, {L->h_probs, STARPU_R},
 		{L->h_topk_idx, STARPU_R}, {L->h_topk_w, STARPU_R}, {L->h_dg, STARPU_R},
-		{dx, STARPU_RW},         {L->h_dw_router, STARPU_W},
+		{dx, STARPU_RW},         {L->h_dw_router, STARPU_W}, {dprobs, STARPU_R},
 	};
-	int ret = starpu_task_insert(&rmoe_cl_router_bwd, STARPU_DATA_MODE_ARRAY, d, 8, STARPU_CL_ARGS, a,
+	int ret = starpu_task_insert(&rmoe_cl_router_bwd, STARPU_DATA_MODE_ARRAY, d, dprobs ? 9 : 8,
+	                             STARPU_CL_ARGS, a,
 	                             sizeof(*a), STARPU_FLOPS, 2 * rmoe_flops_router(L->T, L->H, L->E),
 	                             STARPU_NAME, "router-bwd", 0);
 	return ret ? rmoe_insert_failed("router-bwd", ret) : 0;
 }
 
 int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
+{
+	return rmoe_layer_backward_ex(L, dy, NULL, dx);
+}
+
+int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, float *dx)
 {
 	if (!L || !dy || !dx)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer, dy and dx must not be NULL");
@@ -652,6 +659,8 @@ int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
 	memset(dx, 0, (size_t)(L->T * L->H) * sizeof(float));
 	starpu_data_handle_t hdx = rmoe_host_vector(&pass, dx, L->T * L->H, sizeof(float));
 	starpu_data_handle_t hdy = rmoe_host_vector(&pass, (void *)dy, L->T * L->H, sizeof(float));
+	starpu_data_handle_t hdp =
+		dprobs ? rmoe_host_vector(&pass, (void *)dprobs, L->T * L->E, sizeof(float)) : NULL;
 
 	rmoe_probe_reset();
 	int64_t dyn_base = rmoe_probe_current();
@@ -664,11 +673,13 @@ int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
 			rc = rmoe_ring_expert_backward(L, &pass, hdy, hdx);
 	}
 	if (!rc)
-		rc = submit_router_bwd(L, hdx);
+		rc = submit_router_bwd(L, hdx, hdp);
 	starpu_data_handle_t outs[] = {hdx, L->h_dw_part, L->h_dw_router, L->h_dws};
 	finish_pass(L, &pass, outs, 4);
 	starpu_data_unregister(hdx);
 	starpu_data_unregister(hdy);
+	if (hdp)
+		starpu_data_unregister(hdp);
 	if (rc)
 		return rc;
 	record(L, &pass, dyn_base, t0);

@@ -22,6 +22,7 @@ struct rmoe_ctx {
 	int verbose;
 	int64_t tag_first, tag_last, tag_next;  /* tag window, see tags.c */
 	int nlayers;              /* layers alive, for a clean destroy */
+	int *ring;                /* planned ring order: ring[i] = rank at position i */
 };
 
 /* One pass (forward or backward) of a layer: what its graph needs to know

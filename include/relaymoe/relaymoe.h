@@ -66,6 +66,8 @@ struct rmoe_ctx_config {
 	int ncuda;            /* CUDA workers per rank; -1 = all visible, 0 = none */
 	const char *sched;    /* StarPU scheduling policy; NULL = STARPU_SCHED or StarPU's default */
 	int verbose;          /* 0 = quiet, 1 = one line per decision */
+	const char *cluster_file; /* a cluster description placing the ranks on nodes
+	                             instead of the live topology (NULL: discover) */
 };
 
 /* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet. */
@@ -85,6 +87,10 @@ RMOE_API int rmoe_ctx_destroy(rmoe_ctx *ctx);
 
 RMOE_API int rmoe_ctx_rank(const rmoe_ctx *ctx);
 RMOE_API int rmoe_ctx_size(const rmoe_ctx *ctx);
+
+/* The ring order planned for this context: order[i] is the rank at ring
+ * position i (rmoe_ctx_size entries). Every rank has the same. */
+RMOE_API int rmoe_ctx_ring_order(const rmoe_ctx *ctx, int *order);
 
 /* ---- one MoE layer ----------------------------------------------------- */
 
@@ -151,6 +157,11 @@ RMOE_API int rmoe_layer_forward(rmoe_layer *layer, const float *x, float *y);
 /* Backward of the last forward: dy [T, H] -> dx [T, H]; weight gradients are
  * kept in the layer (overwritten, not accumulated) and read below. */
 RMOE_API int rmoe_layer_backward(rmoe_layer *layer, const float *dy, float *dx);
+
+/* As rmoe_layer_backward, with a gradient on the router probabilities
+ * (dprobs [T, E], may be NULL) added to the one from the routing weights, as
+ * a load-balancing loss on the probabilities has. */
+RMOE_API int rmoe_layer_backward_ex(rmoe_layer *layer, const float *dy, const float *dprobs, float *dx);
 
 /* Gradients of the last backward. dw_router is this rank's part (from its own
  * tokens): sum it over ranks as for any replicated parameter. Expert
