@@ -115,10 +115,11 @@ int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int
 	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K,
 	                             .weighted = weighted};
 	/* Contributions of different hops commute (§3.1: in-place accumulation
-	 * of partial outputs). */
+	 * of partial outputs), unless the user wants bit-reproducible sums. */
+	enum starpu_data_access_mode acc = L->cfg.deterministic ? STARPU_RW : STARPU_RW | STARPU_COMMUTE;
 	struct starpu_data_descr d[4] = {{rows, STARPU_R},
 	                                 {L->h_pair_order, STARPU_R},
-	                                 {dst, STARPU_RW | STARPU_COMMUTE},
+	                                 {dst, acc},
 	                                 {L->h_topk_w, STARPU_R}};
 	int ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_DATA_MODE_ARRAY, d, weighted ? 4 : 3,
 	                             STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY, rmoe_clamp_prio(prio),

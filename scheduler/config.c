@@ -24,6 +24,7 @@ void rmoe_layer_config_init(struct rmoe_layer_config *cfg)
 	cfg->dtype = RMOE_DTYPE_F32;
 	cfg->chunk_rows = 0;
 	cfg->overlap = 1;
+	cfg->deterministic = 0;
 }
 
 static const char *const dispatch_names[] = {
@@ -96,6 +97,8 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 		return rmoe_error(RMOE_EINVAL, "norm_topk = %d: expected 0 or 1", c->norm_topk);
 	if (c->overlap != 0 && c->overlap != 1)
 		return rmoe_error(RMOE_EINVAL, "overlap = %d: expected 0 or 1", c->overlap);
+	if (c->deterministic != 0 && c->deterministic != 1)
+		return rmoe_error(RMOE_EINVAL, "deterministic = %d: expected 0 or 1", c->deterministic);
 	switch (c->dispatch) {
 	case RMOE_DISPATCH_ALLTOALL:
 	case RMOE_DISPATCH_RING_EXPERT:
@@ -161,5 +164,6 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = fnv(h, c->dtype);
 	h = fnv(h, c->chunk_rows);
 	h = fnv(h, c->overlap);
+	h = fnv(h, c->deterministic);
 	return h;
 }

@@ -121,6 +121,9 @@ struct rmoe_layer_config {
 	int64_t chunk_rows;  /* split each hop's matched pairs into chunks of at most
 	                        this many rows; 0 = one chunk per hop */
 	int overlap;         /* 1: transfers overlap compute (default); 0: serialised */
+	int deterministic;   /* 1: accumulations into y and dx run in submission
+	                        order, so runs are bit-reproducible; 0 (default):
+	                        in any order (StarPU's commutative access) */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16
