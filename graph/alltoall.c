@@ -59,32 +59,13 @@ static int plan_build(struct rmoe_layer *L, struct rmoe_pass *pass, struct a2a_p
 	    !p->peer_counts)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
 
-	starpu_data_handle_t *hc = calloc((size_t)N, sizeof(*hc));
-	if (!hc)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	int rc = 0;
-	for (int q = 0; q < N && !rc; q++) {
-		if (q == me)
-			continue;
-		hc[q] = rmoe_host_vector(pass, p->peer_counts + (int64_t)q * L->E, L->E, sizeof(int32_t));
-		rc = rmoe_send(L, pass, L->h_counts, q, pass->tag_base + TAG_COUNTS, 0);
-		if (!rc)
-			rc = rmoe_recv(L, pass, hc[q], q, pass->tag_base + TAG_COUNTS);
-	}
-	for (int q = 0; q < N; q++)
-		if (hc[q]) {
-			/* Unregistering waits for the receive. */
-			starpu_data_unregister(hc[q]);
-			pass->resident -= L->E * (int64_t)sizeof(int32_t);
-		}
-	free(hc);
+	int rc = rmoe_exchange_counts(L, pass, pass->tag_base + TAG_COUNTS, p->peer_counts);
 	if (rc)
 		return rc;
-	memcpy(p->peer_counts + (int64_t)me * L->E, L->expert_counts, (size_t)L->E * sizeof(int32_t));
 
 	for (int q = 0; q < N; q++) {
-		p->send_first[q] = rmoe_pairs_first(L, q * el);
-		p->send_rows[q] = rmoe_pairs_count(L, q * el, el);
+		p->send_first[q] = rmoe_pairs_first(L->expert_offsets, q * el);
+		p->send_rows[q] = rmoe_pairs_count(L->expert_offsets, q * el, el);
 		for (int64_t e = 0; e < el; e++) {
 			int64_t c = p->peer_counts[(int64_t)q * L->E + me * el + e];
 			p->chunk_rows[q * el + e] = c;
@@ -200,7 +181,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 	for (int q = 0; q < N && !rc; q++)
 		if (p->send_rows[q] > 0) {
 			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * L->H, sizeof(float));
-			rc = rmoe_submit_gather(L, NULL, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
+			rc = rmoe_submit_gather(L, NULL, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
 			                        "permute");
 		}
 	if (!rc)
@@ -253,7 +234,7 @@ int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_d
 	/* combine postprocess: weighted unpermute into y */
 	for (int q = 0; q < L->N && !rc; q++)
 		if (p.send_rows[q] > 0)
-			rc = rmoe_submit_scatter_add(L, back[q], p.send_first[q], p.send_rows[q], 1, y, 0,
+			rc = rmoe_submit_scatter_add(L, &L->own, back[q], p.send_first[q], p.send_rows[q], 1, y, 0,
 			                             "unpermute");
 	if (back)
 		release_all(back, L->N);
@@ -322,7 +303,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	/* dispatch preprocess backward: unpermute (sum over k) into dx */
 	for (int q = 0; q < N && !rc; q++)
 		if (p.send_rows[q] > 0)
-			rc = rmoe_submit_scatter_add(L, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
+			rc = rmoe_submit_scatter_add(L, &L->own, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
 			                             "unpermute-dx");
 	if (dxsend)
 		release_all(dxsend, N);

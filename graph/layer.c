@@ -68,14 +68,40 @@ int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
 	return 0;
 }
 
+int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
+{
+	const int N = L->N, me = L->ctx->rank;
+	starpu_data_handle_t *hc = calloc((size_t)N, sizeof(*hc));
+	if (!hc)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int rc = 0;
+	for (int q = 0; q < N && !rc; q++) {
+		if (q == me)
+			continue;
+		hc[q] = reg_vector(all + (int64_t)q * L->E, L->E, sizeof(int32_t));
+		rc = rmoe_send(L, pass, L->h_counts, q, tag, 0);
+		if (!rc)
+			rc = rmoe_recv(L, pass, hc[q], q, tag);
+	}
+	/* Unregistering waits for each receive. */
+	for (int q = 0; q < N; q++)
+		if (hc[q])
+			starpu_data_unregister(hc[q]);
+	free(hc);
+	if (rc)
+		return rc;
+	memcpy(all + (int64_t)me * L->E, L->expert_counts, (size_t)L->E * sizeof(int32_t));
+	return 0;
+}
+
 /* ---- chunks of a partition's pairs ------------------------------------------ */
 
-int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_rows,
-                              struct rmoe_chunk **chunks)
+int64_t rmoe_partition_chunks(const struct rmoe_layer *L, const int64_t *offsets, int p,
+                              int64_t max_rows, struct rmoe_chunk **chunks)
 {
 	int64_t e0 = (int64_t)p * L->e_local;
-	int64_t first = rmoe_pairs_first(L, e0);
-	int64_t total = rmoe_pairs_count(L, e0, L->e_local);
+	int64_t first = rmoe_pairs_first(offsets, e0);
+	int64_t total = rmoe_pairs_count(offsets, e0, L->e_local);
 	*chunks = NULL;
 	if (total == 0)
 		return 0;
@@ -95,7 +121,7 @@ int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_row
 		}
 		int64_t lo = c[i].first, hi = c[i].first + c[i].rows;
 		for (int64_t e = 0; e < L->e_local; e++) {
-			int64_t a = L->expert_offsets[e0 + e], b = L->expert_offsets[e0 + e + 1];
+			int64_t a = offsets[e0 + e], b = offsets[e0 + e + 1];
 			int64_t s = a > lo ? a : lo, t = b < hi ? b : hi;
 			c[i].rows_per_expert[e] = t > s ? t - s : 0;
 		}
@@ -268,6 +294,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	L->h_dg = reg_vector(L->dg, TK, sizeof(float));
 	L->h_pair_order = reg_vector(L->pair_order, TK, sizeof(int32_t));
 	L->h_counts = reg_vector(L->expert_counts, L->E, sizeof(int32_t));
+	L->own = (struct rmoe_routing){L->h_pair_order, L->h_topk_w, L->h_dg, L->expert_offsets};
 
 	L->resident_bytes = (int64_t)sizeof(float) * (2 * HE + 2 * L->part_floats +
 	                                              (L->Fs > 0 ? 6 * L->H * L->Fs : 0) +

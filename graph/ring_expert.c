@@ -46,7 +46,7 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
                        starpu_data_handle_t weights, starpu_data_handle_t y)
 {
 	struct rmoe_chunk *chunks;
-	int64_t n = rmoe_partition_chunks(L, visiting(L, h), L->cfg.chunk_rows, &chunks);
+	int64_t n = rmoe_partition_chunks(L, L->expert_offsets, visiting(L, h), L->cfg.chunk_rows, &chunks);
 	if (n < 0)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	int prio = rmoe_prio_hop(h, L->N), rc = 0;
@@ -55,13 +55,13 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
 		starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		rc = rmoe_submit_gather(L, pass, L->h_x, chunks[c].first, rows, 0, xg, prio,
+		rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, chunks[c].first, rows, 0, xg, prio,
 		                        rmoe_task_name("gather", h));
 		if (!rc)
 			rc = rmoe_submit_expert_ffn(L, pass, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
 			                            rows, work, out, prio, rmoe_task_name("expert-ffn", h));
 		if (!rc)
-			rc = rmoe_submit_scatter_add(L, out, chunks[c].first, rows, 1, y, prio,
+			rc = rmoe_submit_scatter_add(L, &L->own, out, chunks[c].first, rows, 1, y, prio,
 			                             rmoe_task_name("scatter-add", h));
 		starpu_data_unregister_submit(xg);
 		starpu_data_unregister_submit(work);
@@ -114,7 +114,7 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
                             starpu_data_handle_t dx, starpu_data_handle_t partial, int *rc)
 {
 	struct rmoe_chunk *chunks;
-	int64_t n = rmoe_partition_chunks(L, visiting(L, h), L->cfg.chunk_rows, &chunks);
+	int64_t n = rmoe_partition_chunks(L, L->expert_offsets, visiting(L, h), L->cfg.chunk_rows, &chunks);
 	if (n < 0) {
 		*rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
 		return 0;
@@ -126,19 +126,19 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
 		starpu_data_handle_t dxg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		*rc = rmoe_submit_gather(L, pass, L->h_x, chunks[c].first, rows, 0, xg, prio,
+		*rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, chunks[c].first, rows, 0, xg, prio,
 		                         rmoe_task_name("gather", h));
 		if (!*rc)
-			*rc = rmoe_submit_gather(L, pass, dy, chunks[c].first, rows, 0, dyg, prio,
+			*rc = rmoe_submit_gather(L, pass, &L->own, dy, chunks[c].first, rows, 0, dyg, prio,
 			                         rmoe_task_name("gather-dy", h));
 		if (!*rc)
 			*rc = rmoe_submit_expert_ffn(L, NULL, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
 			                             rows, work, NULL, prio, rmoe_task_name("recompute", h));
 		if (!*rc)
-			*rc = rmoe_submit_expert_bwd_pairs(L, pass, xg, dyg, weights, &chunks[c], work, dxg, partial,
+			*rc = rmoe_submit_expert_bwd_pairs(L, pass, &L->own, xg, dyg, weights, &chunks[c], work, dxg, partial,
 			                                   c > 0, prio, rmoe_task_name("expert-bwd", h));
 		if (!*rc)
-			*rc = rmoe_submit_scatter_add(L, dxg, chunks[c].first, rows, 0, dx, prio,
+			*rc = rmoe_submit_scatter_add(L, &L->own, dxg, chunks[c].first, rows, 0, dx, prio,
 			                              rmoe_task_name("scatter-add-dx", h));
 		starpu_data_unregister_submit(xg);
 		starpu_data_unregister_submit(dyg);

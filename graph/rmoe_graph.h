@@ -41,6 +41,15 @@ struct rmoe_pass {
 /* Destroys the pass's dependency anchors; after every task has ended. */
 void rmoe_pass_release(struct rmoe_pass *pass);
 
+/* The routing of one token partition as the graphs use it: the pair order
+ * (pairs sorted by expert), the routing weights, the dg accumulator, and the
+ * per-expert offsets into the pair order (host, E+1 entries). A layer's own
+ * tokens have one; with token routing, visiting partitions have theirs. */
+struct rmoe_routing {
+	starpu_data_handle_t pair_order, topk_w, dg;
+	const int64_t *offsets;
+};
+
 struct rmoe_layer {
 	rmoe_ctx *ctx;
 	struct rmoe_layer_config cfg;
@@ -68,6 +77,7 @@ struct rmoe_layer {
 	/* Their handles (home node: main memory), registered once. */
 	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;
 	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts;
+	struct rmoe_routing own;          /* this rank's tokens: the handles above */
 	int64_t resident_bytes;
 
 	int have_forward;
@@ -91,15 +101,20 @@ int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
 int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int src,
               int64_t tag);
 
-/* Pairs routed to the experts [e0, e0+ne) of this rank's tokens: their
- * slice of pair_order. */
-static inline int64_t rmoe_pairs_first(const struct rmoe_layer *L, int64_t e0)
+/* Every rank's expert counts (the "tokens per expert" exchange), into all
+ * [N * E], rank order; blocks until they are here: the host sizes buffers
+ * from them. */
+int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all);
+
+/* Pairs routed to the experts [e0, e0+ne): their slice of a pair order with
+ * per-expert offsets. */
+static inline int64_t rmoe_pairs_first(const int64_t *offsets, int64_t e0)
 {
-	return L->expert_offsets[e0];
+	return offsets[e0];
 }
-static inline int64_t rmoe_pairs_count(const struct rmoe_layer *L, int64_t e0, int64_t ne)
+static inline int64_t rmoe_pairs_count(const int64_t *offsets, int64_t e0, int64_t ne)
 {
-	return L->expert_offsets[e0 + ne] - L->expert_offsets[e0];
+	return offsets[e0 + ne] - offsets[e0];
 }
 
 /* One chunk of a partition's pairs: rows [first, first+rows) of pair_order,
@@ -109,29 +124,29 @@ struct rmoe_chunk {
 	int64_t *rows_per_expert;     /* e_local entries */
 };
 
-/* Split the pairs of partition p (this rank's tokens) into chunks of at most
- * max_rows rows (0 = one chunk). Returns the count; *chunks is malloc'ed. A
- * partition with no pair gives 0 chunks. */
-int64_t rmoe_partition_chunks(const struct rmoe_layer *L, int p, int64_t max_rows,
-                              struct rmoe_chunk **chunks);
+/* Split the pairs routed to expert partition p (of the token partition whose
+ * offsets are given) into chunks of at most max_rows rows (0 = one chunk).
+ * Returns the count; *chunks is malloc'ed. No pair gives 0 chunks. */
+int64_t rmoe_partition_chunks(const struct rmoe_layer *L, const int64_t *offsets, int p,
+                              int64_t max_rows, struct rmoe_chunk **chunks);
 void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n);
 
 /* Task insertion (submit.c). Gathers given a pass wait for its window;
  * expert tasks given an anchor pass become its window. */
 int rmoe_insert_failed(const char *what, int ret);
 int rmoe_clamp_prio(int prio);
-int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t src,
-                       int64_t first, int64_t count, int weighted, starpu_data_handle_t rows, int prio,
-                       const char *name);
-int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int64_t first,
-                            int64_t count, int weighted, starpu_data_handle_t dst, int prio,
-                            const char *name);
+int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,
+                       starpu_data_handle_t src, int64_t first, int64_t count, int weighted,
+                       starpu_data_handle_t rows, int prio, const char *name);
+int rmoe_submit_scatter_add(struct rmoe_layer *L, const struct rmoe_routing *rt,
+                            starpu_data_handle_t rows, int64_t first, int64_t count, int weighted,
+                            starpu_data_handle_t dst, int prio, const char *name);
 int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starpu_data_handle_t rows,
                            starpu_data_handle_t w, int64_t n_experts, int64_t ffn,
                            const int64_t *rows_per_expert, int64_t nrows, starpu_data_handle_t work,
                            starpu_data_handle_t out, int prio, const char *name);
 int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
-                                 starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
+                                 const struct rmoe_routing *rt, starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
                                  starpu_data_handle_t w, const struct rmoe_chunk *c,
                                  starpu_data_handle_t work, starpu_data_handle_t dxrows,
                                  starpu_data_handle_t dw, int accumulate, int prio, const char *name);

@@ -88,9 +88,9 @@ static int submit_built(struct starpu_task *t, const char *what, struct rmoe_pas
 	return 0;
 }
 
-int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t src,
-                       int64_t first, int64_t count, int weighted, starpu_data_handle_t rows, int prio,
-                       const char *name)
+int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,
+                       starpu_data_handle_t src, int64_t first, int64_t count, int weighted,
+                       starpu_data_handle_t rows, int prio, const char *name)
 {
 	struct rmoe_rows_args *a = malloc(sizeof(*a));
 	if (!a)
@@ -98,16 +98,16 @@ int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data
 	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K,
 	                             .weighted = weighted};
 	struct starpu_data_descr d[4] = {
-		{src, STARPU_R}, {L->h_pair_order, STARPU_R}, {rows, STARPU_W}, {L->h_topk_w, STARPU_R}};
+		{src, STARPU_R}, {rt->pair_order, STARPU_R}, {rows, STARPU_W}, {rt->topk_w, STARPU_R}};
 	struct starpu_task *t = starpu_task_build(&rmoe_cl_gather, STARPU_DATA_MODE_ARRAY, d, weighted ? 4 : 3,
 	                                          STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
 	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
 	return submit_built(t, "gather", pass, 1, 0);
 }
 
-int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int64_t first,
-                            int64_t count, int weighted, starpu_data_handle_t dst, int prio,
-                            const char *name)
+int rmoe_submit_scatter_add(struct rmoe_layer *L, const struct rmoe_routing *rt,
+                            starpu_data_handle_t rows, int64_t first, int64_t count, int weighted,
+                            starpu_data_handle_t dst, int prio, const char *name)
 {
 	struct rmoe_rows_args *a = malloc(sizeof(*a));
 	if (!a)
@@ -118,9 +118,9 @@ int rmoe_submit_scatter_add(struct rmoe_layer *L, starpu_data_handle_t rows, int
 	 * of partial outputs), unless the user wants bit-reproducible sums. */
 	enum starpu_data_access_mode acc = L->cfg.deterministic ? STARPU_RW : STARPU_RW | STARPU_COMMUTE;
 	struct starpu_data_descr d[4] = {{rows, STARPU_R},
-	                                 {L->h_pair_order, STARPU_R},
+	                                 {rt->pair_order, STARPU_R},
 	                                 {dst, acc},
-	                                 {L->h_topk_w, STARPU_R}};
+	                                 {rt->topk_w, STARPU_R}};
 	int ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_DATA_MODE_ARRAY, d, weighted ? 4 : 3,
 	                             STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY, rmoe_clamp_prio(prio),
 	                             STARPU_NAME, name, 0);
@@ -166,7 +166,7 @@ int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starp
 }
 
 int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
-                                 starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
+                                 const struct rmoe_routing *rt, starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
                                  starpu_data_handle_t w, const struct rmoe_chunk *c,
                                  starpu_data_handle_t work, starpu_data_handle_t dxrows,
                                  starpu_data_handle_t dw, int accumulate, int prio, const char *name)
@@ -180,9 +180,9 @@ int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
 	a->topk = L->K;
 	struct starpu_data_descr d[9] = {
 		{xrows, STARPU_R},          {dyrows, STARPU_R},
-		{w, STARPU_R},              {L->h_pair_order, STARPU_R},
-		{L->h_topk_w, STARPU_R},    {work, STARPU_RW},
-		{dxrows, STARPU_W},         {L->h_dg, STARPU_RW | STARPU_COMMUTE},
+		{w, STARPU_R},              {rt->pair_order, STARPU_R},
+		{rt->topk_w, STARPU_R},     {work, STARPU_RW},
+		{dxrows, STARPU_W},         {rt->dg, STARPU_RW | STARPU_COMMUTE},
 		{dw, accumulate ? STARPU_RW : STARPU_W},
 	};
 	struct starpu_task *t = starpu_task_build(
