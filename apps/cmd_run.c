@@ -43,7 +43,7 @@ static const char *usage_tail =
 	".npy layout (float32, C order): x.npy, dy.npy [N*T, H] (rank r: rows r*T..);\n"
 	"w_router.npy [H, E]; w_gate.npy, w_up.npy [E, H, F]; w_down.npy [E, F, H];\n"
 	"outputs y, dx, dw_router (summed over ranks), dw_gate, dw_up, dw_down alike.\n"
-	"--dump writes the inputs too, and the outputs of the ring when both run.\n";
+	"--dump writes the inputs too, and the outputs of the first dispatcher run.\n";
 
 static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 {
@@ -56,7 +56,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (0: none)", &r->g_shared},
 		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (see below)", NULL},
 		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|both", "dispatchers to run (both)", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, both (ring+a2a) or all", NULL},
 		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of inputs and weights (1)", NULL},
 		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up (3)", NULL},
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
@@ -243,18 +243,22 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	struct rmoe_layer_config cfg;
 	if (!prc)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
-	enum rmoe_dispatch which[2];
+	enum rmoe_dispatch which[3];
 	int ndisp = 0;
 	if (!prc) {
-		if (strcmp(r.dispatch, "both") == 0) {
+		/* The ring (expert routing) always comes first: ratios are against it. */
+		int ring = !strcmp(r.dispatch, "ring") || !strcmp(r.dispatch, "both") || !strcmp(r.dispatch, "all");
+		int a2a = !strcmp(r.dispatch, "a2a") || !strcmp(r.dispatch, "both") || !strcmp(r.dispatch, "all");
+		int token = !strcmp(r.dispatch, "token") || !strcmp(r.dispatch, "all");
+		if (ring)
 			which[ndisp++] = RMOE_DISPATCH_RING_EXPERT;
+		if (a2a)
 			which[ndisp++] = RMOE_DISPATCH_ALLTOALL;
-		} else if (strcmp(r.dispatch, "ring") == 0) {
-			which[ndisp++] = RMOE_DISPATCH_RING_EXPERT;
-		} else if (strcmp(r.dispatch, "a2a") == 0) {
-			which[ndisp++] = RMOE_DISPATCH_ALLTOALL;
-		} else {
-			snprintf(msg, sizeof(msg), "--dispatch '%s': expected ring, a2a or both", r.dispatch);
+		if (token)
+			which[ndisp++] = RMOE_DISPATCH_RING_TOKEN;
+		if (!ndisp) {
+			snprintf(msg, sizeof(msg), "--dispatch '%s': expected ring, token, a2a, both or all",
+			         r.dispatch);
 			prc = RMOE_EINVAL;
 		}
 	}
@@ -299,8 +303,8 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	if (r.preset && r.scale != 1.0)
 		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
 
-	struct rmoe_results res[2];
-	struct outcome out[2];
+	struct rmoe_results res[3];
+	struct outcome out[3];
 	memset(res, 0, sizeof(res));
 	for (int i = 0; i < ndisp && !rc; i++) {
 		rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
@@ -319,16 +323,27 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak "
 		             "= peak above the %.1f MiB resident: weights, gradients, inputs, routing)\n",
 		             out[0].resident / MiB);
-		if (ndisp == 2) {
-			const struct outcome *ring = &out[0], *a2a = &out[1];
+		/* Ratios of the all-to-all over each ring mode, then agreement. */
+		int ia = -1;
+		for (int i = 0; i < ndisp; i++)
+			if (out[i].d == RMOE_DISPATCH_ALLTOALL)
+				ia = i;
+		for (int i = 0; i < ndisp && ia >= 0; i++) {
+			if (i == ia)
+				continue;
+			const struct outcome *ring = &out[i], *a2a = &out[ia];
 			double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
-			rmoe_app_say("a2a/ring: peak layer memory %.2fx (execution peak %.2fx), forward+backward "
+			rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward "
 			             "time %.2fx\n",
-			             pa / pr, (pa - a2a->resident) / (pr - ring->resident),
+			             rmoe_dispatch_name(ring->d), pa / pr,
+			             (pa - a2a->resident) / (pr - ring->resident),
 			             (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
+		}
+		for (int i = 1; i < ndisp; i++) {
 			const char *worst;
-			double diff = rmoe_results_max_rel_diff(&res[0], &res[1], &prob, &worst);
-			rmoe_app_say("largest relative difference ring vs a2a: %.2e (%s)\n", diff, worst);
+			double diff = rmoe_results_max_rel_diff(&res[0], &res[i], &prob, &worst);
+			rmoe_app_say("largest relative difference %s vs %s: %.2e (%s)\n",
+			             rmoe_dispatch_name(out[0].d), rmoe_dispatch_name(out[i].d), diff, worst);
 		}
 		for (int i = 0; i < ndisp && r.check; i++) {
 			const char *worst;
@@ -351,7 +366,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		if (exit_code == 0 && r.csv && rmoe_app_agree(write_csv(r.csv, &cfg, nranks, out, ndisp)))
 			exit_code = 1;
 	}
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
 	rmoe_ctx_destroy(ctx);

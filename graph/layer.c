@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "rmoe_codelets.h"
 #include "rmoe_config.h"
@@ -489,8 +492,34 @@ int rmoe_layer_get_stats(const rmoe_layer *L, struct rmoe_layer_stats *s)
 
 /* ---- forward and backward ------------------------------------------------------ */
 
+/* Process peak RSS since the last reset: VmHWM, which writing "5" to
+ * /proc/self/clear_refs resets (Linux >= 4.0), so each pass reports its own
+ * peak even after a larger one in the same process; getrusage otherwise. */
+static void rss_reset(void)
+{
+#ifdef __GLIBC__
+	/* Freed heap pages of an earlier pass still count in RSS until trimmed. */
+	malloc_trim(0);
+#endif
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	if (f) {
+		fputs("5", f);
+		fclose(f);
+	}
+}
+
 static int64_t peak_rss_bytes(void)
 {
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long long kib = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %lld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (kib >= 0)
+		return (int64_t)kib * 1024;
 	struct rusage ru;
 	if (getrusage(RUSAGE_SELF, &ru) != 0)
 		return -1;
@@ -602,7 +631,10 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_bas
 	L->stats.resident_bytes = resident;
 	if (pass->largest_temporary > L->stats.largest_temporary_bytes)
 		L->stats.largest_temporary_bytes = pass->largest_temporary;
-	L->stats.peak_rss_bytes = peak_rss_bytes();
+	/* forward and backward together: the larger of the two passes */
+	int64_t rss = peak_rss_bytes();
+	if (!pass->backward || rss > L->stats.peak_rss_bytes)
+		L->stats.peak_rss_bytes = rss;
 	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
 }
 
@@ -615,7 +647,7 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 		                  "(rmoe_layer_set_shared)", (long long)L->Fs);
 	double t0 = starpu_timing_now();
 	struct rmoe_pass pass = {0};
-	int rc = rmoe_tags_reserve(L->ctx, 2 * (int64_t)L->N + 8, &pass.tag_base);
+	int rc = rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass.tag_base);
 	if (rc)
 		return rc;
 
@@ -628,6 +660,7 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	starpu_data_handle_t hy = rmoe_host_vector(&pass, y, L->T * L->H, sizeof(float));
 
 	rmoe_probe_reset();
+	rss_reset();
 	int64_t dyn_base = rmoe_probe_current();
 	rc = submit_router_fwd(L);
 	if (!rc && L->Fs > 0)
@@ -637,6 +670,8 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	if (!rc) {
 		if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
 			rc = rmoe_alltoall_forward(L, &pass, hy);
+		else if (L->dispatch == RMOE_DISPATCH_RING_TOKEN)
+			rc = rmoe_ring_token_forward(L, &pass, hy);
 		else
 			rc = rmoe_ring_expert_forward(L, &pass, hy);
 	}
@@ -680,7 +715,7 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 		return rmoe_error(RMOE_ESTATE, "rmoe_layer_backward called before any rmoe_layer_forward");
 	double t0 = starpu_timing_now();
 	struct rmoe_pass pass = {.backward = 1};
-	int rc = rmoe_tags_reserve(L->ctx, 2 * (int64_t)L->N + 8, &pass.tag_base);
+	int rc = rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass.tag_base);
 	if (rc)
 		return rc;
 	memset(dx, 0, (size_t)(L->T * L->H) * sizeof(float));
@@ -690,12 +725,15 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 		dprobs ? rmoe_host_vector(&pass, (void *)dprobs, L->T * L->E, sizeof(float)) : NULL;
 
 	rmoe_probe_reset();
+	rss_reset();
 	int64_t dyn_base = rmoe_probe_current();
 	if (L->Fs > 0)
 		rc = submit_shared_bwd(L, &pass, hdy, hdx);
 	if (!rc) {
 		if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
 			rc = rmoe_alltoall_backward(L, &pass, hdy, hdx);
+		else if (L->dispatch == RMOE_DISPATCH_RING_TOKEN)
+			rc = rmoe_ring_token_backward(L, &pass, hdy, hdx);
 		else
 			rc = rmoe_ring_expert_backward(L, &pass, hdy, hdx);
 	}

@@ -102,8 +102,8 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 	switch (c->dispatch) {
 	case RMOE_DISPATCH_ALLTOALL:
 	case RMOE_DISPATCH_RING_EXPERT:
-		break;
 	case RMOE_DISPATCH_RING_TOKEN:
+		break;
 	case RMOE_DISPATCH_AUTO:
 		return rmoe_error(RMOE_ENOTSUP, "dispatch %s is not available in this version",
 		                  rmoe_dispatch_name(c->dispatch));

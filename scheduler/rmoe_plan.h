@@ -18,6 +18,7 @@
  *   devices_per_node = 4    # GPUs per node; 0 = CPU-only nodes
  *   ranks_per_node = 4      # MPI ranks placed on a node (block placement)
  *   gpu_link = nvlink       # GPU-GPU inside a node: nvlink | pcie
+ *                           # (required only with devices_per_node > 1)
  *
  *   [device]                # one device (a GPU, or a node's CPUs if none)
  *   bf16_tflops = 400       # planning rate of the expert GEMMs, TFLOP/s
@@ -37,8 +38,8 @@
  * memory), network two nodes. A [link] is required when the machine uses it
  * (network with nodes > 1; gpu_link with devices_per_node > 1; same_device
  * with more ranks than devices per node; shm with CPU-only nodes and several
- * ranks per node); every other one is optional. All top-level keys and the
- * three [device] keys are required. A key given twice, an unknown key or
+ * ranks per node); every other one is optional. The other top-level keys
+ * and the three [device] keys are required. A key given twice, an unknown key or
  * section, a malformed or out-of-range number, a NUL byte, a placement
  * naming a node >= nodes or a device >= devices_per_node, or putting more
  * than ranks_per_node ranks on a node is an RMOE_EFORMAT error whose message
@@ -151,7 +152,8 @@ struct rmoe_topology {
  * by the rank's index on its node modulo the node's GPUs. With a cluster
  * description its links and rates replace the defaults, its devices_per_node
  * the GPU count, and its placement (which must name exactly nranks ranks)
- * the host names. Pure. */
+ * the host names. Links the description leaves out keep the defaults'
+ * numbers. Pure. */
 int rmoe_topology_from_ranks(const struct rmoe_rank_info *info, int nranks,
                              const struct rmoe_cluster *cluster, struct rmoe_topology *out);
 
@@ -210,8 +212,8 @@ struct rmoe_routing_problem {
 	enum rmoe_dtype dtype;     /* of activations and weights */
 };
 
-/* 0, or RMOE_EINVAL naming the value (E divisible by EP, F by ETP, sizes
- * positive and small enough for exact double arithmetic). */
+/* 0, or RMOE_EINVAL naming the value (sizes positive and bounded, K <= E,
+ * E divisible by EP, F by ETP). */
 int rmoe_routing_check(const struct rmoe_routing_problem *p);
 
 /* Bytes per element of dtype. */

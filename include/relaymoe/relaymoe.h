@@ -189,7 +189,8 @@ struct rmoe_layer_stats {
 	int64_t largest_temporary_bytes; /* largest buffer registered by a graph */
 	int64_t bytes_sent_forward;   /* bytes this rank handed to StarPU-MPI */
 	int64_t bytes_sent_backward;
-	int64_t peak_rss_bytes;       /* process peak RSS (getrusage), monotone */
+	int64_t peak_rss_bytes;       /* process peak RSS during the last forward and
+	                                 backward (VmHWM, reset at each pass) */
 	int hops;                     /* ring hops (0 for all-to-all) */
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);

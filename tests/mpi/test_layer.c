@@ -1,5 +1,5 @@
-/* Multi-rank: ring expert routing and the all-to-all baseline, forward and
- * backward, against the single-process reference, on seeded inputs, for
+/* Multi-rank: ring expert routing, ring token routing and the all-to-all
+ * baseline, forward and backward, against the single-process reference, on seeded inputs, for
  * several routing situations. Run under mpiexec -n N (N = 1..4). */
 #include <math.h>
 #include <stdio.h>
@@ -62,9 +62,10 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 	if (s->skew)
 		skew_router(&prob, s->skew);
 
-	enum rmoe_dispatch ds[2] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_ALLTOALL};
-	struct rmoe_results res[2];
-	for (int i = 0; i < 2; i++) {
+	enum rmoe_dispatch ds[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_ALLTOALL,
+	                            RMOE_DISPATCH_RING_TOKEN};
+	struct rmoe_results res[3];
+	for (int i = 0; i < 3; i++) {
 		char what[160];
 		cfg.dispatch = ds[i];
 		rmoe_layer *layer = NULL;
@@ -97,12 +98,15 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 		}
 		rmoe_layer_destroy(layer);
 	}
-	const char *worst;
-	double diff = rmoe_results_max_rel_diff(&res[0], &res[1], &prob, &worst);
-	char what[160];
-	snprintf(what, sizeof(what), "%s: ring vs a2a (worst %s)", s->name, worst);
-	expect(diff <= TOLERANCE, what, diff);
-	for (int i = 0; i < 2; i++)
+	for (int i = 1; i < 3; i++) {
+		const char *worst;
+		double diff = rmoe_results_max_rel_diff(&res[0], &res[i], &prob, &worst);
+		char what[160];
+		snprintf(what, sizeof(what), "%s: ring vs %s (worst %s)", s->name, rmoe_dispatch_name(ds[i]),
+		         worst);
+		expect(diff <= TOLERANCE, what, diff);
+	}
+	for (int i = 0; i < 3; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
 }

@@ -1,0 +1,256 @@
+/* Ring token routing (paper §3.2).
+ *
+ * Experts stay on their owner; each rank's token partition travels around
+ * the ring instead. At hop h the rank at ring position i holds the tokens of
+ * the rank at position i - h with their routing (pair order and weights) and
+ * their output accumulator Y; it computes the pairs routed to its own experts,
+ * adds them into Y, and passes everything to the right. After N hops each
+ * partition has met every expert: the rank at position i then holds the
+ * finished Y of position i+1, and one transfer returns it to its owner.
+ *
+ * Buffers are double-buffered per kind as in expert routing. The inputs (x,
+ * routing) leave for the right as soon as the hop starts, since they are only
+ * read; the accumulators leave once the hop's last scatter-add is done.
+ *
+ * Backward carries x, dy and the routing with the accumulators dx and dg;
+ * each hop reconstructs its intermediates (§3.3) and the weight gradient of
+ * the resident experts accumulates locally. Every rank's expert counts are
+ * exchanged first, so the host knows each visiting partition's slice sizes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_codelets.h"
+#include "rmoe_graph.h"
+
+/* What travels with a token partition, one handle per kind. */
+enum kind { X, DY, ORDER, WEIGHTS, ACC, DG, NKINDS };
+
+struct token_ring {
+	int32_t *counts;                  /* [N * E] every rank's expert counts */
+	int64_t *offsets;                 /* [N * (E+1)] their prefix sums */
+	starpu_data_handle_t buf[NKINDS][2];
+};
+
+static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R, int backward)
+{
+	const int N = L->N;
+	const int64_t E = L->E, TH = L->T * L->H, TK = L->T * L->K;
+	memset(R, 0, sizeof(*R));
+	R->counts = calloc((size_t)(N * E), sizeof(int32_t));
+	R->offsets = calloc((size_t)(N * (E + 1)), sizeof(int64_t));
+	if (!R->counts || !R->offsets)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int rc = rmoe_exchange_counts(L, pass, pass->tag_base, R->counts);
+	if (rc)
+		return rc;
+	for (int q = 0; q < N; q++) {
+		int64_t *o = R->offsets + (int64_t)q * (E + 1);
+		for (int64_t e = 0; e < E; e++)
+			o[e + 1] = o[e] + R->counts[(int64_t)q * E + e];
+	}
+	if (N == 1)
+		return 0;
+	const int64_t n[NKINDS] = {TH, TH, TK, TK, TH, TK};
+	const size_t el[NKINDS] = {sizeof(float), sizeof(float), sizeof(int32_t), sizeof(float),
+	                           sizeof(float), sizeof(float)};
+	for (int k = 0; k < NKINDS; k++) {
+		if (!backward && (k == DY || k == DG))
+			continue;
+		for (int b = 0; b < 2; b++)
+			R->buf[k][b] = rmoe_temp_vector(pass, n[k], el[k]);
+	}
+	return 0;
+}
+
+static void ring_free(struct token_ring *R)
+{
+	for (int k = 0; k < NKINDS; k++)
+		for (int b = 0; b < 2; b++)
+			if (R->buf[k][b])
+				starpu_data_unregister_submit(R->buf[k][b]);
+	free(R->counts);
+	free(R->offsets);
+}
+
+static int wait_for(starpu_data_handle_t h)
+{
+	int ret = starpu_data_acquire(h, STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	starpu_data_release(h);
+	return 0;
+}
+
+/* One pass of the ring. own[k] are this rank's handles (hop 0 and the final
+ * return); inputs are kinds sent at the start of a hop, accs those sent at
+ * its end. compute_hop submits the hop's tasks on the held handles. */
+typedef int (*hop_fn)(struct rmoe_layer *L, struct rmoe_pass *pass, int h, starpu_data_handle_t *held,
+                      const struct rmoe_routing *rt, int *dw_written);
+
+static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R,
+                    starpu_data_handle_t own[NKINDS], const int *inputs, int ninputs, const int *accs,
+                    int naccs, hop_fn compute_hop, int *dw_written)
+{
+	const int N = L->N, overlap = L->cfg.overlap;
+	/* tags: the counts exchange, then NKINDS per hop, then the returns */
+	const int64_t tag0 = pass->tag_base + 1;
+	int rc = 0;
+	for (int h = 0; h < N && !rc; h++) {
+		int src = L->ring[(L->ring_pos - h + N) % N];    /* whose tokens we hold */
+		int prio = rmoe_prio_hop(h, N);
+		int last = h == N - 1;
+		starpu_data_handle_t held[NKINDS];
+		for (int k = 0; k < NKINDS; k++)
+			held[k] = h == 0 ? own[k] : R->buf[k][h % 2];
+		struct rmoe_routing rt = {held[ORDER], held[WEIGHTS], held[DG],
+		                          R->offsets + (int64_t)src * (L->E + 1)};
+		int64_t tag = tag0 + (int64_t)h * NKINDS;
+		if (!last && overlap)
+			for (int i = 0; i < ninputs && !rc; i++) {
+				int k = inputs[i];
+				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1);
+				if (!rc)
+					rc = rmoe_recv(L, pass, R->buf[k][(h + 1) % 2], L->left, tag + k);
+			}
+		for (int i = 0; i < naccs && !rc && !last && overlap; i++)
+			rc = rmoe_recv(L, pass, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
+		if (!rc)
+			rc = compute_hop(L, pass, h, held, &rt, dw_written);
+		if (rc || N == 1)
+			break;
+		if (!overlap)
+			starpu_task_wait_for_all();
+		for (int i = 0; i < naccs && !rc; i++) {
+			int k = accs[i];
+			if (!last)
+				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1);
+			else {
+				/* The finished accumulators of position i+1 go home. */
+				int64_t ret_tag = tag0 + (int64_t)N * NKINDS + k;
+				rc = rmoe_send(L, pass, held[k], L->right, ret_tag, prio + 1);
+				if (!rc)
+					rc = rmoe_recv(L, pass, own[k], L->left, ret_tag);
+			}
+		}
+		if (!last && !overlap) {
+			for (int i = 0; i < ninputs && !rc; i++) {
+				int k = inputs[i];
+				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1);
+				if (!rc)
+					rc = rmoe_recv(L, pass, R->buf[k][(h + 1) % 2], L->left, tag + k);
+			}
+			for (int i = 0; i < naccs && !rc; i++)
+				rc = rmoe_recv(L, pass, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
+			for (int i = 0; i < ninputs && !rc; i++)
+				rc = wait_for(R->buf[inputs[i]][(h + 1) % 2]);
+			for (int i = 0; i < naccs && !rc; i++)
+				rc = wait_for(R->buf[accs[i]][(h + 1) % 2]);
+		}
+	}
+	return rc;
+}
+
+/* Forward of one hop: the visiting tokens' pairs routed to the resident
+ * experts, added into the visiting accumulator. */
+static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, starpu_data_handle_t *held,
+                       const struct rmoe_routing *rt, int *dw_written)
+{
+	(void)dw_written;
+	struct rmoe_chunk *chunks;
+	int64_t n = rmoe_partition_chunks(L, rt->offsets, L->ctx->rank, L->cfg.chunk_rows, &chunks);
+	if (n < 0)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int prio = rmoe_prio_hop(h, L->N), rc = 0;
+	for (int64_t c = 0; c < n && !rc; c++) {
+		int64_t rows = chunks[c].rows;
+		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
+		starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		rc = rmoe_submit_gather(L, pass, rt, held[X], chunks[c].first, rows, 0, xg, prio,
+		                        rmoe_task_name("gather", h));
+		if (!rc)
+			rc = rmoe_submit_expert_ffn(L, pass, xg, L->h_w_part, L->e_local, L->F,
+			                            chunks[c].rows_per_expert, rows, work, out, prio,
+			                            rmoe_task_name("expert-ffn", h));
+		if (!rc)
+			rc = rmoe_submit_scatter_add(L, rt, out, chunks[c].first, rows, 1, held[ACC], prio,
+			                             rmoe_task_name("scatter-add", h));
+		starpu_data_unregister_submit(xg);
+		starpu_data_unregister_submit(work);
+		starpu_data_unregister_submit(out);
+	}
+	rmoe_chunks_free(chunks, n);
+	return rc;
+}
+
+int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
+{
+	struct token_ring R;
+	int rc = ring_init(L, pass, &R, 0);
+	starpu_data_handle_t own[NKINDS] = {L->h_x, NULL, L->h_pair_order, L->h_topk_w, y, NULL};
+	static const int inputs[] = {X, ORDER, WEIGHTS}, accs[] = {ACC};
+	if (!rc)
+		rc = run_ring(L, pass, &R, own, inputs, 3, accs, 1, forward_hop, NULL);
+	ring_free(&R);
+	return rc;
+}
+
+/* Backward of one hop (§3.3: reconstruct, consume, release): dx and dg of
+ * the visiting tokens accumulate into the travelling buffers; the resident
+ * experts' weight gradient into the owner's, across hops. */
+static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, starpu_data_handle_t *held,
+                        const struct rmoe_routing *rt, int *dw_written)
+{
+	struct rmoe_chunk *chunks;
+	int64_t n = rmoe_partition_chunks(L, rt->offsets, L->ctx->rank, L->cfg.chunk_rows, &chunks);
+	if (n < 0)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int prio = rmoe_prio_hop(h, L->N), rc = 0;
+	for (int64_t c = 0; c < n && !rc; c++) {
+		int64_t rows = chunks[c].rows;
+		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
+		starpu_data_handle_t dxg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+		rc = rmoe_submit_gather(L, pass, rt, held[X], chunks[c].first, rows, 0, xg, prio,
+		                        rmoe_task_name("gather", h));
+		if (!rc)
+			rc = rmoe_submit_gather(L, pass, rt, held[DY], chunks[c].first, rows, 0, dyg, prio,
+			                        rmoe_task_name("gather-dy", h));
+		if (!rc)
+			rc = rmoe_submit_expert_ffn(L, NULL, xg, L->h_w_part, L->e_local, L->F,
+			                            chunks[c].rows_per_expert, rows, work, NULL, prio,
+			                            rmoe_task_name("recompute", h));
+		if (!rc)
+			rc = rmoe_submit_expert_bwd_pairs(L, pass, rt, xg, dyg, L->h_w_part, &chunks[c], work, dxg,
+			                                  L->h_dw_part, *dw_written, prio,
+			                                  rmoe_task_name("expert-bwd", h));
+		*dw_written = 1;
+		if (!rc)
+			rc = rmoe_submit_scatter_add(L, rt, dxg, chunks[c].first, rows, 0, held[ACC], prio,
+			                             rmoe_task_name("scatter-add-dx", h));
+		starpu_data_unregister_submit(xg);
+		starpu_data_unregister_submit(dyg);
+		starpu_data_unregister_submit(work);
+		starpu_data_unregister_submit(dxg);
+	}
+	rmoe_chunks_free(chunks, n);
+	return rc;
+}
+
+int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                             starpu_data_handle_t dx)
+{
+	struct token_ring R;
+	int rc = ring_init(L, pass, &R, 1);
+	starpu_data_handle_t own[NKINDS] = {L->h_x, dy, L->h_pair_order, L->h_topk_w, dx, L->h_dg};
+	static const int inputs[] = {X, DY, ORDER, WEIGHTS}, accs[] = {ACC, DG};
+	int dw_written = 0;
+	if (!rc)
+		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
+	/* No visiting pair ever reached the resident experts. */
+	if (!rc && !dw_written)
+		rc = rmoe_submit_zero(L->h_dw_part, L->part_floats, 0, "zero-grad");
+	ring_free(&R);
+	return rc;
+}

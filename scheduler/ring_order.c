@@ -1,0 +1,91 @@
+/* The ring order (§3.2, "the physical topology of the ring also matters"):
+ * every hop moves data between ring neighbours at once, so the slowest edge
+ * paces the hop. Keeping each node's ranks contiguous makes the ring cross
+ * the slow inter-node links once per node, the fewest a ring over several
+ * nodes can; inside a node, ranks sharing a device sit together and devices
+ * follow in order (under NVSwitch every pair is equally fast). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_plan.h"
+
+struct placed {
+	int node, device, rank;
+};
+
+static int cmp_placed(const void *a, const void *b)
+{
+	const struct placed *x = a, *y = b;
+	if (x->node != y->node)
+		return (x->node > y->node) - (x->node < y->node);
+	if (x->device != y->device)
+		return (x->device > y->device) - (x->device < y->device);
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+int rmoe_ring_order(const struct rmoe_topology *t, int *order)
+{
+	if (!t || !order || t->nranks < 1 || !t->node || !t->device)
+		return rmoe_error(RMOE_EINVAL, "rmoe_ring_order: expected a topology of at least one rank");
+	struct placed *p = malloc(sizeof(*p) * (size_t)t->nranks);
+	if (!p)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory ordering %d ranks", t->nranks);
+	for (int r = 0; r < t->nranks; r++)
+		p[r] = (struct placed){t->node[r], t->device[r], r};
+	qsort(p, (size_t)t->nranks, sizeof(*p), cmp_placed);
+	for (int i = 0; i < t->nranks; i++)
+		order[i] = p[i].rank;
+	free(p);
+	return 0;
+}
+
+int rmoe_ring_edges(const struct rmoe_topology *t, const int *order, struct rmoe_ring_edge *edges)
+{
+	if (!t || !order || !edges || t->nranks < 1)
+		return rmoe_error(RMOE_EINVAL, "rmoe_ring_edges: expected a topology, an order and edges");
+	int n = t->nranks;
+	char *seen = calloc((size_t)n, 1);
+	if (!seen)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory checking the ring order");
+	for (int i = 0; i < n; i++) {
+		if (order[i] < 0 || order[i] >= n || seen[order[i]]) {
+			int bad = order[i];
+			free(seen);
+			return rmoe_error(RMOE_EINVAL,
+			                  "ring position %d holds rank %d: expected each rank 0..%d exactly once",
+			                  i, bad, n - 1);
+		}
+		seen[order[i]] = 1;
+	}
+	free(seen);
+	for (int i = 0; i < n; i++) {
+		int a = order[i], b = order[(i + 1) % n];
+		enum rmoe_link_class l = rmoe_topology_link(t, a, b);
+		edges[i] = (struct rmoe_ring_edge){a, b, l, t->link[l].bandwidth_gbs, t->link[l].latency_us};
+	}
+	return 0;
+}
+
+int rmoe_ring_node_crossings(const struct rmoe_topology *t, const int *order)
+{
+	int n = t->nranks, crossings = 0;
+	for (int i = 0; i < n && n > 1; i++)
+		crossings += t->node[order[i]] != t->node[order[(i + 1) % n]];
+	return crossings;
+}
+
+double rmoe_edge_seconds(const struct rmoe_ring_edge *e, double bytes)
+{
+	if (e->bandwidth_gbs <= 0)
+		return 0.0;
+	return e->latency_us * 1e-6 + bytes / (e->bandwidth_gbs * 1e9);
+}
+
+int rmoe_ring_slowest_edge(const struct rmoe_ring_edge *edges, int n, double bytes)
+{
+	int worst = 0;
+	for (int i = 1; i < n; i++)
+		if (rmoe_edge_seconds(&edges[i], bytes) > rmoe_edge_seconds(&edges[worst], bytes))
+			worst = i;
+	return worst;
+}

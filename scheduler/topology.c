@@ -1,0 +1,382 @@
+/* Topology: where every rank runs (node, device) and how two ranks are
+ * linked. hwloc describes this machine; one MPI_Allgather tells every rank
+ * what the others saw; the rest is pure, so every rank derives the same
+ * topology from the same gathered bytes. A cluster description can replace
+ * the live placement (simulated multi-node placements on one machine). */
+#include <hwloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_plan.h"
+
+/* ---- this machine (hwloc) ------------------------------------------------- */
+
+int rmoe_local_hw_probe(struct rmoe_local_hw *hw)
+{
+	memset(hw, 0, sizeof(*hw));
+	hw->nvlink = -1;
+	hwloc_topology_t topo;
+	if (hwloc_topology_init(&topo) != 0)
+		return rmoe_error(RMOE_ENOTSUP, "hwloc_topology_init failed");
+	/* GPUs are I/O objects: hwloc drops them unless asked to keep them. */
+	hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	if (hwloc_topology_load(topo) != 0) {
+		hwloc_topology_destroy(topo);
+		return rmoe_error(RMOE_ENOTSUP, "hwloc_topology_load failed");
+	}
+	int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+	int numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+	hw->cores = cores > 0 ? cores : 0;
+	hw->numa_nodes = numa > 0 ? numa : 0;
+
+	/* A GPU may appear as a CUDA co-processor, an NVML device and a PCI
+	 * function at once: count one kind, the most specific present. */
+	int cuda = 0, nvml = 0, pci = 0;
+	for (hwloc_obj_t o = hwloc_get_next_osdev(topo, NULL); o; o = hwloc_get_next_osdev(topo, o)) {
+		if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_COPROC && o->subtype && strcmp(o->subtype, "CUDA") == 0)
+			cuda++;
+		else if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_GPU && o->name && strncmp(o->name, "nvml", 4) == 0)
+			nvml++;
+	}
+	for (hwloc_obj_t o = hwloc_get_next_pcidev(topo, NULL); o; o = hwloc_get_next_pcidev(topo, o)) {
+		unsigned cls = o->attr->pcidev.class_id;
+		if (o->attr->pcidev.vendor_id == 0x10de && (cls == 0x0300 || cls == 0x0302))
+			pci++;
+	}
+	hw->gpus = cuda ? cuda : nvml ? nvml : pci;
+
+	if (hw->gpus == 0) {
+		hw->nvlink = 0;
+	} else {
+		/* hwloc's NVML backend publishes NVLink bandwidths between GPUs as
+		 * the "NVLinkBandwidth" distances; without them NVLink is unknown. */
+		unsigned nr = 1;
+		struct hwloc_distances_s *d = NULL;
+		if (hwloc_distances_get_by_name(topo, "NVLinkBandwidth", &nr, &d, 0) == 0 && nr > 0 && d) {
+			hw->nvlink = 0;
+			for (unsigned i = 0; i < d->nbobjs; i++)
+				for (unsigned j = 0; j < d->nbobjs; j++)
+					if (i != j && d->values[i * d->nbobjs + j] > 0)
+						hw->nvlink = 1;
+			hwloc_distances_release(topo, d);
+		}
+	}
+	hwloc_topology_destroy(topo);
+	return 0;
+}
+
+/* ---- pure construction ------------------------------------------------------ */
+
+struct keyed {
+	int key, rank;
+};
+
+static int cmp_keyed(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+	if (x->key != y->key)
+		return (x->key > y->key) - (x->key < y->key);
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Renumbers arbitrary per-rank node keys 0, 1, ... in order of first
+ * appearance in rank order, so the numbering depends only on the grouping. */
+static int number_nodes(int n, const int *key, int *node, int *nnodes)
+{
+	struct keyed *k = malloc(sizeof(*k) * (size_t)n);
+	int *group = malloc(sizeof(int) * (size_t)n);    /* rank -> group of equal keys */
+	int *rename = malloc(sizeof(int) * (size_t)n);   /* group -> node */
+	if (!k || !group || !rename) {
+		free(k);
+		free(group);
+		free(rename);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory numbering nodes");
+	}
+	for (int r = 0; r < n; r++)
+		k[r] = (struct keyed){key[r], r};
+	qsort(k, (size_t)n, sizeof(*k), cmp_keyed);
+	int groups = 0;
+	for (int i = 0; i < n; i++) {
+		if (i == 0 || k[i].key != k[i - 1].key)
+			rename[groups++] = -1;
+		group[k[i].rank] = groups - 1;
+	}
+	int next = 0;
+	for (int r = 0; r < n; r++) {
+		int g = group[r];
+		if (rename[g] < 0)
+			rename[g] = next++;
+		node[r] = rename[g];
+	}
+	*nnodes = next;
+	free(k);
+	free(group);
+	free(rename);
+	return 0;
+}
+
+static int topology_alloc(struct rmoe_topology *t, int nranks)
+{
+	memset(t, 0, sizeof(*t));
+	if (nranks < 1 || nranks > RMOE_CLUSTER_MAX_RANKS)
+		return rmoe_error(RMOE_EINVAL, "%d ranks: expected 1 to %d", nranks, RMOE_CLUSTER_MAX_RANKS);
+	t->nranks = nranks;
+	t->node = malloc(sizeof(int) * (size_t)nranks);
+	t->device = malloc(sizeof(int) * (size_t)nranks);
+	if (!t->node || !t->device) {
+		rmoe_topology_free(t);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the topology of %d ranks", nranks);
+	}
+	t->local.nvlink = -1;
+	return 0;
+}
+
+/* Links and rates from the description, the defaults' for what it leaves out. */
+static void apply_rates(struct rmoe_topology *t, const struct rmoe_cluster *c)
+{
+	struct rmoe_cluster d;
+	rmoe_cluster_defaults(&d);
+	if (!c)
+		c = &d;
+	for (int l = 0; l < RMOE_LINK_COUNT; l++)
+		t->link[l] = c->link[l].bandwidth_gbs > 0 ? c->link[l] : d.link[l];
+	t->bf16_tflops = c->bf16_tflops;
+	t->f32_tflops = c->f32_tflops;
+	t->memory_bytes = c->memory_bytes;
+	snprintf(t->cluster, sizeof(t->cluster), "%s", c->name);
+	t->gpu_link = c->gpu_link;
+	t->gpu_link_known = 1;
+}
+
+/* Device of each rank: its index among its node's ranks (in rank order)
+ * modulo the node's GPU count (gpus(r) <= 0: no device). */
+static int place_devices(struct rmoe_topology *t, const int *gpus_of_rank, int gpus_all)
+{
+	int *seen = calloc((size_t)t->nnodes, sizeof(int));
+	if (!seen)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory placing devices");
+	for (int r = 0; r < t->nranks; r++) {
+		int local = seen[t->node[r]]++;
+		int g = gpus_of_rank ? gpus_of_rank[r] : gpus_all;
+		t->device[r] = g > 0 ? local % g : -1;
+	}
+	free(seen);
+	return 0;
+}
+
+/* The description's rank_nodes (and rank_devices). */
+static int place_explicit(struct rmoe_topology *t, const struct rmoe_cluster *c)
+{
+	int rc = number_nodes(t->nranks, c->rank_nodes, t->node, &t->nnodes);
+	if (rc)
+		return rc;
+	if (c->rank_devices) {
+		memcpy(t->device, c->rank_devices, sizeof(int) * (size_t)t->nranks);
+		return 0;
+	}
+	return place_devices(t, NULL, c->devices_per_node);
+}
+
+static int placement_mismatch(const struct rmoe_cluster *c, int nranks)
+{
+	return rmoe_error(RMOE_EINVAL,
+	                  "cluster %s places %d ranks (rank_nodes) but there are %d: expected one entry per "
+	                  "rank",
+	                  c->name, c->nplaced, nranks);
+}
+
+struct named {
+	const char *host;
+	int rank;
+};
+
+static int cmp_named(const void *a, const void *b)
+{
+	const struct named *x = a, *y = b;
+	int s = strncmp(x->host, y->host, RMOE_HOST_MAX);
+	return s ? s : (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+int rmoe_topology_from_ranks(const struct rmoe_rank_info *info, int nranks,
+                             const struct rmoe_cluster *cluster, struct rmoe_topology *out)
+{
+	if (!out)
+		return rmoe_error(RMOE_EINVAL, "rmoe_topology_from_ranks: out is NULL");
+	memset(out, 0, sizeof(*out));
+	if (!info)
+		return rmoe_error(RMOE_EINVAL, "rmoe_topology_from_ranks: info is NULL");
+	if (cluster && cluster->nplaced && cluster->nplaced != nranks)
+		return placement_mismatch(cluster, nranks);
+	int rc = topology_alloc(out, nranks);
+	if (rc)
+		return rc;
+	apply_rates(out, cluster);
+
+	if (cluster && cluster->nplaced) {
+		out->placement = "rank_nodes of the cluster description";
+		rc = place_explicit(out, cluster);
+	} else {
+		out->placement = "MPI host names";
+		/* Host names to integer keys (their rank in sorted order), then
+		 * nodes by first appearance. */
+		struct named *idx = malloc(sizeof(*idx) * (size_t)nranks);
+		int *key = malloc(sizeof(int) * (size_t)nranks);
+		int *gpus = malloc(sizeof(int) * (size_t)nranks);
+		if (!idx || !key || !gpus)
+			rc = rmoe_error(RMOE_ENOMEM, "out of host memory for the topology of %d ranks", nranks);
+		if (!rc) {
+			for (int r = 0; r < nranks; r++)
+				idx[r] = (struct named){info[r].host, r};
+			qsort(idx, (size_t)nranks, sizeof(*idx), cmp_named);
+			for (int i = 0, k = 0; i < nranks; i++) {
+				if (i > 0 && strncmp(idx[i].host, idx[i - 1].host, RMOE_HOST_MAX) != 0)
+					k++;
+				key[idx[i].rank] = k;
+			}
+			rc = number_nodes(nranks, key, out->node, &out->nnodes);
+		}
+		if (!rc) {
+			for (int r = 0; r < nranks; r++)
+				gpus[r] = cluster ? cluster->devices_per_node : info[r].gpus;
+			rc = place_devices(out, gpus, 0);
+		}
+		if (!rc && !cluster) {
+			/* NVLink only where every rank's hwloc saw it; unknown when
+			 * any could not tell. */
+			int all = 1, unknown = 0;
+			for (int r = 0; r < nranks; r++) {
+				all = all && info[r].nvlink == 1;
+				unknown = unknown || info[r].nvlink < 0;
+			}
+			out->gpu_link = all ? RMOE_LINK_NVLINK : RMOE_LINK_PCIE;
+			out->gpu_link_known = !unknown;
+		}
+		free(idx);
+		free(key);
+		free(gpus);
+	}
+	if (rc)
+		rmoe_topology_free(out);
+	return rc;
+}
+
+int rmoe_topology_simulated(const struct rmoe_cluster *cluster, const struct rmoe_local_hw *local,
+                            int nranks, struct rmoe_topology *out)
+{
+	if (!out)
+		return rmoe_error(RMOE_EINVAL, "rmoe_topology_simulated: out is NULL");
+	memset(out, 0, sizeof(*out));
+	if (cluster && cluster->nplaced && cluster->nplaced != nranks)
+		return placement_mismatch(cluster, nranks);
+	if (cluster && !cluster->nplaced && (int64_t)cluster->nodes * cluster->ranks_per_node < nranks)
+		return rmoe_error(RMOE_EINVAL,
+		                  "%d ranks do not fit cluster %s: %d node(s) x %d ranks per node = %lld places",
+		                  nranks, cluster->name, cluster->nodes, cluster->ranks_per_node,
+		                  (long long)cluster->nodes * cluster->ranks_per_node);
+	int rc = topology_alloc(out, nranks);
+	if (rc)
+		return rc;
+	apply_rates(out, cluster);
+	if (local)
+		out->local = *local;
+	if (cluster && cluster->nplaced) {
+		out->placement = "rank_nodes of the cluster description";
+		rc = place_explicit(out, cluster);
+	} else if (cluster) {
+		out->placement = "block: ranks_per_node consecutive ranks per node (simulated)";
+		for (int r = 0; r < nranks; r++)
+			out->node[r] = r / cluster->ranks_per_node;
+		out->nnodes = (nranks + cluster->ranks_per_node - 1) / cluster->ranks_per_node;
+		rc = place_devices(out, NULL, cluster->devices_per_node);
+	} else {
+		out->placement = "all ranks on this machine (simulated)";
+		for (int r = 0; r < nranks; r++)
+			out->node[r] = 0;
+		out->nnodes = 1;
+		int gpus = local ? local->gpus : 0;
+		rc = place_devices(out, NULL, gpus);
+		out->gpu_link = local && local->nvlink == 1 ? RMOE_LINK_NVLINK : RMOE_LINK_PCIE;
+		out->gpu_link_known = local && local->nvlink >= 0;
+	}
+	if (rc)
+		rmoe_topology_free(out);
+	return rc;
+}
+
+/* ---- the one collective ------------------------------------------------------------ */
+
+int rmoe_topology_discover(MPI_Comm comm, const struct rmoe_cluster *cluster, struct rmoe_topology *out)
+{
+	if (!out)
+		return rmoe_error(RMOE_EINVAL, "rmoe_topology_discover: out is NULL");
+	memset(out, 0, sizeof(*out));
+	int size = 0, rank = 0;
+	if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "MPI_Comm_size/MPI_Comm_rank failed on the topology communicator");
+
+	/* hwloc failing (a restricted container) leaves no GPU and NVLink
+	 * unknown: the ring is still planned from the host names. */
+	struct rmoe_local_hw hw;
+	if (rmoe_local_hw_probe(&hw) != 0) {
+		memset(&hw, 0, sizeof(hw));
+		hw.nvlink = -1;
+	}
+	struct rmoe_rank_info me;
+	memset(&me, 0, sizeof(me));
+	char name[MPI_MAX_PROCESSOR_NAME + 1] = "";
+	int len = 0;
+	if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0)
+		snprintf(name, sizeof(name), "rank-%d", rank);   /* its own node, which is safe */
+	name[MPI_MAX_PROCESSOR_NAME] = '\0';
+	snprintf(me.host, sizeof(me.host), "%s", name);
+	me.gpus = hw.gpus;
+	me.nvlink = hw.nvlink;
+
+	/* Agree that every rank can hold the gather before entering it. */
+	struct rmoe_rank_info *all = malloc(sizeof(*all) * (size_t)size);
+	int ok = all != NULL, all_ok = 0;
+	if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) {
+		free(all);
+		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while gathering the topology");
+	}
+	if (!all_ok) {
+		free(all);
+		return ok ? rmoe_error(RMOE_EPEER, "another rank ran out of memory gathering the topology")
+		          : rmoe_error(RMOE_ENOMEM, "out of host memory gathering the topology of %d ranks", size);
+	}
+	if (MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, all, (int)sizeof(me), MPI_BYTE, comm) != MPI_SUCCESS) {
+		free(all);
+		return rmoe_error(RMOE_EMPI, "MPI_Allgather of host names failed");
+	}
+	for (int r = 0; r < size; r++)
+		all[r].host[RMOE_HOST_MAX - 1] = '\0';
+	int rc = rmoe_topology_from_ranks(all, size, cluster, out);
+	if (!rc)
+		out->local = hw;
+	free(all);
+	return rc;
+}
+
+enum rmoe_link_class rmoe_topology_link(const struct rmoe_topology *t, int a, int b)
+{
+	if (a == b)
+		return RMOE_LINK_SAME_DEVICE;
+	if (t->node[a] != t->node[b])
+		return RMOE_LINK_NETWORK;
+	if (t->device[a] >= 0 && t->device[b] >= 0)
+		return t->device[a] == t->device[b] ? RMOE_LINK_SAME_DEVICE : t->gpu_link;
+	return RMOE_LINK_SHM;
+}
+
+void rmoe_topology_free(struct rmoe_topology *t)
+{
+	if (!t)
+		return;
+	free(t->node);
+	free(t->device);
+	t->node = NULL;
+	t->device = NULL;
+	t->nranks = 0;
+	t->nnodes = 0;
+}
