@@ -3,6 +3,7 @@
  * Initialisation belongs to the application: MPI and StarPU are started here
  * only when the application has not started them, and rmoe_ctx_destroy stops
  * only what was started here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include "rmoe_codelets.h"
 #include "relaymoe/relaymoe_mpi.h"
 #include "rmoe_graph.h"
+#include "rmoe_plan.h"
 
 void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg)
 {
@@ -53,21 +55,64 @@ static int auto_ncpus(int local_size)
 	return 1;
 }
 
-/* The ring order, the same on every rank. */
+/* Every rank learns the worst (lowest) code; a rank that did not fail
+ * itself reports that another did. */
+static int agree(rmoe_ctx *ctx, int rc, const char *what)
+{
+	int worst = rc;
+	if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, ctx->comm) != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while %s", what);
+	if (!rc && worst)
+		return rmoe_error(worst, "another rank failed %s", what);
+	return rc;
+}
+
+/* The ring order, the same on every rank: from the topology (live, or the
+ * cluster description's placement), which every rank derives from the same
+ * gathered data. */
 static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 {
+	struct rmoe_cluster cluster;
+	memset(&cluster, 0, sizeof(cluster));
 	ctx->ring = malloc(sizeof(int) * (size_t)ctx->size);
 	int rc = ctx->ring ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
-	if (!rc) {
-		(void)cfg;
+	if (!rc && cfg->cluster_file)
+		rc = rmoe_cluster_load(cfg->cluster_file, &cluster);
+	/* Discovery is collective: all ranks enter it, or none. */
+	rc = agree(ctx, rc, "to read the cluster description");
+	struct rmoe_topology topo;
+	memset(&topo, 0, sizeof(topo));
+	if (!rc)
+		rc = rmoe_topology_discover(ctx->comm, cfg->cluster_file ? &cluster : NULL, &topo);
+	if (!rc)
+		rc = rmoe_ring_order(&topo, ctx->ring);
+	if (!rc && ctx->verbose && ctx->rank == 0) {
+		fprintf(stderr, "relaymoe: ring over %d node(s) (%s):", topo.nnodes, topo.placement);
 		for (int i = 0; i < ctx->size; i++)
-			ctx->ring[i] = i;
+			fprintf(stderr, " %d", ctx->ring[i]);
+		fprintf(stderr, "\n");
 	}
-	int worst = rc;
-	MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, ctx->comm);
-	if (!rc && worst)
-		rc = rmoe_error(worst, "another rank failed to plan the ring");
-	return rc;
+	rmoe_topology_free(&topo);
+	rmoe_cluster_free(&cluster);
+	rc = agree(ctx, rc, "to plan the ring");
+	if (rc)
+		return rc;
+	/* Ranks that read different cluster descriptions would plan different
+	 * rings and wait on each other forever: compare a digest. */
+	uint64_t h = 14695981039346656037ULL;
+	for (int i = 0; i < ctx->size; i++) {
+		h ^= (uint64_t)(uint32_t)ctx->ring[i];
+		h *= 1099511628211ULL;
+	}
+	uint64_t lo = h, hi = h;
+	if (MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, ctx->comm) != MPI_SUCCESS ||
+	    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, ctx->comm) != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while comparing ring orders");
+	if (lo != hi)
+		return rmoe_error(RMOE_EMISMATCH,
+		                  "the ranks planned different ring orders: give every rank the same cluster "
+		                  "description");
+	return 0;
 }
 
 static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Comm comm)

@@ -221,8 +221,8 @@ int rmoe_topology_from_ranks(const struct rmoe_rank_info *info, int nranks,
 		/* Host names to integer keys (their rank in sorted order), then
 		 * nodes by first appearance. */
 		struct named *idx = malloc(sizeof(*idx) * (size_t)nranks);
-		int *key = malloc(sizeof(int) * (size_t)nranks);
-		int *gpus = malloc(sizeof(int) * (size_t)nranks);
+		int *key = calloc((size_t)nranks, sizeof(int));
+		int *gpus = calloc((size_t)nranks, sizeof(int));
 		if (!idx || !key || !gpus)
 			rc = rmoe_error(RMOE_ENOMEM, "out of host memory for the topology of %d ranks", nranks);
 		if (!rc) {
