@@ -9,6 +9,8 @@
 
 /* Subcommands: each owns its options and returns the process exit code. */
 int rmoe_cmd_run(int argc, char **argv, int first);
+int rmoe_cmd_train(int argc, char **argv, int first);
+int rmoe_cmd_plan(int argc, char **argv, int first);
 
 /* Every rank learns the worst (lowest) code of all ranks. */
 int rmoe_app_agree(int rc);

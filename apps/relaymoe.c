@@ -12,6 +12,8 @@ static const char *usage =
 	"\n"
 	"commands:\n"
 	"  run      one MoE layer forward and backward, ring and all-to-all side by side\n"
+	"  train    train a small MoE language model on the layers (AdamW, checkpoints)\n"
+	"  plan     ring order, routing mode and per-hop estimates for a model on a cluster\n"
 	"\n"
 	"relaymoe COMMAND --help describes a command's options.\n";
 
@@ -28,6 +30,10 @@ int main(int argc, char **argv)
 		code = argc < 2 ? 2 : 0;
 	} else if (strcmp(argv[1], "run") == 0) {
 		code = rmoe_cmd_run(argc, argv, 2);
+	} else if (strcmp(argv[1], "train") == 0) {
+		code = rmoe_cmd_train(argc, argv, 2);
+	} else if (strcmp(argv[1], "plan") == 0) {
+		code = rmoe_cmd_plan(argc, argv, 2);
 	} else {
 		rmoe_app_say("relaymoe: unknown command '%s'\n%s", argv[1], usage);
 		code = 2;

@@ -43,9 +43,10 @@ static void rmoe_zero_expert_grads(float *dw, int64_t ne, int64_t H, int64_t F, 
 	memset(rmoe_w_down(dw, ne, H, F, e), 0, bytes);
 }
 
-/* buffers: 0 x, 1 dy, 2 weights, 3 pair_order, 4 topk_w, 5 work [m*4F],
- * 6 dx, 7 dg, 8 dweights. On return work holds dpre_gate | dpre_up |
- * g*act | g*u. */
+/* buffers: 0 x rows (consumed), 1 dy rows, 2 weights, 3 pair_order,
+ * 4 topk_w, 5 work [m*4F], 6 dx [T*H] accumulator, 7 dg, 8 dweights. On
+ * return work holds dpre_gate | dpre_up | g*act | g*u, and the x rows hold
+ * the rows' dx, which were added into dx at their tokens. */
 static void rmoe_expert_bwd_pair_weighted(void *buffers[], const struct rmoe_expert_args *a)
 {
 	const int64_t H = a->hidden, F = a->ffn, ne = a->n_experts, m = a->rows;
@@ -60,10 +61,12 @@ static void rmoe_expert_bwd_pair_weighted(void *buffers[], const struct rmoe_exp
 	RMOE_CL_CHECK_NX(buffers, 2, rmoe_partition_weights_count(ne, H, F), "weights");
 	RMOE_CL_CHECK_NX(buffers, 4, n_pairs, "topk_w");
 	RMOE_CL_CHECK_NX(buffers, 5, 4 * m * F, "work");
-	RMOE_CL_CHECK_NX(buffers, 6, m * H, "dx rows");
+	RMOE_CL_CHECK(a->topk > 0 && n_pairs % a->topk == 0, "expert-bwd: %lld pairs, not a multiple of K=%lld",
+	              (long long)n_pairs, (long long)a->topk);
+	RMOE_CL_CHECK_NX(buffers, 6, n_pairs / a->topk * H, "dx");
 	RMOE_CL_CHECK_NX(buffers, 7, n_pairs, "dg");
 	RMOE_CL_CHECK_NX(buffers, 8, rmoe_partition_weights_count(ne, H, F), "dweights");
-	const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+	float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
 	const float *dy = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
 	float *w = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
 	const int32_t *pair_order = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[3]);
@@ -87,7 +90,8 @@ static void rmoe_expert_bwd_pair_weighted(void *buffers[], const struct rmoe_exp
 				rmoe_zero_expert_grads(dw, ne, H, F, e);
 			continue;
 		}
-		const float *xe = x + o * H, *dye = dy + o * H;
+		float *xe = x + o * H;
+		const float *dye = dy + o * H;
 		float *ue = u + o * F, *acte = act + o * F;
 		const float *w_down = rmoe_w_down(w, ne, H, F, e);
 
@@ -108,10 +112,14 @@ static void rmoe_expert_bwd_pair_weighted(void *buffers[], const struct rmoe_exp
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)F, (int)H, (int)r, 1.0f, acte,
 		            (int)F, dye, (int)H, beta, rmoe_w_down(dw, ne, H, F, e), (int)H);
 		rmoe_swiglu_bwd(gate + o * F, up + o * F, ue, r * F);
+		/* The tail reads x for the weight gradients before it writes the
+		 * rows' dx over them: no separate dx rows buffer per hop. */
 		rmoe_expert_bwd_tail(r, H, F, xe, gate + o * F, up + o * F, rmoe_w_gate(w, ne, H, F, e),
 		                     rmoe_w_up(w, ne, H, F, e), rmoe_w_gate(dw, ne, H, F, e),
-		                     rmoe_w_up(dw, ne, H, F, e), dx + o * H, beta);
+		                     rmoe_w_up(dw, ne, H, F, e), xe, beta);
 	}
+	for (int64_t i = 0; i < m; i++)
+		cblas_saxpy((int)H, 1.0f, x + i * H, 1, dx + (int64_t)pair_order[a->first + i] / a->topk * H, 1);
 }
 
 /* buffers: 0 x, 1 dout (= g*dy), 2 weights, 3 work [m*3F], 4 dx,
@@ -189,8 +197,8 @@ static struct starpu_perfmodel rmoe_model_expert_bwd = {
 };
 
 /* Nine buffers in the pair-weighted mode, more than STARPU_NMAXBUFS: modes
- * come with the insertion (dg STARPU_RW | STARPU_COMMUTE; dweights STARPU_W,
- * or STARPU_RW when accumulate = 1). */
+ * come with the insertion (x rows STARPU_RW; dx and dg STARPU_RW |
+ * STARPU_COMMUTE; dweights STARPU_W, or STARPU_RW when accumulate = 1). */
 struct starpu_codelet rmoe_cl_expert_bwd = {
 	.name = "expert-bwd",
 	.cpu_funcs = {rmoe_expert_bwd_cpu},

@@ -91,12 +91,15 @@ struct rmoe_expert_args {
 
 /* expert_bwd, two modes.
  * RMOE_BWD_PAIR_WEIGHTED (ring, §3.3): dy rows unweighted, routing weights read
- *   per pair. buffers: 0 x rows [m*H] R, 1 dy rows [m*H] R, 2 weights R,
- *   3 pair_order R, 4 topk_w R, 5 work [m*4F] RW (first 3 blocks from
- *   expert_recompute), 6 dx rows [m*H] W, 7 dg [T*K] RW|COMMUTE (pairs of the
+ *   per pair. buffers: 0 x rows [m*H] RW (consumed: they end as the rows'
+ *   dx), 1 dy rows [m*H] R, 2 weights R, 3 pair_order R, 4 topk_w R, 5 work
+ *   [m*4F] RW (first 3 blocks from expert_recompute), 6 dx [T*H] RW|COMMUTE
+ *   (each row's dx added at its token), 7 dg [T*K] RW|COMMUTE (pairs of the
  *   slice written), 8 dweights (partition layout) W.
  *   u = dy w_down^T; dg[p] = <u, act>; dw_down = (g*act)^T dy; dact = g*u;
- *   SwiGLU backward; dw_gate/up = x^T dpre; dx = dpre_gate w_gate^T + dpre_up w_up^T.
+ *   SwiGLU backward; dw_gate/up = x^T dpre; dx[t] += dpre_gate w_gate^T +
+ *   dpre_up w_up^T. Writing the rows' dx over the consumed x rows and adding
+ *   them in place saves a hop's dx rows buffer and a scatter-add task.
  * RMOE_BWD_PREWEIGHTED (all-to-all, shared expert): dout rows already carry g.
  *   buffers: 0 x rows R, 1 dout rows R, 2 weights R, 3 work [m*3F] RW (saved
  *   forward intermediates), 4 dx rows W, 5 dweights W.

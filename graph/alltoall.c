@@ -124,12 +124,23 @@ static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, s
 
 /* Point-to-point all-to-all of per-peer row buffers: out[q] (rows_out[q])
  * goes to q, in[q] (rows_in[q], allocated here) comes from q; the local part
- * is handed over without a copy. The sent buffers are released. */
+ * is handed over without a copy. The sent buffers are released.
+ * Like a collective all-to-all, it starts once its inputs exist: the host
+ * waits for them before posting the receives, whose buffers StarPU would
+ * otherwise allocate at once and hold through the stages before. */
 static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
                     starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
                     const int64_t *rows_in, int phase)
 {
 	int rc = 0;
+	for (int q = 0; q < p->N && !rc; q++)
+		if (q != p->me && rows_out[q] > 0) {
+			int ret = starpu_data_acquire(out[q], STARPU_R);
+			if (ret)
+				rc = rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+			else
+				starpu_data_release(out[q]);
+		}
 	for (int q = 0; q < p->N && !rc; q++) {
 		if (q == p->me) {
 			in[q] = out[q];

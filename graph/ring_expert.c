@@ -125,7 +125,6 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
-		starpu_data_handle_t dxg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		*rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, chunks[c].first, rows, 0, xg, prio,
 		                         rmoe_task_name("gather", h));
 		if (!*rc)
@@ -135,15 +134,11 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 			*rc = rmoe_submit_expert_ffn(L, NULL, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
 			                             rows, work, NULL, prio, rmoe_task_name("recompute", h));
 		if (!*rc)
-			*rc = rmoe_submit_expert_bwd_pairs(L, pass, &L->own, xg, dyg, weights, &chunks[c], work, dxg, partial,
-			                                   c > 0, prio, rmoe_task_name("expert-bwd", h));
-		if (!*rc)
-			*rc = rmoe_submit_scatter_add(L, &L->own, dxg, chunks[c].first, rows, 0, dx, prio,
-			                              rmoe_task_name("scatter-add-dx", h));
+			*rc = rmoe_submit_expert_bwd_pairs(L, pass, &L->own, xg, dyg, weights, &chunks[c], work, dx,
+			                                   partial, c > 0, prio, rmoe_task_name("expert-bwd", h));
 		starpu_data_unregister_submit(xg);
 		starpu_data_unregister_submit(dyg);
 		starpu_data_unregister_submit(work);
-		starpu_data_unregister_submit(dxg);
 	}
 	rmoe_chunks_free(chunks, n);
 	return n;

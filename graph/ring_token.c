@@ -211,7 +211,6 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
-		starpu_data_handle_t dxg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
 		rc = rmoe_submit_gather(L, pass, rt, held[X], chunks[c].first, rows, 0, xg, prio,
 		                        rmoe_task_name("gather", h));
 		if (!rc)
@@ -222,17 +221,13 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 			                            chunks[c].rows_per_expert, rows, work, NULL, prio,
 			                            rmoe_task_name("recompute", h));
 		if (!rc)
-			rc = rmoe_submit_expert_bwd_pairs(L, pass, rt, xg, dyg, L->h_w_part, &chunks[c], work, dxg,
-			                                  L->h_dw_part, *dw_written, prio,
+			rc = rmoe_submit_expert_bwd_pairs(L, pass, rt, xg, dyg, L->h_w_part, &chunks[c], work,
+			                                  held[ACC], L->h_dw_part, *dw_written, prio,
 			                                  rmoe_task_name("expert-bwd", h));
 		*dw_written = 1;
-		if (!rc)
-			rc = rmoe_submit_scatter_add(L, rt, dxg, chunks[c].first, rows, 0, held[ACC], prio,
-			                             rmoe_task_name("scatter-add-dx", h));
 		starpu_data_unregister_submit(xg);
 		starpu_data_unregister_submit(dyg);
 		starpu_data_unregister_submit(work);
-		starpu_data_unregister_submit(dxg);
 	}
 	rmoe_chunks_free(chunks, n);
 	return rc;

@@ -148,7 +148,7 @@ int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starp
 int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
                                  const struct rmoe_routing *rt, starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
                                  starpu_data_handle_t w, const struct rmoe_chunk *c,
-                                 starpu_data_handle_t work, starpu_data_handle_t dxrows,
+                                 starpu_data_handle_t work, starpu_data_handle_t dx,
                                  starpu_data_handle_t dw, int accumulate, int prio, const char *name);
 int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_t xrows,
                                        starpu_data_handle_t doutrows, starpu_data_handle_t w,

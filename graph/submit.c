@@ -166,11 +166,13 @@ int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starp
 }
 
 int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
-                                 const struct rmoe_routing *rt, starpu_data_handle_t xrows, starpu_data_handle_t dyrows,
-                                 starpu_data_handle_t w, const struct rmoe_chunk *c,
-                                 starpu_data_handle_t work, starpu_data_handle_t dxrows,
-                                 starpu_data_handle_t dw, int accumulate, int prio, const char *name)
+                                 const struct rmoe_routing *rt, starpu_data_handle_t xrows,
+                                 starpu_data_handle_t dyrows, starpu_data_handle_t w,
+                                 const struct rmoe_chunk *c, starpu_data_handle_t work,
+                                 starpu_data_handle_t dx, starpu_data_handle_t dw, int accumulate,
+                                 int prio, const char *name)
 {
+	enum starpu_data_access_mode acc = L->cfg.deterministic ? STARPU_RW : STARPU_RW | STARPU_COMMUTE;
 	struct rmoe_expert_args *a = expert_args(L->H, L->F, L->e_local, c->rows_per_expert, c->rows);
 	if (!a)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
@@ -179,10 +181,10 @@ int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
 	a->first = c->first;
 	a->topk = L->K;
 	struct starpu_data_descr d[9] = {
-		{xrows, STARPU_R},          {dyrows, STARPU_R},
+		{xrows, STARPU_RW},         {dyrows, STARPU_R},
 		{w, STARPU_R},              {rt->pair_order, STARPU_R},
 		{rt->topk_w, STARPU_R},     {work, STARPU_RW},
-		{dxrows, STARPU_W},         {rt->dg, STARPU_RW | STARPU_COMMUTE},
+		{dx, acc},                  {rt->dg, STARPU_RW | STARPU_COMMUTE},
 		{dw, accumulate ? STARPU_RW : STARPU_W},
 	};
 	struct starpu_task *t = starpu_task_build(

@@ -428,6 +428,16 @@ static int check_complete(const struct parser *ps)
 		                  "'gpu_link = nvlink' or 'gpu_link = pcie'",
 		                  ps->line, c->devices_per_node);
 
+	for (int l = 0; l < RMOE_LINK_COUNT; l++) {
+		int bw = K_BANDWIDTH + 2 * l;
+		if (ps->seen[bw] != 0 && !ps->seen[bw + 1])
+			return rmoe_error(RMOE_EFORMAT, "line %d: [link %s] has bandwidth_gbs but no latency_us",
+			                  ps->seen[bw], link_names[l]);
+		if (ps->seen[bw + 1] != 0 && !ps->seen[bw])
+			return rmoe_error(RMOE_EFORMAT, "line %d: [link %s] has latency_us but no bandwidth_gbs",
+			                  ps->seen[bw + 1], link_names[l]);
+	}
+
 	struct {
 		int needed;
 		enum rmoe_link_class link;
@@ -448,16 +458,6 @@ static int check_complete(const struct parser *ps)
 			                  "missing: %s",
 			                  ps->line, link_names[need[i].link], need[i].why);
 	}
-	for (int l = 0; l < RMOE_LINK_COUNT; l++) {
-		int bw = K_BANDWIDTH + 2 * l;
-		if (ps->seen[bw] != 0 && !ps->seen[bw + 1])
-			return rmoe_error(RMOE_EFORMAT, "line %d: [link %s] has bandwidth_gbs but no latency_us",
-			                  ps->seen[bw], link_names[l]);
-		if (ps->seen[bw + 1] != 0 && !ps->seen[bw])
-			return rmoe_error(RMOE_EFORMAT, "line %d: [link %s] has latency_us but no bandwidth_gbs",
-			                  ps->seen[bw + 1], link_names[l]);
-	}
-
 	if (ps->seen[K_RANK_DEVICES]) {
 		if (!ps->seen[K_RANK_NODES])
 			return rmoe_error(RMOE_EFORMAT, "line %d: rank_devices needs rank_nodes in [placement]",

@@ -896,10 +896,13 @@ static void bwd_case_free(struct bwd_case *c)
 /* One expert_bwd task for rows [r0, r1) of the slice: its workspace
  * recomputed (pair-weighted) or saved by a forward (preweighted), the graph's
  * way. */
+/* Pair-weighted: x_rows is consumed (the task leaves the rows' dx there) and
+ * dx is the [T*H] accumulator; preweighted: dx_rows receives the rows' dx. */
 static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t r0, int64_t r1,
                                     int accumulate, starpu_data_handle_t h_w,
                                     starpu_data_handle_t h_pairs, starpu_data_handle_t h_topk_w,
-                                    starpu_data_handle_t h_dg, starpu_data_handle_t h_dw, float *dx_rows)
+                                    starpu_data_handle_t h_dg, starpu_data_handle_t h_dw, float *x_rows,
+                                    starpu_data_handle_t h_dx_acc, float *dx_rows)
 {
 	const int64_t H = c->s.H, F = c->F, n = r1 - r0;
 	int64_t *chunk_rows = xcalloc(c->ne, sizeof(int64_t));
@@ -917,22 +920,23 @@ static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t 
 	a->topk = c->s.K;
 	size_t size = rmoe_expert_args_size(c->ne);
 
-	starpu_data_handle_t h_x = vec_f(c->x_rows + r0 * H, n * H);
-	starpu_data_handle_t h_dx = vec_f(dx_rows + r0 * H, n * H);
+	starpu_data_handle_t h_x = vec_f(x_rows + r0 * H, n * H);
+	starpu_data_handle_t h_dx = NULL;
 	int dw_mode = accumulate ? STARPU_RW : STARPU_W;
 	if (mode == RMOE_BWD_PAIR_WEIGHTED) {
 		starpu_data_handle_t h_dy = vec_f(c->dy_rows + r0 * H, n * H);
 		starpu_data_handle_t h_work = vec_tmp(4 * n * F);
 		SUBMIT(&rmoe_cl_expert_recompute, STARPU_R, h_x, STARPU_R, h_w, STARPU_W, h_work,
 		       STARPU_CL_ARGS, args_copy(a, size), size, 0);
-		SUBMIT(&rmoe_cl_expert_bwd, STARPU_R, h_x, STARPU_R, h_dy, STARPU_R, h_w,
-		       STARPU_R, h_pairs, STARPU_R, h_topk_w, STARPU_RW, h_work, STARPU_W, h_dx,
-		       STARPU_RW | STARPU_COMMUTE, h_dg, dw_mode, h_dw,
+		SUBMIT(&rmoe_cl_expert_bwd, STARPU_RW, h_x, STARPU_R, h_dy, STARPU_R, h_w,
+		       STARPU_R, h_pairs, STARPU_R, h_topk_w, STARPU_RW, h_work,
+		       STARPU_RW | STARPU_COMMUTE, h_dx_acc, STARPU_RW | STARPU_COMMUTE, h_dg, dw_mode, h_dw,
 		       STARPU_CL_ARGS, args_copy(a, size), size,
 		       STARPU_FLOPS, rmoe_flops_expert_bwd(n, H, F, mode), 0);
 		starpu_data_unregister_submit(h_work);
 		starpu_data_unregister_submit(h_dy);
 	} else {
+		h_dx = vec_f(dx_rows + r0 * H, n * H);
 		starpu_data_handle_t h_dout = vec_f(c->dout_rows + r0 * H, n * H);
 		starpu_data_handle_t h_work = vec_tmp(3 * n * F), h_out = vec_tmp(n * H);
 		SUBMIT(&rmoe_cl_expert_ffn, STARPU_R, h_x, STARPU_R, h_w, STARPU_W, h_work,
@@ -945,26 +949,36 @@ static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t 
 		starpu_data_unregister_submit(h_dout);
 	}
 	starpu_data_unregister_submit(h_x);
-	starpu_data_unregister_submit(h_dx);
+	if (h_dx)
+		starpu_data_unregister_submit(h_dx);
 	free(a);
 	free(chunk_rows);
 }
 
-/* The whole slice as one chunk (split = 0) or two, the second accumulating. */
-static void run_expert_bwd(const struct bwd_case *c, int mode, int64_t split, float *dx_rows, float *dg,
+/* The whole slice as one chunk (split = 0) or two, the second accumulating.
+ * dx: the rows' dx (preweighted, m*H) or the [T*H] accumulator they are
+ * added into (pair-weighted). */
+static void run_expert_bwd(const struct bwd_case *c, int mode, int64_t split, float *dx, float *dg,
                            float *dw)
 {
-	const int64_t P = c->s.T * c->s.K, nw = 3 * c->ne * c->s.H * c->F;
-	starpu_data_handle_t h[5] = {vec_f(c->w, nw), vec_i(c->s.pair_order, P), vec_f(c->s.topk_w, P),
-	                             vec_f(dg, P), vec_f(dw, nw)};
+	const int64_t P = c->s.T * c->s.K, nw = 3 * c->ne * c->s.H * c->F, H = c->s.H;
+	starpu_data_handle_t h[6] = {vec_f(c->w, nw), vec_i(c->s.pair_order, P), vec_f(c->s.topk_w, P),
+	                             vec_f(dg, P), vec_f(dw, nw), NULL};
+	/* The pair-weighted task consumes its x rows: give it a copy. */
+	float *x_rows = xcalloc(c->m * H, sizeof(float));
+	memcpy(x_rows, c->x_rows, (size_t)(c->m * H) * sizeof(float));
+	if (mode == RMOE_BWD_PAIR_WEIGHTED)
+		h[5] = vec_f(dx, c->s.T * H);
 	if (split == 0) {
-		submit_expert_bwd_chunk(c, mode, 0, c->m, 0, h[0], h[1], h[2], h[3], h[4], dx_rows);
+		submit_expert_bwd_chunk(c, mode, 0, c->m, 0, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx);
 	} else {
-		submit_expert_bwd_chunk(c, mode, 0, split, 0, h[0], h[1], h[2], h[3], h[4], dx_rows);
-		submit_expert_bwd_chunk(c, mode, split, c->m, 1, h[0], h[1], h[2], h[3], h[4], dx_rows);
+		submit_expert_bwd_chunk(c, mode, 0, split, 0, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx);
+		submit_expert_bwd_chunk(c, mode, split, c->m, 1, h[0], h[1], h[2], h[3], h[4], x_rows, h[5],
+		                        dx);
 	}
 	wait_all();
-	unregister_all(h, 5);
+	unregister_all(h, mode == RMOE_BWD_PAIR_WEIGHTED ? 6 : 5);
+	free(x_rows);
 }
 
 static void check_expert_bwd(int mode)
@@ -975,13 +989,31 @@ static void check_expert_bwd(int mode)
 	struct rng r = {81};
 	float *dg_init = rng_floats(&r, P, 1.0);
 
-	/* Garbage in the W outputs: an expert with no rows must come out zero. */
-	float *dx1 = rng_floats(&r, c.m * H, 1.0), *dg1 = xcalloc(P, sizeof(float));
+	/* Garbage in the W outputs: an expert with no rows must come out zero.
+	 * Pair-weighted adds each row's dx at its token into a [T*H]
+	 * accumulator that starts from seeded values. */
+	const int pw = mode == RMOE_BWD_PAIR_WEIGHTED;
+	const int64_t ndx = pw ? c.s.T * H : c.m * H;
+	float *dx_init = rng_floats(&r, ndx, 1.0);
+	double *want_dx = xcalloc(ndx, sizeof(double));
+	if (pw) {
+		for (int64_t i = 0; i < ndx; i++)
+			want_dx[i] = dx_init[i];
+		for (int64_t i = 0; i < c.m; i++) {
+			int64_t t = c.s.pair_order[c.s.first + i] / c.s.K;
+			for (int64_t j = 0; j < H; j++)
+				want_dx[t * H + j] += c.ref_dx[i * H + j];
+		}
+	} else {
+		memcpy(want_dx, c.ref_dx, (size_t)ndx * sizeof(double));
+	}
+	float *dx1 = xcalloc(ndx, sizeof(float)), *dg1 = xcalloc(P, sizeof(float));
 	float *dw1 = rng_floats(&r, nw, 1.0);
+	memcpy(dx1, dx_init, (size_t)ndx * sizeof(float));
 	memcpy(dg1, dg_init, (size_t)P * sizeof(float));
 	run_expert_bwd(&c, mode, 0, dx1, dg1, dw1);
 
-	assert_rel_err(rel_err_d(dx1, c.ref_dx, c.m * H), TOL_F32);
+	assert_rel_err(rel_err_d(dx1, want_dx, ndx), TOL_F32);
 	assert_rel_err(rel_err_d(dw1, c.ref_dw, nw), TOL_F32);
 	for (int64_t e = 0; e < c.ne; e++)
 		if (c.rows_per_expert[e] == 0)
@@ -1012,18 +1044,21 @@ static void check_expert_bwd(int mode)
 
 	/* Two chunks, split inside an expert's rows, the second accumulating:
 	 * the same as one chunk. */
-	float *dx2 = rng_floats(&r, c.m * H, 1.0), *dg2 = xcalloc(P, sizeof(float));
+	float *dx2 = xcalloc(ndx, sizeof(float)), *dg2 = xcalloc(P, sizeof(float));
 	float *dw2 = rng_floats(&r, nw, 1.0);
+	memcpy(dx2, dx_init, (size_t)ndx * sizeof(float));
 	memcpy(dg2, dg_init, (size_t)P * sizeof(float));
 	int64_t split = c.rows_per_expert[0] + c.rows_per_expert[1] + c.rows_per_expert[2] / 2;
 	assert_true(split > 0 && split < c.m);
 	run_expert_bwd(&c, mode, split, dx2, dg2, dw2);
 	assert_rel_err(rel_err_f(dw2, dw1, nw), TOL_F32);
 	assert_rel_err(rel_err_d(dw2, c.ref_dw, nw), TOL_F32);
-	assert_rel_err(rel_err_f(dx2, dx1, c.m * H), TOL_F32);
+	assert_rel_err(rel_err_f(dx2, dx1, ndx), TOL_F32);
 	assert_rel_err(rel_err_f(dg2, dg1, P), TOL_F32);
 
 	free(dg_init);
+	free(dx_init);
+	free(want_dx);
 	free(dx1);
 	free(dg1);
 	free(dw1);

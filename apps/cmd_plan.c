@@ -1,0 +1,450 @@
+/* relaymoe plan: the decisions taken before a layer runs, for a model on a
+ * cluster: the ring order and its links, per-hop transfer and compute
+ * estimates of expert and token routing (Table 2), the chosen mode and why.
+ * Runs as one process (MPI singleton) with --ranks, or under mpirun on the
+ * live topology. Nothing is printed until the whole plan is made. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "opts.h"
+#include "rmoe_plan.h"
+
+/* Tokens per rank of a preset before --scale: B*S/(SP*CP) of the paper's
+ * memory profile (§2: micro-batch 24, sequence 16384, SP=2, CP=4). */
+#define PRESET_TOKENS 49152
+
+struct plan_opts {
+	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks;
+	double scale;
+	const char *preset, *cluster, *dtype;
+	int json;
+	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_seq, g_mb, g_sp, g_cp, g_ranks;
+};
+
+static const char *usage_head =
+	"usage: relaymoe plan [options]          (or under mpirun: the live topology)\n"
+	"\n"
+	"Plans one MoE layer on a cluster: the ring order and the link of each ring\n"
+	"edge, per-hop transfer and compute time of expert routing and token routing\n"
+	"(paper Table 2), forward and backward, the mode with less exposed\n"
+	"communication, and how much of each transfer compute hides.\n"
+	"\n"
+	"options:\n";
+
+static const char *usage_tail =
+	"\n"
+	"Tokens per rank: --tokens T, or --seq S [--micro-batch B --sp SP --cp CP] for\n"
+	"T = B*S/(SP*CP); a --preset alone gives the paper's 49152 (divided by --scale).\n"
+	"Without --cluster the links and device rates are built-in H100-class\n"
+	"assumptions (see scheduler/rmoe_plan.h); scheduler/clusters/ has descriptions.\n"
+	"--ranks other than the mpirun size simulates the placement: the cluster's\n"
+	"rank_nodes, else ranks_per_node ranks per node, else all on this machine.\n";
+
+static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
+{
+	struct rmoe_opt t[] = {
+		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (as in relaymoe run)", NULL},
+		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
+		{"hidden", RMOE_OPT_INT, &r->hidden, 1, 1e6, "H", "hidden size", &r->g_hidden},
+		{"ffn", RMOE_OPT_INT, &r->ffn, 1, 1e6, "F", "expert FFN width", &r->g_ffn},
+		{"experts", RMOE_OPT_INT, &r->experts, 1, 1e6, "E", "routed experts (multiple of N)", &r->g_experts},
+		{"topk", RMOE_OPT_INT, &r->topk, 1, 1e6, "K", "experts per token", &r->g_topk},
+		{"tokens", RMOE_OPT_INT, &r->tokens, 1, 1e12, "T", "tokens per rank, B*S/(SP*CP)", &r->g_tokens},
+		{"seq", RMOE_OPT_INT, &r->seq, 1, 1e12, "S", "sequence length", &r->g_seq},
+		{"micro-batch", RMOE_OPT_INT, &r->micro_batch, 1, 1e6, "B", "micro-batch size (1)", &r->g_mb},
+		{"sp", RMOE_OPT_INT, &r->sp, 1, 1e6, "SP", "sequence parallelism (1)", &r->g_sp},
+		{"cp", RMOE_OPT_INT, &r->cp, 1, 1e6, "CP", "context parallelism (1)", &r->g_cp},
+		{"etp", RMOE_OPT_INT, &r->etp, 1, 1e6, "ETP", "expert tensor parallelism (1)", NULL},
+		{"ranks", RMOE_OPT_INT, &r->ranks, 1, RMOE_CLUSTER_MAX_RANKS, "N", "ranks of the ring, EP (mpirun size)", &r->g_ranks},
+		{"cluster", RMOE_OPT_STRING, &r->cluster, 0, 0, "FILE", "cluster description (else live topology)", NULL},
+		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "bf16|f32", "element type of weights and tokens (bf16)", NULL},
+		{"json", RMOE_OPT_FLAG, &r->json, 0, 0, NULL, "print the plan as JSON", NULL},
+	};
+	memcpy(o, t, sizeof(t));
+}
+#define NOPTS 16
+
+/* The routing problem from the options; 0 or RMOE_EINVAL with msg. */
+static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_routing_problem *p, char *msg,
+                        size_t len)
+{
+	struct rmoe_layer_config cfg;
+	rmoe_layer_config_init(&cfg);
+	memset(p, 0, sizeof(*p));
+	p->hidden = cfg.hidden;
+	p->ffn = cfg.ffn;
+	p->experts = cfg.experts;
+	p->topk = cfg.topk;
+	p->tokens = cfg.tokens;
+	if (r->preset) {
+		const struct rmoe_preset *ps = rmoe_preset_find(r->preset);
+		if (!ps) {
+			size_t n;
+			const struct rmoe_preset *all = rmoe_preset_list(&n);
+			int used = snprintf(msg, len, "--preset '%s' is not a known shape; expected one of", r->preset);
+			for (size_t i = 0; i < n && used > 0 && (size_t)used < len; i++)
+				used += snprintf(msg + used, len - (size_t)used, " %s", all[i].name);
+			return RMOE_EINVAL;
+		}
+		p->hidden = (int64_t)llround((double)ps->hidden / r->scale);
+		p->ffn = (int64_t)llround((double)ps->ffn / r->scale);
+		p->tokens = (int64_t)llround(PRESET_TOKENS / r->scale);
+		p->experts = ps->experts;
+		p->topk = ps->topk;
+	} else if (r->scale != 1.0) {
+		snprintf(msg, len, "--scale %g needs --preset", r->scale);
+		return RMOE_EINVAL;
+	}
+	if (r->g_hidden) p->hidden = r->hidden;
+	if (r->g_ffn) p->ffn = r->ffn;
+	if (r->g_experts) p->experts = r->experts;
+	if (r->g_topk) p->topk = r->topk;
+	if (r->g_tokens && r->g_seq) {
+		snprintf(msg, len, "--tokens and --seq both given: expected one way to say tokens per rank");
+		return RMOE_EINVAL;
+	}
+	if ((r->g_mb || r->g_sp || r->g_cp) && !r->g_seq) {
+		snprintf(msg, len, "--micro-batch, --sp and --cp need --seq (tokens per rank = B*S/(SP*CP))");
+		return RMOE_EINVAL;
+	}
+	if (r->g_tokens)
+		p->tokens = r->tokens;
+	if (r->g_seq) {
+		int64_t bs, spcp;
+		if (__builtin_mul_overflow(r->micro_batch, r->seq, &bs) || __builtin_mul_overflow(r->sp, r->cp, &spcp)) {
+			snprintf(msg, len, "--micro-batch x --seq or --sp x --cp overflows");
+			return RMOE_EINVAL;
+		}
+		if (bs % spcp) {
+			snprintf(msg, len,
+			         "B*S = %lld x %lld is not divisible by SP*CP = %lld x %lld: expected whole tokens per rank",
+			         (long long)r->micro_batch, (long long)r->seq, (long long)r->sp, (long long)r->cp);
+			return RMOE_EINVAL;
+		}
+		p->tokens = bs / spcp;
+	}
+	p->ep = nranks;
+	p->etp = r->etp;
+	if (strcmp(r->dtype, "bf16") == 0) {
+		p->dtype = RMOE_DTYPE_BF16;
+	} else if (strcmp(r->dtype, "f32") == 0) {
+		p->dtype = RMOE_DTYPE_F32;
+	} else {
+		snprintf(msg, len, "--dtype '%s': expected bf16 or f32", r->dtype);
+		return RMOE_EINVAL;
+	}
+	if (p->hidden < 1 || p->ffn < 1 || p->tokens < 1) {
+		snprintf(msg, len, "--scale %g leaves hidden=%lld ffn=%lld tokens=%lld: expected each at least 1",
+		         r->scale, (long long)p->hidden, (long long)p->ffn, (long long)p->tokens);
+		return RMOE_EINVAL;
+	}
+	int rc = rmoe_routing_check(p);
+	if (rc)
+		snprintf(msg, len, "%s", rmoe_strerror(rc));
+	return rc;
+}
+
+/* ---- output, built whole before anything is printed ------------------------ */
+
+struct text {
+	char *s;
+	size_t len, cap;
+	int failed;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+{
+	if (t->failed)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		t->failed = 1;
+		return;
+	}
+	if (t->len + (size_t)n + 1 > t->cap) {
+		size_t cap = t->cap ? t->cap : 4096;
+		while (cap < t->len + (size_t)n + 1)
+			cap *= 2;
+		char *s = realloc(t->s, cap);
+		if (!s) {
+			t->failed = 1;
+			return;
+		}
+		t->s = s;
+		t->cap = cap;
+	}
+	va_start(ap, fmt);
+	vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+	va_end(ap);
+	t->len += (size_t)n;
+}
+
+/* A JSON string literal (RFC 8259 escapes). */
+static void put_json_string(struct text *t, const char *s)
+{
+	put(t, "\"");
+	for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+		if (*c == '"' || *c == '\\')
+			put(t, "\\%c", *c);
+		else if (*c < 0x20)
+			put(t, "\\u%04x", *c);
+		else
+			put(t, "%c", *c);
+	}
+	put(t, "\"");
+}
+
+static const char *mode_name(enum rmoe_dispatch d)
+{
+	return d == RMOE_DISPATCH_RING_TOKEN ? "token" : "expert";
+}
+
+struct plan_view {
+	const struct plan_opts *opts;
+	const struct rmoe_routing_problem *p;
+	const struct rmoe_topology *t;
+	const struct rmoe_plan *plan;
+	int live;
+};
+
+static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
+{
+	return plan->routing.mode == RMOE_DISPATCH_RING_TOKEN ? plan->routing.token : plan->routing.expert;
+}
+
+static void print_text(struct text *o, const struct plan_view *v)
+{
+	const struct rmoe_routing_problem *p = v->p;
+	const struct rmoe_topology *t = v->t;
+	const struct rmoe_plan *plan = v->plan;
+	const struct rmoe_routing_choice *rc = &plan->routing;
+	const char *dt = p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32";
+
+	put(o, "relaymoe plan: %s%sH=%lld F=%lld E=%lld K=%lld, %lld tokens per rank, EP=%lld ETP=%lld, %s\n",
+	    v->opts->preset ? v->opts->preset : "", v->opts->preset ? ", " : "", (long long)p->hidden,
+	    (long long)p->ffn, (long long)p->experts, (long long)p->topk, (long long)p->tokens, (long long)p->ep,
+	    (long long)p->etp, dt);
+	if (v->opts->preset && v->opts->scale != 1.0)
+		put(o, "  (H, F and tokens of %s divided by %g)\n", v->opts->preset, v->opts->scale);
+	if (v->opts->cluster)
+		put(o, "cluster: %s (%s)\n", t->cluster, v->opts->cluster);
+	else
+		put(o, "cluster: none given; links and device rates are the built-in H100-class assumptions\n");
+	put(o, "placement: %s; %d rank(s) on %d node(s)\n", t->placement, t->nranks, t->nnodes);
+	if (v->live)
+		put(o, "this machine (hwloc): %d cores, %d NUMA node(s), %d GPU(s), NVLink %s\n", t->local.cores,
+		    t->local.numa_nodes, t->local.gpus,
+		    t->local.nvlink > 0 ? "yes" : t->local.nvlink == 0 ? "no" : "unknown");
+	put(o, "device: %g TFLOP/s %s for planning, %.1f GiB\n",
+	    p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops, dt,
+	    (double)t->memory_bytes / (1024.0 * 1024 * 1024));
+	if (!t->gpu_link_known)
+		put(o, "GPU-GPU link: NVLink could not be detected; PCIe assumed\n");
+
+	put(o, "\nring order (%d node crossing(s)", plan->node_crossings);
+	if (t->nnodes > 1)
+		put(o, "; a ring over %d nodes needs at least %d", t->nnodes, t->nnodes);
+	put(o, "):\n  %4s %6s %5s %7s    %6s  %-12s %9s %11s\n", "pos", "rank", "node", "device", "next",
+	    "link", "GB/s", "latency us");
+	for (int i = 0; i < plan->nranks; i++) {
+		const struct rmoe_ring_edge *e = &plan->edges[i];
+		char dev[16];
+		if (t->device[e->from] >= 0)
+			snprintf(dev, sizeof(dev), "%d", t->device[e->from]);
+		else
+			snprintf(dev, sizeof(dev), "host");
+		put(o, "  %4d %6d %5d %7s -> %6d  %-12s %9.1f %11.1f\n", i, e->from, t->node[e->from], dev, e->to,
+		    rmoe_link_name(e->link), e->bandwidth_gbs, e->latency_us);
+	}
+
+	put(o, "\nper hop: %.0f expected token-expert pairs (uniform routing), %lld hop(s) with a transfer;\n"
+	       "transfer over the slowest edge, compute at the device rate:\n",
+	    rc->pairs_per_hop, (long long)(p->ep - 1));
+	put(o, "  %-7s %-9s %12s %12s %11s %11s %7s\n", "mode", "pass", "volume MB", "transfer ms", "compute ms",
+	    "exposed ms", "hidden");
+	for (int m = 0; m < 2; m++)
+		for (int b = 0; b < 2; b++) {
+			const struct rmoe_hop_cost *c = m ? &rc->token[b] : &rc->expert[b];
+			put(o, "  %-7s %-9s %12.1f %12.3f %11.3f %11.3f %6.0f%%\n", m ? "token" : "expert",
+			    b ? "backward" : "forward", c->bytes / 1e6, c->transfer_s * 1e3, c->compute_s * 1e3,
+			    c->exposed_s * 1e3, 100.0 * c->hidden_fraction);
+		}
+
+	const struct rmoe_hop_cost *c = chosen(plan);
+	put(o, "\nchoice: %s routing\n  %s\n", mode_name(rc->mode), rc->reason);
+	put(o, "crossover: token routing below %lld tokens per rank, expert routing from there\n",
+	    (long long)rc->crossover_tokens);
+	put(o, "expected overlap (%s routing): %.0f%% of each forward hop's transfer and %.0f%% of each "
+	       "backward hop's hidden behind compute\n",
+	    mode_name(rc->mode), 100.0 * c[0].hidden_fraction, 100.0 * c[1].hidden_fraction);
+	put(o, "\nmemory: not modelled yet (peak bytes per dispatcher, largest trainable tokens for a "
+	       "budget)\n");
+}
+
+static void put_hop_json(struct text *o, const struct rmoe_hop_cost *c)
+{
+	put(o, "{\"bytes\": %.0f, \"transfer_ms\": %.6g, \"compute_ms\": %.6g, \"exposed_ms\": %.6g, "
+	       "\"hidden_fraction\": %.6g, \"slowest_edge\": %d}",
+	    c->bytes, c->transfer_s * 1e3, c->compute_s * 1e3, c->exposed_s * 1e3, c->hidden_fraction,
+	    c->slowest_edge);
+}
+
+static void print_json(struct text *o, const struct plan_view *v)
+{
+	const struct rmoe_routing_problem *p = v->p;
+	const struct rmoe_topology *t = v->t;
+	const struct rmoe_plan *plan = v->plan;
+	const struct rmoe_routing_choice *rc = &plan->routing;
+
+	put(o, "{\n  \"model\": {\"preset\": ");
+	if (v->opts->preset)
+		put_json_string(o, v->opts->preset);
+	else
+		put(o, "null");
+	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld},\n",
+	    v->opts->scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk);
+	put(o, "  \"tokens_per_rank\": %lld,\n  \"ranks\": %lld,\n  \"etp\": %lld,\n  \"dtype\": \"%s\",\n",
+	    (long long)p->tokens, (long long)p->ep, (long long)p->etp,
+	    p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32");
+	put(o, "  \"cluster\": {\"name\": ");
+	put_json_string(o, t->cluster);
+	put(o, ", \"file\": ");
+	if (v->opts->cluster)
+		put_json_string(o, v->opts->cluster);
+	else
+		put(o, "null");
+	put(o, ", \"placement\": ");
+	put_json_string(o, t->placement);
+	put(o, ", \"live\": %s, \"nodes\": %d, \"device_tflops\": %.6g, \"device_memory_bytes\": %lld, "
+	       "\"gpu_link\": \"%s\", \"gpu_link_known\": %s},\n",
+	    v->live ? "true" : "false", t->nnodes, rc->device_tflops, (long long)t->memory_bytes,
+	    rmoe_link_name(t->gpu_link), t->gpu_link_known ? "true" : "false");
+	if (v->live)
+		put(o, "  \"machine\": {\"cores\": %d, \"numa_nodes\": %d, \"gpus\": %d, \"nvlink\": %s},\n",
+		    t->local.cores, t->local.numa_nodes, t->local.gpus,
+		    t->local.nvlink > 0 ? "true" : t->local.nvlink == 0 ? "false" : "null");
+	put(o, "  \"ring\": {\"order\": [");
+	for (int i = 0; i < plan->nranks; i++)
+		put(o, "%s%d", i ? ", " : "", plan->order[i]);
+	put(o, "], \"node_crossings\": %d, \"edges\": [\n", plan->node_crossings);
+	for (int i = 0; i < plan->nranks; i++) {
+		const struct rmoe_ring_edge *e = &plan->edges[i];
+		put(o, "    {\"position\": %d, \"from\": %d, \"to\": %d, \"from_node\": %d, \"to_node\": %d, "
+		       "\"from_device\": %d, \"link\": \"%s\", \"bandwidth_gbs\": %.6g, \"latency_us\": %.6g}%s\n",
+		    i, e->from, e->to, t->node[e->from], t->node[e->to], t->device[e->from], rmoe_link_name(e->link),
+		    e->bandwidth_gbs, e->latency_us, i + 1 < plan->nranks ? "," : "");
+	}
+	put(o, "  ]},\n  \"hops\": {\"pairs_per_hop\": %.6g, \"transfer_hops\": %lld,\n", rc->pairs_per_hop,
+	    (long long)(p->ep - 1));
+	for (int m = 0; m < 2; m++) {
+		const struct rmoe_hop_cost *c = m ? rc->token : rc->expert;
+		put(o, "    \"%s\": {\"forward\": ", m ? "token" : "expert");
+		put_hop_json(o, &c[0]);
+		put(o, ",\n              \"backward\": ");
+		put_hop_json(o, &c[1]);
+		put(o, "}%s\n", m ? "" : ",");
+	}
+	const struct rmoe_hop_cost *c = chosen(plan);
+	put(o, "  },\n  \"choice\": {\"mode\": \"%s\", \"crossover_tokens\": %lld, \"reason\": ", mode_name(rc->mode),
+	    (long long)rc->crossover_tokens);
+	put_json_string(o, rc->reason);
+	put(o, "},\n  \"overlap\": {\"forward_hidden_fraction\": %.6g, \"backward_hidden_fraction\": %.6g},\n",
+	    c[0].hidden_fraction, c[1].hidden_fraction);
+	/* Filled by the memory model (its own issue). */
+	put(o, "  \"memory\": {\"modelled\": false, \"peak_bytes_per_dispatcher\": null, "
+	       "\"largest_trainable_tokens\": null}\n}\n");
+}
+
+/* Rank 0 reports; every rank has reached the same verdict. */
+static void say_error(const char *msg)
+{
+	int rank = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	if (rank == 0) {
+		fprintf(stderr, "relaymoe plan: %s\n", msg);
+		fflush(stderr);
+	}
+}
+
+int rmoe_cmd_plan(int argc, char **argv, int first)
+{
+	struct plan_opts r = {.scale = 1.0, .micro_batch = 1, .sp = 1, .cp = 1, .etp = 1, .dtype = "bf16"};
+	struct rmoe_opt opts[NOPTS];
+	fill_opts(opts, &r);
+	char msg[1024];
+	int prc = rmoe_opts_parse(opts, NOPTS, argc, argv, first, msg, sizeof(msg));
+	if (prc == 1) {
+		char help[4096];
+		rmoe_opts_help(opts, NOPTS, help, sizeof(help));
+		rmoe_app_say("%s%s%s", usage_head, help, usage_tail);
+		return 0;
+	}
+	int size = 1;
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	int nranks = r.g_ranks ? (int)r.ranks : size;
+	struct rmoe_routing_problem prob;
+	if (!prc)
+		prc = make_problem(&r, nranks, &prob, msg, sizeof(msg));
+	if (prc) {
+		say_error(msg);
+		return 2;
+	}
+
+	/* A cluster description that one rank cannot read fails on all. */
+	struct rmoe_cluster cluster;
+	memset(&cluster, 0, sizeof(cluster));
+	int rc = r.cluster ? rmoe_cluster_load(r.cluster, &cluster) : 0;
+	if (rmoe_app_agree(rc)) {
+		say_error(rc ? rmoe_strerror(rc) : "another rank could not read the cluster description");
+		rmoe_cluster_free(&cluster);
+		return 2;
+	}
+
+	struct rmoe_topology topo;
+	int live = nranks == size;
+	if (live) {
+		rc = rmoe_topology_discover(MPI_COMM_WORLD, r.cluster ? &cluster : NULL, &topo);
+	} else {
+		struct rmoe_local_hw hw;
+		int have_hw = !r.cluster && rmoe_local_hw_probe(&hw) == 0;
+		rc = rmoe_topology_simulated(r.cluster ? &cluster : NULL, have_hw ? &hw : NULL, nranks, &topo);
+	}
+	struct rmoe_plan plan;
+	memset(&plan, 0, sizeof(plan));
+	if (!rc)
+		rc = rmoe_plan_make(&topo, &prob, &plan);
+	int code = 0;
+	if (rmoe_app_agree(rc)) {
+		say_error(rc ? rmoe_strerror(rc) : "another rank failed to plan");
+		code = rc == RMOE_EINVAL || rc == RMOE_EFORMAT ? 2 : 1;
+	} else {
+		struct text out = {0};
+		struct plan_view v = {&r, &prob, &topo, &plan, live};
+		if (r.json)
+			print_json(&out, &v);
+		else
+			print_text(&out, &v);
+		int rank = 0;
+		MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+		if (out.failed) {
+			say_error("out of host memory formatting the plan");
+			code = 1;
+		} else if (rank == 0) {
+			fwrite(out.s, 1, out.len, stdout);
+			fflush(stdout);
+		}
+		free(out.s);
+	}
+	rmoe_plan_free(&plan);
+	rmoe_topology_free(&topo);
+	rmoe_cluster_free(&cluster);
+	return code;
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# relaymoe plan end to end: the JSON plan of Qwen3-30B-A3B on 8 simulated
+# MareNostrum 5 ranks parses and says what the planner decides; text output;
+# the live topology under mpiexec; and bad input (exit 2, nothing on stdout,
+# the message names the problem).
+#   test_plan.sh RELAYMOE MPIEXEC SOURCE_DIR
+set -uo pipefail
+app=$1 mpiexec=$2 src=$3
+py=/usr/bin/python3
+[ -x $py ] || { echo "python3 missing"; exit 77; }
+mn5=$src/scheduler/clusters/mn5-acc.cluster
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# 1. JSON, as one process (MPI singleton): valid, and the decisions in it.
+json=$(timeout 60 "$app" plan --preset Qwen3-30B-A3B --cluster "$mn5" --ranks 8 --json); rc=$?
+chk=$(printf '%s' "$json" | $py -c '
+import json, sys
+p = json.load(sys.stdin)
+assert p["ranks"] == 8 and p["tokens_per_rank"] == 49152, p
+assert p["model"]["hidden"] == 2048 and p["model"]["experts"] == 128
+assert p["cluster"]["name"] == "mn5-acc" and p["cluster"]["nodes"] == 2
+ring = p["ring"]
+assert sorted(ring["order"]) == list(range(8)) and ring["node_crossings"] == 2
+assert [e["link"] for e in ring["edges"]].count("network") == 2
+h = p["hops"]
+assert h["expert"]["forward"]["bytes"] == 16 * 3 * 2048 * 768 * 2
+assert h["token"]["forward"]["bytes"] == 49152 * (2048 * 2 + 8 * 8)
+assert h["expert"]["backward"]["bytes"] == 2 * h["expert"]["forward"]["bytes"]
+assert p["choice"]["mode"] == "expert" and p["choice"]["crossover_tokens"] == 36297
+assert 0 <= p["overlap"]["forward_hidden_fraction"] <= 1
+assert p["memory"]["modelled"] is False
+print("choice", p["choice"]["mode"], "crossover", p["choice"]["crossover_tokens"])
+' 2>&1); crc=$?
+if [ $rc -eq 0 ] && printf '%s' "$json" | $py -m json.tool >/dev/null && [ $crc -eq 0 ]; then
+  ok "plan --json: $chk"; else bad "plan --json (rc=$rc, check $crc)"; echo "$json"; echo "$chk"; fi
+
+# 2. Text: the ring, both modes, the choice.
+out=$(timeout 60 "$app" plan --preset MoE-E384 --ffn 2048 --cluster "$mn5" --ranks 8 --seq 20480 \
+      --micro-batch 12 --sp 2 --cp 4 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "choice: token routing" <<<"$out" && grep -q "30720 tokens per rank" <<<"$out" \
+   && grep -q "network" <<<"$out"; then ok "plan text (E384, F2048, short sequence: token routing)"
+else bad "plan text (rc=$rc)"; echo "$out"; fi
+
+# 3. The live topology under mpiexec: every rank on this machine, one node.
+json=$(timeout 120 "$mpiexec" -n 2 --oversubscribe "$app" plan --experts 8 --json); rc=$?
+chk=$(printf '%s' "$json" | $py -c '
+import json, sys
+p = json.load(sys.stdin)
+assert p["ranks"] == 2 and p["cluster"]["live"] is True and p["cluster"]["nodes"] == 1, p
+assert p["ring"]["node_crossings"] == 0 and sorted(p["ring"]["order"]) == [0, 1]
+print("live ring", p["ring"]["order"])
+' 2>&1); crc=$?
+if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "plan under mpiexec: $chk"
+else bad "plan under mpiexec (rc=$rc, check $crc)"; echo "$json"; echo "$chk"; fi
+
+# 4. Bad input: exit 2, stdout empty, a message naming the problem.
+expect_fail() { # NAME PATTERN ARGS...
+  local name=$1 pat=$2; shift 2
+  local out err rc
+  err=$(mktemp)
+  out=$(timeout 60 "$app" plan "$@" 2>"$err"); rc=$?
+  if [ $rc -eq 2 ] && [ -z "$out" ] && grep -q -- "$pat" "$err"; then ok "$name: exit 2"
+  else bad "$name (rc=$rc, wanted 2, empty stdout and '$pat')"; echo "$out"; cat "$err"; fi
+  rm -f "$err"
+}
+bad_cluster=$(mktemp)
+printf 'name = x\nnodes = 2\nbogus = 1\n' >"$bad_cluster"
+expect_fail "unknown option" "did you mean --ranks" --rank 8 --json
+expect_fail "experts not divisible" "not divisible by EP = 3" --ranks 3 --json
+expect_fail "bad dtype" "--dtype 'f16'" --dtype f16
+expect_fail "tokens and seq" "both given" --tokens 5 --seq 9 --json
+expect_fail "seq not divisible" "not divisible by SP\*CP" --seq 1001 --sp 2 --json
+expect_fail "bad cluster line" "line 3: key 'bogus'" --cluster "$bad_cluster" --ranks 2 --json
+expect_fail "missing cluster" "cannot open" --cluster /nonexistent.cluster --json
+expect_fail "too many ranks" "do not fit" --cluster "$src/scheduler/clusters/dgx-h100.cluster" --ranks 16
+rm -f "$bad_cluster"
+
+echo "test_plan: $fails failure(s)"
+[ $fails -eq 0 ]
