@@ -8,6 +8,7 @@
 
 #include "app.h"
 #include "opts.h"
+#include "rmoe_memory_model.h"
 #include "rmoe_scheduler.h"
 
 /* Tokens per rank of a preset before --scale: B*S/(SP*CP) of the paper's
@@ -120,7 +121,55 @@ struct outcome {
 	double peak_fwd, peak_bwd;      /* bytes, max over ranks */
 	double resident, rss, sent;     /* bytes, max over ranks */
 	double largest_temp;
+	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
+	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
 };
+
+/* Routing skew as the memory model takes it, from every rank's top-k
+ * choices: rows[r][q] = pairs of rank r's tokens routed to partition q. */
+static void routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring,
+                         double *a2a)
+{
+	const int N = p->nranks;
+	const int64_t P = p->cfg.tokens * p->cfg.topk, el = p->e_local;
+	int64_t *mine = calloc((size_t)N, sizeof(int64_t)), *all = calloc((size_t)N * N, sizeof(int64_t));
+	for (int64_t i = 0; i < P; i++)
+		mine[topk_idx[i] / el]++;
+	MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, MPI_COMM_WORLD);
+	int64_t hop = 0, rank = 0;
+	for (int q = 0; q < N; q++) {
+		int64_t col = 0;
+		for (int r = 0; r < N; r++) {
+			hop = all[r * N + q] > hop ? all[r * N + q] : hop;
+			col += all[r * N + q];
+		}
+		rank = col > rank ? col : rank;
+	}
+	*ring = fmax(1.0, (double)hop * N / (double)P);
+	*a2a = fmax(1.0, (double)rank / (double)P);
+	free(mine);
+	free(all);
+}
+
+static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
+{
+	struct rmoe_mem_config mc;
+	rmoe_mem_config_init(&mc);
+	mc.tokens = p->cfg.tokens;
+	mc.hidden = p->cfg.hidden;
+	mc.ffn = p->cfg.ffn;
+	mc.experts = p->cfg.experts;
+	mc.topk = p->cfg.topk;
+	mc.nranks = p->nranks;
+	mc.shared_ffn = p->cfg.shared_ffn;
+	mc.chunk_rows = p->cfg.chunk_rows;
+	mc.skew = o->skew;
+	struct rmoe_mem_estimate e;
+	if (rmoe_memory_model(o->d, &mc, &e) == 0) {
+		o->model_fwd = (double)e.peak_forward;
+		o->model_bwd = (double)e.peak_backward;
+	}
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -186,6 +235,10 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		out->rss = max_over_ranks((double)st.peak_rss_bytes);
 		out->sent = max_over_ranks((double)(st.bytes_sent_forward + st.bytes_sent_backward));
 		out->largest_temp = max_over_ranks((double)st.largest_temporary_bytes);
+		double skew_ring, skew_a2a;
+		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
+		out->skew = d == RMOE_DISPATCH_ALLTOALL ? skew_a2a : skew_ring;
+		model_peaks(prob, out);
 	}
 	free(fw);
 	free(bw);
@@ -216,14 +269,17 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		return RMOE_EIO;
 	}
 	if (ftell(f) == 0)
-		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,fwd_ms,bwd_ms,peak_fwd_bytes,"
-		           "peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,largest_temp_bytes\n");
+		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,chunk_rows,fwd_ms,bwd_ms,"
+		           "peak_fwd_bytes,peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,"
+		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes\n");
 	for (int i = 0; i < n; i++)
-		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n",
+		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
+		           "%.0f,%.0f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
-		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens, o[i].fwd_ms,
-		        o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd, o[i].resident, o[i].rss, o[i].sent,
-		        o[i].largest_temp);
+		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
+		        (long long)cfg->chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
+		        o[i].resident, o[i].rss, o[i].sent, o[i].largest_temp, o[i].skew, o[i].model_fwd,
+		        o[i].model_bwd);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -339,6 +395,12 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 			             (pa - a2a->resident) / (pr - ring->resident),
 			             (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
 		}
+		for (int i = 0; i < ndisp; i++)
+			rmoe_app_say("model %-5s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB "
+			             "(%+.1f%%) against the measured\n",
+			             rmoe_dispatch_name(out[i].d), out[i].skew, out[i].model_fwd / MiB,
+			             100.0 * (out[i].model_fwd / out[i].peak_fwd - 1.0), out[i].model_bwd / MiB,
+			             100.0 * (out[i].model_bwd / out[i].peak_bwd - 1.0));
 		for (int i = 1; i < ndisp; i++) {
 			const char *worst;
 			double diff = rmoe_results_max_rel_diff(&res[0], &res[i], &prob, &worst);

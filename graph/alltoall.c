@@ -11,6 +11,7 @@
  * weighted output gradients), all-to-all, sort, expert backward, unsort,
  * all-to-all back, unpermute into dx. Buffers are released as soon as their
  * last task is submitted, as a caching allocator would reuse them. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,14 +126,36 @@ static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, s
 /* Point-to-point all-to-all of per-peer row buffers: out[q] (rows_out[q])
  * goes to q, in[q] (rows_in[q], allocated here) comes from q; the local part
  * is handed over without a copy. The sent buffers are released.
- * Like a collective all-to-all, it starts once its inputs exist: the host
- * waits for them before posting the receives, whose buffers StarPU would
- * otherwise allocate at once and hold through the stages before. */
+ * It behaves as a collective all-to-all: it starts once its inputs exist
+ * (the host waits for them, so receive buffers are not allocated while the
+ * previous stage computes) and returns once every send and receive has
+ * completed (so sent buffers are freed before the next stage allocates). */
+/* Completion of the detached sends of one exchange. StarPU-MPI's blocking
+ * starpu_mpi_wait runs MPI_Wait inside its progress thread, which then
+ * serves nothing else: two ranks waiting on sends whose receives the other's
+ * stalled thread has not posted deadlock. A counter signalled from the send
+ * callbacks waits on the host side instead. */
+struct sends_done {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int pending;
+};
+
+static void send_done(void *arg)
+{
+	struct sends_done *s = arg;
+	pthread_mutex_lock(&s->lock);
+	s->pending--;
+	pthread_cond_signal(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
                     starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
                     const int64_t *rows_in, int phase)
 {
 	int rc = 0;
+	struct sends_done done = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
 	for (int q = 0; q < p->N && !rc; q++)
 		if (q != p->me && rows_out[q] > 0) {
 			int ret = starpu_data_acquire(out[q], STARPU_R);
@@ -142,22 +165,43 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 				starpu_data_release(out[q]);
 		}
 	for (int q = 0; q < p->N && !rc; q++) {
+		in[q] = NULL;
 		if (q == p->me) {
 			in[q] = out[q];
 			out[q] = NULL;
-			continue;
-		}
-		in[q] = NULL;
-		if (rows_in[q] > 0) {
+		} else if (rows_in[q] > 0) {
 			in[q] = rmoe_temp_vector(pass, rows_in[q] * L->H, sizeof(float));
 			rc = rmoe_recv(L, pass, in[q], q, pass->tag_base + phase);
 		}
-		if (!rc && rows_out[q] > 0) {
-			rc = rmoe_send(L, pass, out[q], q, pass->tag_base + phase, 1);
-			starpu_data_unregister_submit(out[q]);
-		}
-		out[q] = NULL;
 	}
+	for (int q = 0; q < p->N && !rc; q++)
+		if (q != p->me && rows_out[q] > 0) {
+			pthread_mutex_lock(&done.lock);
+			done.pending++;
+			pthread_mutex_unlock(&done.lock);
+			int ret = starpu_mpi_isend_detached_prio(out[q], q, pass->tag_base + phase, 1, L->ctx->comm,
+			                                         send_done, &done);
+			if (ret) {
+				send_done(&done);
+				rc = rmoe_error(RMOE_ESTARPU, "starpu_mpi_isend_detached to rank %d failed (%d)", q, ret);
+			} else {
+				pass->bytes_sent += (int64_t)starpu_data_get_size(out[q]);
+			}
+			starpu_data_unregister_submit(out[q]);
+			out[q] = NULL;
+		}
+	pthread_mutex_lock(&done.lock);
+	while (done.pending > 0)
+		pthread_cond_wait(&done.cond, &done.lock);
+	pthread_mutex_unlock(&done.lock);
+	for (int q = 0; q < p->N && !rc; q++)
+		if (q != p->me && in[q]) {
+			int ret = starpu_data_acquire(in[q], STARPU_R);
+			if (ret)
+				rc = rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+			else
+				starpu_data_release(in[q]);
+		}
 	return rc;
 }
 

@@ -301,7 +301,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 
 	L->resident_bytes = (int64_t)sizeof(float) * (2 * HE + 2 * L->part_floats +
 	                                              (L->Fs > 0 ? 6 * L->H * L->Fs : 0) +
-	                                              L->T * L->H + L->T * L->E + 3 * TK) +
+	                                              L->T * L->H + L->T * L->E + 2 * TK) +
 	                    (int64_t)sizeof(int32_t) * (2 * TK + L->E);
 	ctx->nlayers++;
 	*out = L;
@@ -574,7 +574,7 @@ static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int rc = rmoe_submit_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0,
 	                                "shared-ffn");
 	if (!rc)
-		rc = rmoe_submit_accumulate(out, y, rows * L->H, 0, "shared-add");
+		rc = rmoe_submit_accumulate(NULL, out, y, rows * L->H, 0, "shared-add");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(out);
 	return rc;
@@ -592,7 +592,7 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 		rc = rmoe_submit_expert_bwd_preweighted(L, L->h_x, dy, L->h_ws, 1, L->Fs, &rows, rows, work,
 		                                        dxs, L->h_dws, 0, "shared-bwd");
 	if (!rc)
-		rc = rmoe_submit_accumulate(dxs, dx, rows * L->H, 0, "shared-dx");
+		rc = rmoe_submit_accumulate(NULL, dxs, dx, rows * L->H, 0, "shared-dx");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(dxs);
 	return rc;

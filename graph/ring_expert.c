@@ -180,7 +180,7 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		if (!rc && nchunks == 0 && h == 0)
 			rc = rmoe_submit_zero(acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
 		if (!rc && nchunks > 0 && h >= 1)
-			rc = rmoe_submit_accumulate(partial, acc, L->part_floats, prio,
+			rc = rmoe_submit_accumulate(pass, partial, acc, L->part_floats, prio,
 			                            rmoe_task_name("grad-accumulate", h));
 		if (h >= 1)
 			starpu_data_unregister_submit(partial);

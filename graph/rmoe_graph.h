@@ -34,6 +34,7 @@ struct rmoe_pass {
 	int64_t largest_temporary;
 	int64_t resident;         /* bytes registered from host memory for this pass */
 	struct starpu_task *window;   /* see submit.c */
+	struct starpu_task *gate;     /* the next expert backward waits for it (submit.c) */
 	struct starpu_task **anchors;
 	int nanchors, capanchors;
 };
@@ -156,8 +157,9 @@ int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_
                                        const int64_t *rows_per_expert, int64_t nrows,
                                        starpu_data_handle_t work, starpu_data_handle_t dxrows,
                                        starpu_data_handle_t dw, int prio, const char *name);
-int rmoe_submit_accumulate(starpu_data_handle_t src, starpu_data_handle_t dst, int64_t count,
-                           int prio, const char *name);
+/* With gate_pass, the accumulate becomes that pass's gate. */
+int rmoe_submit_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
+                           int64_t count, int prio, const char *name);
 int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name);
 
 /* "op hN": a task name that lives as long as the process (StarPU keeps the

@@ -8,7 +8,14 @@
  * exists to save. So the gathers of each chunk (a whole hop unless chunking
  * is on) wait for the expert task of the chunk before: one chunk's
  * intermediates at a time, §3.3. The expert tasks are kept (destroy = 0) as
- * dependency anchors until the pass ends. */
+ * dependency anchors until the pass ends.
+ *
+ * Gate. The ring's backward adds each hop's partial weight gradient into the
+ * accumulator arriving from the left; the partial lives until then. The
+ * next hop's expert backward waits for that addition, as the paper's GPU
+ * waits at this synchronisation point (§3.1), so one partial exists at a
+ * time. The accumulator left its neighbour a hop before the next weights
+ * did, so the wait rarely costs anything. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -59,16 +66,30 @@ void rmoe_pass_release(struct rmoe_pass *pass)
 	pass->window = NULL;
 }
 
-/* Submits a task built by starpu_task_build. With after_window, it waits
- * for the pass's window; with anchor, it becomes the window. */
-static int submit_built(struct starpu_task *t, const char *what, struct rmoe_pass *pass, int after_window,
-                        int anchor)
+enum {
+	WAIT_WINDOW = 1, /* wait for the pass's window */
+	WAIT_GATE = 2,   /* wait for the pass's gate, and consume it */
+	ANCHOR = 4,      /* keep the task (destroy = 0) until the pass ends */
+	BE_WINDOW = 8,   /* become the window (implies ANCHOR) */
+};
+
+/* Submits a task built by starpu_task_build, with the dependencies and the
+ * role that flags give it. */
+static int submit_built(struct starpu_task *t, const char *what, struct rmoe_pass *pass, unsigned flags)
 {
 	if (!t)
 		return rmoe_error(RMOE_ESTARPU, "building a %s task failed", what);
-	if (pass && after_window && pass->window)
+	if (!pass)
+		flags = 0;
+	if (flags & BE_WINDOW)
+		flags |= ANCHOR;
+	if ((flags & WAIT_WINDOW) && pass->window)
 		starpu_task_declare_deps_array(t, 1, &pass->window);
-	if (pass && anchor) {
+	if ((flags & WAIT_GATE) && pass->gate) {
+		starpu_task_declare_deps_array(t, 1, &pass->gate);
+		pass->gate = NULL;
+	}
+	if (flags & ANCHOR) {
 		t->destroy = 0;
 		int rc = push_anchor(pass, t);
 		if (rc) {
@@ -78,12 +99,12 @@ static int submit_built(struct starpu_task *t, const char *what, struct rmoe_pas
 	}
 	int ret = starpu_task_submit(t);
 	if (ret) {
-		if (pass && anchor)
+		if (flags & ANCHOR)
 			pass->nanchors--;
 		starpu_task_destroy(t);
 		return rmoe_insert_failed(what, ret);
 	}
-	if (pass && anchor)
+	if (flags & BE_WINDOW)
 		pass->window = t;
 	return 0;
 }
@@ -102,7 +123,7 @@ int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, const struc
 	struct starpu_task *t = starpu_task_build(&rmoe_cl_gather, STARPU_DATA_MODE_ARRAY, d, weighted ? 4 : 3,
 	                                          STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
 	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
-	return submit_built(t, "gather", pass, 1, 0);
+	return submit_built(t, "gather", pass, WAIT_WINDOW);
 }
 
 int rmoe_submit_scatter_add(struct rmoe_layer *L, const struct rmoe_routing *rt,
@@ -162,7 +183,7 @@ int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starp
 		                      STARPU_CL_ARGS, a, sz, STARPU_PRIORITY, rmoe_clamp_prio(prio),
 		                      STARPU_FLOPS, rmoe_flops_expert_ffn(nrows, L->H, ffn, 0), STARPU_NAME,
 		                      name, 0);
-	return submit_built(t, "expert-ffn", anchor, 0, 1);
+	return submit_built(t, "expert-ffn", anchor, BE_WINDOW);
 }
 
 int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
@@ -191,7 +212,7 @@ int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
 		&rmoe_cl_expert_bwd, STARPU_DATA_MODE_ARRAY, d, 9, STARPU_CL_ARGS, a,
 		rmoe_expert_args_size(L->e_local), STARPU_PRIORITY, rmoe_clamp_prio(prio), STARPU_FLOPS,
 		rmoe_flops_expert_bwd(c->rows, L->H, L->F, RMOE_BWD_PAIR_WEIGHTED), STARPU_NAME, name, 0);
-	return submit_built(t, "expert-bwd", anchor, 0, 1);
+	return submit_built(t, "expert-bwd", anchor, WAIT_GATE | BE_WINDOW);
 }
 
 int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_t xrows,
@@ -217,17 +238,20 @@ int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_
 	return ret ? rmoe_insert_failed("expert-bwd", ret) : 0;
 }
 
-int rmoe_submit_accumulate(starpu_data_handle_t src, starpu_data_handle_t dst, int64_t count,
-                           int prio, const char *name)
+int rmoe_submit_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
+                           int64_t count, int prio, const char *name)
 {
 	struct rmoe_accumulate_args *a = malloc(sizeof(*a));
 	if (!a)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	a->count = count;
-	int ret = starpu_task_insert(&rmoe_cl_accumulate, STARPU_R, src, STARPU_RW, dst, STARPU_CL_ARGS, a,
-	                             sizeof(*a), STARPU_PRIORITY, rmoe_clamp_prio(prio), STARPU_NAME, name,
-	                             0);
-	return ret ? rmoe_insert_failed("grad-accumulate", ret) : 0;
+	struct starpu_task *t = starpu_task_build(&rmoe_cl_accumulate, STARPU_R, src, STARPU_RW, dst,
+	                                          STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
+	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
+	int rc = submit_built(t, "grad-accumulate", gate_pass, ANCHOR);
+	if (!rc && gate_pass)
+		gate_pass->gate = t;
+	return rc;
 }
 
 int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name)

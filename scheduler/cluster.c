@@ -28,17 +28,17 @@ const char *rmoe_link_name(enum rmoe_link_class link)
 void rmoe_cluster_defaults(struct rmoe_cluster *c)
 {
 	memset(c, 0, sizeof(*c));
-	/* One node of H100-class GPUs; see scheduler/clusters/ for the sources
-	 * of these orders of magnitude. */
+	/* The per-GPU numbers of scheduler/clusters/mn5-acc.cluster, where each
+	 * has its source, on one node. */
 	snprintf(c->name, sizeof(c->name), "defaults");
 	c->nodes = 1;
 	c->devices_per_node = 0;
 	c->ranks_per_node = 1;
 	c->gpu_link = RMOE_LINK_NVLINK;
-	c->link[RMOE_LINK_SAME_DEVICE] = (struct rmoe_link){1000.0, 5.0};
+	c->link[RMOE_LINK_SAME_DEVICE] = (struct rmoe_link){800.0, 5.0};
 	c->link[RMOE_LINK_NVLINK] = (struct rmoe_link){130.0, 2.0};
 	c->link[RMOE_LINK_PCIE] = (struct rmoe_link){50.0, 3.0};
-	c->link[RMOE_LINK_SHM] = (struct rmoe_link){10.0, 1.0};
+	c->link[RMOE_LINK_SHM] = (struct rmoe_link){12.0, 1.0};
 	c->link[RMOE_LINK_NETWORK] = (struct rmoe_link){24.0, 2.0};
 	c->bf16_tflops = 400.0;
 	c->f32_tflops = 50.0;
@@ -324,7 +324,7 @@ static int set_value(struct parser *ps, enum key k, const char *v, size_t n)
 		return 0;
 	case K_BF16:
 	case K_F32:
-		if (parse_double(v, n, 1e-6, 1e6, &d) || d <= 0)
+		if (parse_double(v, n, 1e-6, 1e6, &d))
 			return fail(ps, keys[k].name, v, n, "a positive number of TFLOP/s (at most 1e6)");
 		*(k == K_BF16 ? &c->bf16_tflops : &c->f32_tflops) = d;
 		return 0;
@@ -353,7 +353,7 @@ static int parse_link_value(struct parser *ps, int is_latency, const char *v, si
 			return fail(ps, "latency_us", v, n, "a number of microseconds from 0 to 1e6");
 		l->latency_us = d;
 	} else {
-		if (parse_double(v, n, 1e-6, 1e6, &d) || d <= 0)
+		if (parse_double(v, n, 1e-6, 1e6, &d))
 			return fail(ps, "bandwidth_gbs", v, n, "a positive number of GB/s (at most 1e6)");
 		l->bandwidth_gbs = d;
 	}

@@ -99,9 +99,9 @@ struct rmoe_cluster {
 	int *rank_devices;         /* [nplaced], or NULL: rank's index on its node mod devices */
 };
 
-/* The description used when no file is given: one node of H100-class GPUs
- * (or its CPUs), link and device numbers of that generation. They are
- * assumptions, and the plan says so; a cluster file replaces them. */
+/* The description used when no file is given: the link and per-device
+ * numbers of scheduler/clusters/mn5-acc.cluster (H100 generation) on one
+ * node. They are assumptions, and the plan says so; a file replaces them. */
 void rmoe_cluster_defaults(struct rmoe_cluster *c);
 
 /* Parses len bytes of text (not necessarily NUL-terminated; any byte value

@@ -1,0 +1,224 @@
+/* The memory model of the three dispatchers, buffer by buffer.
+ *
+ * Notation (one rank): T tokens, P = T*K pairs, N ranks, W the floats of one
+ * partition's weights (E/N experts of 3*H*F/ETP), r the rows of the busiest
+ * hop (skew * P/N, or the chunk size), M the rows the busiest rank's experts
+ * compute in the all-to-all (skew * P). s is the element size of activations
+ * and weights; routing (indices, weights, probabilities) stays 4-byte.
+ *
+ * Resident, every dispatcher (graph/layer.c): router and its gradient (H*E),
+ * the owned partition and its gradient (2W), the shared expert and its
+ * gradient, the saved x (T*H), probabilities (T*E), routing weights and dg
+ * (2P), top-k indices and pair order (2P int32), expert counts (E int32);
+ * plus the caller's y (forward) or dy and dx (backward).
+ *
+ * Temporaries (StarPU-allocated, the graphs in graph/):
+ * - ring expert routing: two weight receive buffers (one with two ranks),
+ *   backward also two gradient relay buffers and one partial gradient (the
+ *   gate of submit.c); one hop's rows at a time (the window of submit.c):
+ *   forward gathered x, work [r,3F], out [r,H]; backward gathered x (consumed
+ *   into dx), gathered dy, work [r,4F].
+ * - ring token routing: two of each travelling buffer (x, routing, the
+ *   output accumulator; backward also dy, dx and dg), the same hop rows, and
+ *   in forward (three ranks or more) the previous hop's output rows waiting
+ *   for their accumulator.
+ * - all-to-all: the stages of graph/alltoall.c, each exchange a collective
+ *   (receives posted once its inputs exist, sent buffers freed when it
+ *   returns); backward keeps the recomputed sorted input, work and returned
+ *   outputs as autograd would.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "rmoe_memory_model.h"
+#include "rmoe_scheduler.h"
+
+void rmoe_mem_config_init(struct rmoe_mem_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->nranks = 1;
+	c->etp = 1;
+	c->dtype_bytes = 4;
+	c->skew = 1.0;
+}
+
+static int64_t max2(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+static int check(const struct rmoe_mem_config *c)
+{
+	const struct {
+		const char *name;
+		int64_t v;
+	} pos[] = {{"tokens", c->tokens}, {"hidden", c->hidden}, {"ffn", c->ffn},
+	           {"experts", c->experts}, {"topk", c->topk}, {"nranks", c->nranks},
+	           {"etp", c->etp}};
+	for (unsigned i = 0; i < sizeof(pos) / sizeof(pos[0]); i++)
+		if (pos[i].v <= 0)
+			return rmoe_error(RMOE_EINVAL, "memory model: %s = %lld, expected a positive integer",
+			                  pos[i].name, (long long)pos[i].v);
+	if (c->experts % c->nranks)
+		return rmoe_error(RMOE_EINVAL, "memory model: experts = %lld not divisible by %lld ranks",
+		                  (long long)c->experts, (long long)c->nranks);
+	if (c->dtype_bytes != 2 && c->dtype_bytes != 4)
+		return rmoe_error(RMOE_EINVAL, "memory model: dtype_bytes = %d, expected 2 or 4", c->dtype_bytes);
+	if (!(c->skew >= 1.0) || c->skew > (double)c->nranks)
+		return rmoe_error(RMOE_EINVAL, "memory model: skew = %g, expected 1 <= skew <= %lld ranks",
+		                  c->skew, (long long)c->nranks);
+	if (c->chunk_rows < 0 || c->shared_ffn < 0)
+		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows and shared_ffn must not be negative");
+	return 0;
+}
+
+int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
+                      struct rmoe_mem_estimate *o)
+{
+	int rc = check(c);
+	if (rc)
+		return rc;
+	memset(o, 0, sizeof(*o));
+	const int64_t T = c->tokens, H = c->hidden, F = c->ffn / c->etp, E = c->experts, K = c->topk;
+	const int64_t N = c->nranks, s = c->dtype_bytes, Fs = c->shared_ffn, P = T * K;
+	const int64_t W = E / N * 3 * H * F, even = (P + N - 1) / N;
+	int64_t r = (int64_t)ceil(c->skew * (double)P / (double)N);
+	if (N == 1)
+		r = P;
+	if (c->chunk_rows > 0 && r > c->chunk_rows)
+		r = c->chunk_rows;
+	const int64_t M = (int64_t)ceil(c->skew * (double)P);
+
+	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E);
+	const int64_t weights = 2 * W * s + (Fs > 0 ? 6 * H * Fs * s : 0);
+	const int64_t resident = routing + weights + T * H * s;
+	o->resident_forward = resident + T * H * s;
+	o->resident_backward = resident + 2 * T * H * s;
+	o->weights_and_inputs = 4 * H * E + W * s + (Fs > 0 ? 3 * H * Fs * s : 0) + T * H * s;
+
+	/* The shared expert runs first, outside the ring: work [T,3Fs], out or dx [T,H]. */
+	const int64_t shared = Fs > 0 ? T * (3 * Fs + H) * s : 0;
+	int64_t fwd = 0, bwd = 0, largest = max2(Fs > 0 ? T * 3 * Fs * s : 0, T * H * s);
+	switch (d) {
+	case RMOE_DISPATCH_RING_EXPERT: {
+		/* Receive buffers: with two ranks one is ever used, otherwise two.
+		 * Backward adds the gradient relay (the accumulator being summed and
+		 * the one still leaving for the right) and one partial gradient
+		 * (submit.c's gate). */
+		int64_t rbufs = N > 2 ? 2 : N - 1;
+		int64_t relay_f = rbufs * W * s;
+		int64_t relay_b = N > 1 ? (rbufs + 2 + 1) * W * s : 0;
+		fwd = relay_f + max2(shared, r * (2 * H + 3 * F) * s);
+		bwd = relay_b + max2(shared, r * (2 * H + 4 * F) * s);
+		o->fixed_backward = o->resident_backward + relay_b;
+		o->per_row_backward = (2 * H + 4 * F) * s;
+		largest = max2(largest, max2(N > 1 ? W * s : 0, r * max2(H, 4 * F) * s));
+		break;
+	}
+	case RMOE_DISPATCH_RING_TOKEN: {
+		/* One set of travelling buffers with two ranks, two otherwise. */
+		int64_t sets = N > 2 ? 2 : N - 1;
+		int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
+		int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
+		/* Forward: the accumulator of a hop arrives a hop behind the tokens,
+		 * so the previous hop's output rows still wait for it while this hop
+		 * computes. Backward adds dx in the expert task itself. */
+		fwd = travel_f + max2(shared, r * ((N > 2 ? 3 : 2) * H + 3 * F) * s);
+		bwd = travel_b + max2(shared, r * (2 * H + 4 * F) * s);
+		o->fixed_backward = o->resident_backward + travel_b;
+		o->per_row_backward = (2 * H + 4 * F) * s;
+		largest = max2(largest, r * max2(H, 4 * F) * s);
+		break;
+	}
+	case RMOE_DISPATCH_ALLTOALL: {
+		/* rows of my own tokens that stay here */
+		const int64_t own = even;
+		int64_t f1 = (P + M - own) * H, f2 = 2 * M * H, f3 = M * (2 * H + 3 * F);
+		int64_t f5 = M * H + (P - own) * H;
+		fwd = s * max2(max2(f1, f2), max2(f3, f5));
+		int64_t b4 = M * (3 * H + 3 * F), b5 = M * (2 * H + 3 * F) + (P - own) * H;
+		int64_t b6 = M * (H + 3 * F) + 2 * P * H;
+		bwd = s * max2(max2(f1, f2), max2(max2(b4, b5), b6));
+		fwd = max2(fwd, shared);
+		bwd = max2(bwd, shared);
+		o->fixed_backward = o->resident_backward + bwd;
+		o->per_row_backward = 0;
+		largest = max2(largest, s * max2(M * H, M * 3 * F));
+		break;
+	}
+	default:
+		return rmoe_error(RMOE_EINVAL, "memory model: dispatch %d has no model", (int)d);
+	}
+	o->dynamic_forward = fwd;
+	o->dynamic_backward = bwd;
+	o->peak_forward = o->resident_forward + fwd;
+	o->peak_backward = o->resident_backward + bwd;
+	o->peak = max2(o->peak_forward, o->peak_backward);
+	o->largest_buffer = largest;
+	return 0;
+}
+
+int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
+                          int64_t *chunk_rows)
+{
+	if (d == RMOE_DISPATCH_ALLTOALL)
+		return rmoe_error(RMOE_ENOTSUP,
+		                  "a memory cap applies to the ring dispatchers; the all-to-all builds its "
+		                  "top-k-expanded buffers whole");
+	struct rmoe_mem_config one = *c;
+	one.chunk_rows = 1;
+	struct rmoe_mem_estimate e;
+	int rc = rmoe_memory_model(d, &one, &e);
+	if (rc)
+		return rc;
+	if (e.peak > cap)
+		return rmoe_error(RMOE_EINVAL,
+		                  "memory cap %lld bytes is too small: the layer holds %lld bytes before a hop's "
+		                  "rows (weights, gradients, inputs, routing, ring buffers) and a chunk of one "
+		                  "row needs %lld bytes in all; expected a cap of at least %lld",
+		                  (long long)cap, (long long)e.fixed_backward, (long long)e.peak,
+		                  (long long)e.peak);
+	/* Largest chunk that fits: the peaks grow linearly in the chunk rows
+	 * once a hop's rows exceed the shared expert's buffers; bisect. */
+	int64_t lo = 1, hi = c->tokens * c->topk;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		struct rmoe_mem_config t = *c;
+		t.chunk_rows = mid;
+		rmoe_memory_model(d, &t, &e);
+		if (e.peak <= cap)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	*chunk_rows = lo;
+	return 0;
+}
+
+int64_t rmoe_memory_max_tokens(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t budget)
+{
+	struct rmoe_mem_config t = *c;
+	struct rmoe_mem_estimate e;
+	t.tokens = 1;
+	if (rmoe_memory_model(d, &t, &e) || e.peak > budget)
+		return 0;
+	int64_t lo = 1, hi = 1;
+	/* grow, then bisect: the peak is monotone in the tokens */
+	while (hi < ((int64_t)1 << 40)) {
+		t.tokens = hi * 2;
+		if (rmoe_memory_model(d, &t, &e) || e.peak > budget)
+			break;
+		hi *= 2;
+	}
+	lo = hi;
+	hi = hi * 2;
+	while (lo < hi - 1) {
+		int64_t mid = lo + (hi - lo) / 2;
+		t.tokens = mid;
+		if (!rmoe_memory_model(d, &t, &e) && e.peak <= budget)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}

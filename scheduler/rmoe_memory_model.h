@@ -1,0 +1,57 @@
+/* The analytical memory model: the peak bytes one rank's layer holds, per
+ * dispatcher, from the configuration, built from the buffers the graphs of
+ * graph/ create and the order in which they live (one hop's or chunk's
+ * intermediates at a time for the rings; the stages of the all-to-all).
+ * Pure functions; bench/ checks them against measurement. */
+#ifndef RMOE_MEMORY_MODEL_H
+#define RMOE_MEMORY_MODEL_H
+
+#include <stdint.h>
+
+#include "relaymoe/relaymoe.h"
+
+struct rmoe_mem_config {
+	int64_t tokens;        /* local tokens per rank, B*S/(SP*CP) */
+	int64_t hidden, ffn, experts, topk;
+	int64_t nranks;        /* expert-parallel group */
+	int64_t shared_ffn;
+	int64_t etp;           /* expert tensor parallelism: divides F (1: none) */
+	int64_t chunk_rows;    /* 0: whole hops */
+	int dtype_bytes;       /* 4 (fp32) or 2 (bf16): activations and weights */
+	double skew;           /* rows of the busiest partition over the even share
+	                          (1: even routing; at most nranks) */
+};
+
+/* Defaults: one rank, fp32, even routing, no ETP, no chunking. */
+void rmoe_mem_config_init(struct rmoe_mem_config *c);
+
+struct rmoe_mem_estimate {
+	int64_t resident_forward;   /* weights, gradients, saved input and routing,
+	                               the caller's y */
+	int64_t resident_backward;  /* the same with dy and dx instead of y */
+	int64_t weights_and_inputs; /* weights plus the caller's x, dy: what a step
+	                               finds in memory before it starts */
+	int64_t dynamic_forward;    /* temporaries' peak (StarPU-allocated) */
+	int64_t dynamic_backward;
+	int64_t peak_forward;       /* resident + dynamic */
+	int64_t peak_backward;
+	int64_t peak;               /* max of the two */
+	int64_t largest_buffer;
+	int64_t fixed_backward;     /* backward peak without the rows of a hop */
+	int64_t per_row_backward;   /* bytes each row of a hop (or chunk) adds */
+};
+
+/* 0, or RMOE_EINVAL naming a bad value. */
+int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
+                      struct rmoe_mem_estimate *out);
+
+/* Memory cap (ring dispatch): the largest chunk (rows per chunk of a hop)
+ * whose backward peak stays within cap bytes. 0, or RMOE_EINVAL when even one
+ * row does not fit, naming what the layer needs at least. */
+int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
+                          int64_t *chunk_rows);
+
+/* Largest local token count whose peak fits budget bytes (0 if none). */
+int64_t rmoe_memory_max_tokens(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t budget);
+
+#endif
