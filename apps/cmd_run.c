@@ -17,7 +17,7 @@
 #define CHECK_TOLERANCE 1e-5
 
 struct run_opts {
-	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat;
+	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap;
 	double scale;
 	const char *preset, *dispatch, *load, *dump, *csv;
 	int check, no_norm_topk, no_overlap, quiet;
@@ -61,6 +61,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of inputs and weights (1)", NULL},
 		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up (3)", NULL},
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
+		{"mem-cap", RMOE_OPT_SIZE, &r->mem_cap, 1, 9e18, "BYTES", "keep each ring layer's peak under BYTES (e.g. 64M)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},
 		{"check", RMOE_OPT_FLAG, &r->check, 0, 0, NULL, "compare with the reference; exit 1 past 1e-5", NULL},
@@ -71,7 +72,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 19
+#define NOPTS 20
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -112,6 +113,7 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	cfg->norm_topk = !r->no_norm_topk;
 	cfg->overlap = !r->no_overlap;
 	cfg->chunk_rows = r->chunk_rows;
+	cfg->mem_cap = r->mem_cap;
 	return 0;
 }
 
@@ -123,6 +125,7 @@ struct outcome {
 	double largest_temp;
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
 	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
+	int64_t chunk_rows;
 };
 
 /* Routing skew as the memory model takes it, from every rank's top-k
@@ -162,7 +165,7 @@ static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
 	mc.topk = p->cfg.topk;
 	mc.nranks = p->nranks;
 	mc.shared_ffn = p->cfg.shared_ffn;
-	mc.chunk_rows = p->cfg.chunk_rows;
+	mc.chunk_rows = o->chunk_rows;
 	mc.skew = o->skew;
 	struct rmoe_mem_estimate e;
 	if (rmoe_memory_model(o->d, &mc, &e) == 0) {
@@ -190,6 +193,9 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 {
 	struct rmoe_layer_config cfg = prob->cfg;
 	cfg.dispatch = d;
+	/* The cap chunks the rings' hops; the all-to-all builds its buffers whole. */
+	if (d == RMOE_DISPATCH_ALLTOALL)
+		cfg.mem_cap = 0;
 	rmoe_layer *layer = NULL;
 	int rc = rmoe_layer_create(&layer, ctx, &cfg);
 	if (rc) {
@@ -235,6 +241,7 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		out->rss = max_over_ranks((double)st.peak_rss_bytes);
 		out->sent = max_over_ranks((double)(st.bytes_sent_forward + st.bytes_sent_backward));
 		out->largest_temp = max_over_ranks((double)st.largest_temporary_bytes);
+		out->chunk_rows = st.chunk_rows;
 		double skew_ring, skew_a2a;
 		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
 		out->skew = d == RMOE_DISPATCH_ALLTOALL ? skew_a2a : skew_ring;
@@ -277,7 +284,7 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		           "%.0f,%.0f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
-		        (long long)cfg->chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
+		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
 		        o[i].resident, o[i].rss, o[i].sent, o[i].largest_temp, o[i].skew, o[i].model_fwd,
 		        o[i].model_bwd);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
@@ -376,6 +383,12 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		             "MiB", "MiB", "MiB", "MiB/rank");
 		for (int i = 0; i < ndisp; i++)
 			print_outcome(&out[i]);
+		for (int i = 0; i < ndisp; i++)
+			if (cfg.mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL)
+				rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak "
+				             "%.1f MiB\n",
+				             rmoe_dispatch_name(out[i].d), (double)cfg.mem_cap / MiB,
+				             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
 		rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak "
 		             "= peak above the %.1f MiB resident: weights, gradients, inputs, routing)\n",
 		             out[0].resident / MiB);

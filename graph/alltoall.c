@@ -345,7 +345,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort");
 		starpu_data_unregister_submit(dxs);
 	} else if (!rc) {
-		rc = rmoe_submit_zero(L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_submit_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	}
 	if (sorted)
 		starpu_data_unregister_submit(sorted);

@@ -14,6 +14,7 @@
 #include "rmoe_codelets.h"
 #include "rmoe_config.h"
 #include "rmoe_graph.h"
+#include "rmoe_memory_model.h"
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -201,6 +202,32 @@ static void layer_free(struct rmoe_layer *L)
 	free(L);
 }
 
+/* Memory cap: the chunk size from the memory model, for any routing (a chunk
+ * bounds a hop's rows whatever the skew). Smaller chunks the user asked for
+ * are kept. */
+static int cap_chunks(const struct rmoe_layer_config *cfg, int nranks, int64_t *chunk_rows)
+{
+	if (cfg->mem_cap <= 0)
+		return 0;
+	struct rmoe_mem_config mc;
+	rmoe_mem_config_init(&mc);
+	mc.tokens = cfg->tokens;
+	mc.hidden = cfg->hidden;
+	mc.ffn = cfg->ffn;
+	mc.experts = cfg->experts;
+	mc.topk = cfg->topk;
+	mc.nranks = nranks;
+	mc.shared_ffn = cfg->shared_ffn;
+	mc.skew = nranks;
+	int64_t c;
+	int rc = rmoe_memory_cap_chunk(cfg->dispatch, &mc, cfg->mem_cap, &c);
+	if (rc)
+		return rc;
+	if (*chunk_rows <= 0 || *chunk_rows > c)
+		*chunk_rows = c;
+	return 0;
+}
+
 int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
 {
 	if (!out || !ctx || !cfg)
@@ -215,6 +242,9 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	if ((rc = agree(ctx, rc, "the layer configuration check")))
 		return rc;
 	if ((rc = agree(ctx, check_same_config(ctx, cfg), "the cross-rank configuration check")))
+		return rc;
+	int64_t chunk_rows = cfg->chunk_rows;
+	if ((rc = agree(ctx, cap_chunks(cfg, ctx->size, &chunk_rows), "the memory cap")))
 		return rc;
 
 	struct rmoe_layer *L = calloc(1, sizeof(*L));
@@ -233,6 +263,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	L->e_local = L->E / L->N;
 	L->first_expert = (int64_t)ctx->rank * L->e_local;
 	L->part_floats = L->e_local * rmoe_expert_floats(L->H, L->F);
+	L->cfg.chunk_rows = chunk_rows;
 
 	L->ring = malloc(sizeof(int) * (size_t)L->N);
 	int64_t TK = L->T * L->K, HE = L->H * L->E;
@@ -636,6 +667,7 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_bas
 	if (!pass->backward || rss > L->stats.peak_rss_bytes)
 		L->stats.peak_rss_bytes = rss;
 	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
+	L->stats.chunk_rows = L->cfg.chunk_rows;
 }
 
 int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)

@@ -178,7 +178,7 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		starpu_data_handle_t partial = h == 0 ? acc : rmoe_temp_vector(pass, L->part_floats, sizeof(float));
 		int64_t nchunks = backward_hop(L, pass, h, hold, dy, dx, partial, &rc);
 		if (!rc && nchunks == 0 && h == 0)
-			rc = rmoe_submit_zero(acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
+			rc = rmoe_submit_zero(NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
 		if (!rc && nchunks > 0 && h >= 1)
 			rc = rmoe_submit_accumulate(pass, partial, acc, L->part_floats, prio,
 			                            rmoe_task_name("grad-accumulate", h));

@@ -10,7 +10,11 @@
  *
  * Buffers are double-buffered per kind as in expert routing. The inputs (x,
  * routing) leave for the right as soon as the hop starts, since they are only
- * read; the accumulators leave once the hop's last scatter-add is done.
+ * read. The accumulators travel a hop behind them, like the gradients of
+ * expert routing (§3.1): a hop computes into a local partial without waiting
+ * for the visiting accumulator, adds the partial in place once it has
+ * arrived, and sends it on; the next hop's expert task waits for that
+ * addition (the gate of submit.c), so one partial exists at a time.
  *
  * Backward carries x, dy and the routing with the accumulators dx and dg;
  * each hop reconstructs its intermediates (§3.3) and the weight gradient of
@@ -161,6 +165,13 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 	if (n < 0)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	int prio = rmoe_prio_hop(h, L->N), rc = 0;
+	/* Hop 0 adds into this rank's own y; later hops into a partial. */
+	starpu_data_handle_t acc = held[ACC];
+	const int64_t TH = L->T * L->H;
+	if (h > 0 && n > 0) {
+		acc = rmoe_temp_vector(pass, TH, sizeof(float));
+		rc = rmoe_submit_zero(pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
+	}
 	for (int64_t c = 0; c < n && !rc; c++) {
 		int64_t rows = chunks[c].rows;
 		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
@@ -173,11 +184,16 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 			                            chunks[c].rows_per_expert, rows, work, out, prio,
 			                            rmoe_task_name("expert-ffn", h));
 		if (!rc)
-			rc = rmoe_submit_scatter_add(L, rt, out, chunks[c].first, rows, 1, held[ACC], prio,
+			rc = rmoe_submit_scatter_add(L, rt, out, chunks[c].first, rows, 1, acc, prio,
 			                             rmoe_task_name("scatter-add", h));
 		starpu_data_unregister_submit(xg);
 		starpu_data_unregister_submit(work);
 		starpu_data_unregister_submit(out);
+	}
+	if (acc != held[ACC]) {
+		if (!rc)
+			rc = rmoe_submit_accumulate(pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+		starpu_data_unregister_submit(acc);
 	}
 	rmoe_chunks_free(chunks, n);
 	return rc;
@@ -206,6 +222,18 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	if (n < 0)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	int prio = rmoe_prio_hop(h, L->N), rc = 0;
+	/* Hop 0 adds into this rank's own dx and dg; later hops into partials. */
+	struct rmoe_routing part = *rt;
+	starpu_data_handle_t dx = held[ACC];
+	const int64_t TH = L->T * L->H, TK = L->T * L->K;
+	if (h > 0 && n > 0) {
+		dx = rmoe_temp_vector(pass, TH, sizeof(float));
+		part.dg = rmoe_temp_vector(pass, TK, sizeof(float));
+		rc = rmoe_submit_zero(pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
+		if (!rc)
+			rc = rmoe_submit_zero(pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
+		rt = &part;
+	}
 	for (int64_t c = 0; c < n && !rc; c++) {
 		int64_t rows = chunks[c].rows;
 		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
@@ -221,13 +249,22 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 			                            chunks[c].rows_per_expert, rows, work, NULL, prio,
 			                            rmoe_task_name("recompute", h));
 		if (!rc)
-			rc = rmoe_submit_expert_bwd_pairs(L, pass, rt, xg, dyg, L->h_w_part, &chunks[c], work,
-			                                  held[ACC], L->h_dw_part, *dw_written, prio,
+			rc = rmoe_submit_expert_bwd_pairs(L, pass, rt, xg, dyg, L->h_w_part, &chunks[c], work, dx,
+			                                  L->h_dw_part, *dw_written, prio,
 			                                  rmoe_task_name("expert-bwd", h));
 		*dw_written = 1;
 		starpu_data_unregister_submit(xg);
 		starpu_data_unregister_submit(dyg);
 		starpu_data_unregister_submit(work);
+	}
+	if (dx != held[ACC]) {
+		/* dg first: the gate goes to the larger dx addition. */
+		if (!rc)
+			rc = rmoe_submit_accumulate(NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
+		if (!rc)
+			rc = rmoe_submit_accumulate(pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+		starpu_data_unregister_submit(dx);
+		starpu_data_unregister_submit(part.dg);
 	}
 	rmoe_chunks_free(chunks, n);
 	return rc;
@@ -241,11 +278,14 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	starpu_data_handle_t own[NKINDS] = {L->h_x, dy, L->h_pair_order, L->h_topk_w, dx, L->h_dg};
 	static const int inputs[] = {X, DY, ORDER, WEIGHTS}, accs[] = {ACC, DG};
 	int dw_written = 0;
+	/* Partials add into dg (dx starts zeroed by the layer): clear it. */
+	if (!rc)
+		rc = rmoe_submit_zero(NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
-		rc = rmoe_submit_zero(L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_submit_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	ring_free(&R);
 	return rc;
 }

@@ -160,7 +160,9 @@ int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_
 /* With gate_pass, the accumulate becomes that pass's gate. */
 int rmoe_submit_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
                            int64_t count, int prio, const char *name);
-int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name);
+/* With pass, the zeroing (which allocates a fresh buffer) waits for its window. */
+int rmoe_submit_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio,
+                     const char *name);
 
 /* "op hN": a task name that lives as long as the process (StarPU keeps the
  * pointer); hop < 0 gives the bare op. */

@@ -10,12 +10,14 @@
  * intermediates at a time, §3.3. The expert tasks are kept (destroy = 0) as
  * dependency anchors until the pass ends.
  *
- * Gate. The ring's backward adds each hop's partial weight gradient into the
- * accumulator arriving from the left; the partial lives until then. The
- * next hop's expert backward waits for that addition, as the paper's GPU
- * waits at this synchronisation point (§3.1), so one partial exists at a
- * time. The accumulator left its neighbour a hop before the next weights
- * did, so the wait rarely costs anything. */
+ * Gate. A ring adds each hop's partial (expert routing: the weight gradient;
+ * token routing: outputs, dx, dg) into the accumulator arriving from the
+ * left; the partial lives until then. That addition becomes the window too:
+ * the next hop's gathers, partials and expert task wait for it, as the
+ * paper's GPU waits at this synchronisation point (§3.1), so one partial and
+ * one hop's rows exist at a time whatever the network does. The accumulator
+ * left its neighbour a hop before the next weights (or tokens) did, so the
+ * wait rarely costs anything. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -248,21 +250,23 @@ int rmoe_submit_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src
 	struct starpu_task *t = starpu_task_build(&rmoe_cl_accumulate, STARPU_R, src, STARPU_RW, dst,
 	                                          STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
 	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
-	int rc = submit_built(t, "grad-accumulate", gate_pass, ANCHOR);
+	int rc = submit_built(t, "grad-accumulate", gate_pass, BE_WINDOW);
 	if (!rc && gate_pass)
 		gate_pass->gate = t;
 	return rc;
 }
 
-int rmoe_submit_zero(starpu_data_handle_t dst, int64_t count, int prio, const char *name)
+int rmoe_submit_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio,
+                     const char *name)
 {
 	struct rmoe_accumulate_args *a = malloc(sizeof(*a));
 	if (!a)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	a->count = count;
-	int ret = starpu_task_insert(&rmoe_cl_zero, STARPU_W, dst, STARPU_CL_ARGS, a, sizeof(*a),
-	                             STARPU_PRIORITY, rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
-	return ret ? rmoe_insert_failed("zero", ret) : 0;
+	struct starpu_task *t = starpu_task_build(&rmoe_cl_zero, STARPU_W, dst, STARPU_CL_ARGS, a, sizeof(*a),
+	                                          STARPU_PRIORITY, rmoe_clamp_prio(prio), STARPU_NAME, name,
+	                                          0);
+	return submit_built(t, "zero", pass, WAIT_WINDOW);
 }
 
 /* ---- task names ------------------------------------------------------------- */

@@ -90,6 +90,9 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 	if (c->shared_ffn < 0)
 		return rmoe_error(RMOE_EINVAL, "shared_ffn = %lld: expected 0 (no shared expert) or a width",
 		                  (long long)c->shared_ffn);
+	if (c->mem_cap < 0)
+		return rmoe_error(RMOE_EINVAL, "mem_cap = %lld: expected 0 (no cap) or a byte count",
+		                  (long long)c->mem_cap);
 	if (c->chunk_rows < 0)
 		return rmoe_error(RMOE_EINVAL, "chunk_rows = %lld: expected 0 (whole hop) or a row count",
 		                  (long long)c->chunk_rows);
@@ -165,5 +168,6 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = fnv(h, c->chunk_rows);
 	h = fnv(h, c->overlap);
 	h = fnv(h, c->deterministic);
+	h = fnv(h, c->mem_cap);
 	return h;
 }

@@ -20,8 +20,7 @@
  *   into dx), gathered dy, work [r,4F].
  * - ring token routing: two of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
- *   in forward (three ranks or more) the previous hop's output rows waiting
- *   for their accumulator.
+ *   one partial of the accumulators (the gate of submit.c).
  * - all-to-all: the stages of graph/alltoall.c, each exchange a collective
  *   (receives posted once its inputs exist, sent buffers freed when it
  *   returns); backward keeps the recomputed sorted input, work and returned
@@ -106,8 +105,11 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		 * the one still leaving for the right) and one partial gradient
 		 * (submit.c's gate). */
 		int64_t rbufs = N > 2 ? 2 : N - 1;
+		/* gradient buffers: with two ranks the first is freed once sent,
+		 * before the second hop computes; with more it is reused */
+		int64_t gbufs = N > 2 ? 2 : N - 1;
 		int64_t relay_f = rbufs * W * s;
-		int64_t relay_b = N > 1 ? (rbufs + 2 + 1) * W * s : 0;
+		int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
 		fwd = relay_f + max2(shared, r * (2 * H + 3 * F) * s);
 		bwd = relay_b + max2(shared, r * (2 * H + 4 * F) * s);
 		o->fixed_backward = o->resident_backward + relay_b;
@@ -116,16 +118,17 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		break;
 	}
 	case RMOE_DISPATCH_RING_TOKEN: {
-		/* One set of travelling buffers with two ranks, two otherwise. */
+		/* One set of travelling buffers with two ranks, two otherwise; from
+		 * hop 1 on a hop computes into partials (forward: outputs [T,H];
+		 * backward: dx [T,H] and dg [T,K]) added into the visiting
+		 * accumulators once they arrive. */
 		int64_t sets = N > 2 ? 2 : N - 1;
 		int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
 		int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
-		/* Forward: the accumulator of a hop arrives a hop behind the tokens,
-		 * so the previous hop's output rows still wait for it while this hop
-		 * computes. Backward adds dx in the expert task itself. */
-		fwd = travel_f + max2(shared, r * ((N > 2 ? 3 : 2) * H + 3 * F) * s);
-		bwd = travel_b + max2(shared, r * (2 * H + 4 * F) * s);
-		o->fixed_backward = o->resident_backward + travel_b;
+		int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
+		fwd = travel_f + max2(shared, part_f + r * (2 * H + 3 * F) * s);
+		bwd = travel_b + max2(shared, part_b + r * (2 * H + 4 * F) * s);
+		o->fixed_backward = o->resident_backward + travel_b + part_b;
 		o->per_row_backward = (2 * H + 4 * F) * s;
 		largest = max2(largest, r * max2(H, 4 * F) * s);
 		break;

@@ -124,6 +124,9 @@ struct rmoe_layer_config {
 	int deterministic;   /* 1: accumulations into y and dx run in submission
 	                        order, so runs are bit-reproducible; 0 (default):
 	                        in any order (StarPU's commutative access) */
+	int64_t mem_cap;     /* bytes the layer's peak may reach (ring dispatch):
+	                        each hop's rows are processed in chunks sized from
+	                        the memory model; 0 = no cap */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16
@@ -192,6 +195,7 @@ struct rmoe_layer_stats {
 	int64_t peak_rss_bytes;       /* process peak RSS during the last forward and
 	                                 backward (VmHWM, reset at each pass) */
 	int hops;                     /* ring hops (0 for all-to-all) */
+	int64_t chunk_rows;           /* rows per chunk of a hop (0: whole hops) */
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
 
