@@ -11,6 +11,7 @@
 
 #include "app.h"
 #include "opts.h"
+#include "rmoe_memory_model.h"
 #include "rmoe_plan.h"
 
 /* Tokens per rank of a preset before --scale: B*S/(SP*CP) of the paper's
@@ -18,7 +19,7 @@
 #define PRESET_TOKENS 49152
 
 struct plan_opts {
-	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks;
+	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks, budget, mem_cap;
 	double scale;
 	const char *preset, *cluster, *dtype;
 	int json;
@@ -62,11 +63,13 @@ static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
 		{"ranks", RMOE_OPT_INT, &r->ranks, 1, RMOE_CLUSTER_MAX_RANKS, "N", "ranks of the ring, EP (mpirun size)", &r->g_ranks},
 		{"cluster", RMOE_OPT_STRING, &r->cluster, 0, 0, "FILE", "cluster description (else live topology)", NULL},
 		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "bf16|f32", "element type of weights and tokens (bf16)", NULL},
+		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
+		{"mem-cap", RMOE_OPT_SIZE, &r->mem_cap, 1, 9e18, "BYTES", "plan the ring's chunking for this cap", NULL},
 		{"json", RMOE_OPT_FLAG, &r->json, 0, 0, NULL, "print the plan as JSON", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 16
+#define NOPTS 18
 
 /* The routing problem from the options; 0 or RMOE_EINVAL with msg. */
 static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_routing_problem *p, char *msg,
@@ -215,6 +218,58 @@ struct plan_view {
 	int live;
 };
 
+/* The memory model's view of the plan (scheduler/memory_model.c): peaks of
+ * the three dispatchers at the planned tokens, the largest local token count
+ * each fits in the budget, and the ring's chunking under a cap. */
+struct plan_memory {
+	int64_t budget;
+	struct rmoe_mem_estimate est[3];
+	int64_t max_tokens[3];
+	int64_t cap_chunk;            /* 0: no cap asked */
+	int cap_rc;
+	char cap_msg[512];
+	double cap_chunks_per_hop, cap_extra_tasks;
+};
+
+static const enum rmoe_dispatch mem_modes[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
+                                                RMOE_DISPATCH_ALLTOALL};
+
+/* Per-task cost used to price chunking: about 40 us per StarPU task on a
+ * GPU (../shared/notes/starpu-cuda.md), three tasks per backward chunk. */
+#define TASK_SECONDS 40e-6
+
+static void plan_memory(const struct plan_view *v, struct plan_memory *m)
+{
+	memset(m, 0, sizeof(*m));
+	const struct rmoe_routing_problem *p = v->p;
+	struct rmoe_mem_config mc;
+	rmoe_mem_config_init(&mc);
+	mc.tokens = p->tokens;
+	mc.hidden = p->hidden;
+	mc.ffn = p->ffn;
+	mc.experts = p->experts;
+	mc.topk = p->topk;
+	mc.nranks = p->ep;
+	mc.etp = p->etp;
+	mc.dtype_bytes = p->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
+	m->budget = v->opts->budget > 0 ? v->opts->budget : v->t->memory_bytes;
+	for (int i = 0; i < 3; i++) {
+		rmoe_memory_model(mem_modes[i], &mc, &m->est[i]);
+		m->max_tokens[i] = rmoe_memory_max_tokens(mem_modes[i], &mc, m->budget);
+	}
+	if (v->opts->mem_cap > 0) {
+		enum rmoe_dispatch d = v->plan->routing.mode;
+		struct rmoe_mem_config worst = mc;
+		worst.skew = (double)p->ep;
+		m->cap_rc = rmoe_memory_cap_chunk(d, &worst, v->opts->mem_cap, &m->cap_chunk);
+		if (m->cap_rc)
+			snprintf(m->cap_msg, sizeof(m->cap_msg), "%s", rmoe_strerror(m->cap_rc));
+		double rows = v->plan->routing.pairs_per_hop;
+		m->cap_chunks_per_hop = m->cap_rc ? 0 : ceil(rows / (double)m->cap_chunk);
+		m->cap_extra_tasks = m->cap_rc ? 0 : (m->cap_chunks_per_hop - 1) * 3 * (double)p->ep;
+	}
+}
+
 static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
 {
 	return plan->routing.mode == RMOE_DISPATCH_RING_TOKEN ? plan->routing.token : plan->routing.expert;
@@ -268,15 +323,18 @@ static void print_text(struct text *o, const struct plan_view *v)
 	put(o, "\nper hop: %.0f expected token-expert pairs (uniform routing), %lld hop(s) with a transfer;\n"
 	       "transfer over the slowest edge, compute at the device rate:\n",
 	    rc->pairs_per_hop, (long long)(p->ep - 1));
-	put(o, "  %-7s %-9s %12s %12s %11s %11s %7s\n", "mode", "pass", "volume MB", "transfer ms", "compute ms",
-	    "exposed ms", "hidden");
+	put(o, "  %-7s %-9s %12s %12s %12s %11s %11s %7s\n", "mode", "pass", "Table 2 MB", "carried MB",
+	    "transfer ms", "compute ms", "exposed ms", "hidden");
 	for (int m = 0; m < 2; m++)
 		for (int b = 0; b < 2; b++) {
 			const struct rmoe_hop_cost *c = m ? &rc->token[b] : &rc->expert[b];
-			put(o, "  %-7s %-9s %12.1f %12.3f %11.3f %11.3f %6.0f%%\n", m ? "token" : "expert",
-			    b ? "backward" : "forward", c->bytes / 1e6, c->transfer_s * 1e3, c->compute_s * 1e3,
-			    c->exposed_s * 1e3, 100.0 * c->hidden_fraction);
+			double table2 = m ? rc->token_table2[b] : c->bytes;
+			put(o, "  %-7s %-9s %12.1f %12.1f %12.3f %11.3f %11.3f %6.0f%%\n", m ? "token" : "expert",
+			    b ? "backward" : "forward", table2 / 1e6, c->bytes / 1e6, c->transfer_s * 1e3,
+			    c->compute_s * 1e3, c->exposed_s * 1e3, 100.0 * c->hidden_fraction);
 		}
+	put(o, "  (Table 2: E/EP x W per hop for experts, T x (H + M) for tokens, M = K x 8 bytes of\n"
+	       "  routing; the token ring here also carries the output accumulator, and dx, dg backward)\n");
 
 	const struct rmoe_hop_cost *c = chosen(plan);
 	put(o, "\nchoice: %s routing\n  %s\n", mode_name(rc->mode), rc->reason);
@@ -285,8 +343,29 @@ static void print_text(struct text *o, const struct plan_view *v)
 	put(o, "expected overlap (%s routing): %.0f%% of each forward hop's transfer and %.0f%% of each "
 	       "backward hop's hidden behind compute\n",
 	    mode_name(rc->mode), 100.0 * c[0].hidden_fraction, 100.0 * c[1].hidden_fraction);
-	put(o, "\nmemory: not modelled yet (peak bytes per dispatcher, largest trainable tokens for a "
-	       "budget)\n");
+	struct plan_memory mem;
+	plan_memory(v, &mem);
+	const double GiB = 1024.0 * 1024 * 1024;
+	put(o, "\nmemory per rank (scheduler/memory_model.c, even routing):\n");
+	put(o, "  %-7s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
+	for (int i = 0; i < 3; i++)
+		put(o, "  %-7s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(mem_modes[i]),
+		    mem.est[i].peak_forward / GiB, mem.est[i].peak_backward / GiB, (long long)mem.max_tokens[i]);
+	put(o, "  max tokens: the largest local token count whose peak fits %.2f GiB%s; ring/a2a "
+	       "%.2fx, token/a2a %.2fx\n",
+	    mem.budget / GiB, v->opts->budget > 0 ? "" : " (the device's memory)",
+	    mem.max_tokens[2] ? (double)mem.max_tokens[0] / (double)mem.max_tokens[2] : 0.0,
+	    mem.max_tokens[2] ? (double)mem.max_tokens[1] / (double)mem.max_tokens[2] : 0.0);
+	if (v->opts->mem_cap > 0) {
+		if (mem.cap_rc)
+			put(o, "  memory cap: %s\n", mem.cap_msg);
+		else
+			put(o, "  memory cap %.2f GiB (%s routing): chunks of %lld rows, %.0f per hop; about %.0f "
+			       "more tasks per pass, %.1f ms at %.0f us each\n",
+			    (double)v->opts->mem_cap / GiB, mode_name(rc->mode), (long long)mem.cap_chunk,
+			    mem.cap_chunks_per_hop, mem.cap_extra_tasks, mem.cap_extra_tasks * TASK_SECONDS * 1e3,
+			    TASK_SECONDS * 1e6);
+	}
 }
 
 static void put_hop_json(struct text *o, const struct rmoe_hop_cost *c)
@@ -358,9 +437,26 @@ static void print_json(struct text *o, const struct plan_view *v)
 	put_json_string(o, rc->reason);
 	put(o, "},\n  \"overlap\": {\"forward_hidden_fraction\": %.6g, \"backward_hidden_fraction\": %.6g},\n",
 	    c[0].hidden_fraction, c[1].hidden_fraction);
-	/* Filled by the memory model (its own issue). */
-	put(o, "  \"memory\": {\"modelled\": false, \"peak_bytes_per_dispatcher\": null, "
-	       "\"largest_trainable_tokens\": null}\n}\n");
+	struct plan_memory mem;
+	plan_memory(v, &mem);
+	put(o, "  \"memory\": {\"modelled\": true, \"budget_bytes\": %lld, \"dispatchers\": {",
+	    (long long)mem.budget);
+	for (int i = 0; i < 3; i++)
+		put(o, "%s\"%s\": {\"peak_forward_bytes\": %lld, \"peak_backward_bytes\": %lld, "
+		       "\"largest_trainable_tokens\": %lld}",
+		    i ? ", " : "", rmoe_dispatch_name(mem_modes[i]), (long long)mem.est[i].peak_forward,
+		    (long long)mem.est[i].peak_backward, (long long)mem.max_tokens[i]);
+	put(o, "}");
+	if (v->opts->mem_cap > 0) {
+		put(o, ", \"mem_cap\": {\"bytes\": %lld, \"chunk_rows\": %lld, \"error\": ",
+		    (long long)v->opts->mem_cap, (long long)mem.cap_chunk);
+		if (mem.cap_rc)
+			put_json_string(o, mem.cap_msg);
+		else
+			put(o, "null");
+		put(o, "}");
+	}
+	put(o, "}\n}\n");
 }
 
 /* Rank 0 reports; every rank has reached the same verdict. */

@@ -57,7 +57,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (0: none)", &r->g_shared},
 		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (see below)", NULL},
 		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, both (ring+a2a) or all", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, auto, both (ring+a2a) or all", NULL},
 		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of inputs and weights (1)", NULL},
 		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up (3)", NULL},
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
@@ -202,6 +202,10 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		rmoe_app_error("%s", rmoe_strerror(rc));
 		return rc;
 	}
+	if (d == RMOE_DISPATCH_AUTO) {
+		d = rmoe_layer_dispatch(layer);
+		rmoe_app_say("dispatch auto: %s (%s)\n", rmoe_dispatch_name(d), rmoe_layer_dispatch_reason(layer));
+	}
 	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
 	double *fw = calloc((size_t)repeat, sizeof(double)), *bw = calloc((size_t)repeat, sizeof(double));
 	struct rmoe_layer_stats st = {0};
@@ -313,6 +317,8 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		int ring = !strcmp(r.dispatch, "ring") || !strcmp(r.dispatch, "both") || !strcmp(r.dispatch, "all");
 		int a2a = !strcmp(r.dispatch, "a2a") || !strcmp(r.dispatch, "both") || !strcmp(r.dispatch, "all");
 		int token = !strcmp(r.dispatch, "token") || !strcmp(r.dispatch, "all");
+		if (!strcmp(r.dispatch, "auto"))
+			which[ndisp++] = RMOE_DISPATCH_AUTO;
 		if (ring)
 			which[ndisp++] = RMOE_DISPATCH_RING_EXPERT;
 		if (a2a)
@@ -320,7 +326,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		if (token)
 			which[ndisp++] = RMOE_DISPATCH_RING_TOKEN;
 		if (!ndisp) {
-			snprintf(msg, sizeof(msg), "--dispatch '%s': expected ring, token, a2a, both or all",
+			snprintf(msg, sizeof(msg), "--dispatch '%s': expected ring, token, a2a, auto, both or all",
 			         r.dispatch);
 			prc = RMOE_EINVAL;
 		}

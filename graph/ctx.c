@@ -86,6 +86,13 @@ static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 		rc = rmoe_topology_discover(ctx->comm, cfg->cluster_file ? &cluster : NULL, &topo);
 	if (!rc)
 		rc = rmoe_ring_order(&topo, ctx->ring);
+	/* Kept for the routing choice of RMOE_DISPATCH_AUTO layers. */
+	if (!rc) {
+		ctx->edges = calloc((size_t)ctx->size, sizeof(*ctx->edges));
+		rc = ctx->edges ? rmoe_ring_edges(&topo, ctx->ring, ctx->edges)
+		                : rmoe_error(RMOE_ENOMEM, "out of host memory");
+		ctx->device_tflops = topo.f32_tflops;
+	}
 	if (!rc && ctx->verbose && ctx->rank == 0) {
 		fprintf(stderr, "relaymoe: ring over %d node(s) (%s):", topo.nnodes, topo.placement);
 		for (int i = 0; i < ctx->size; i++)
@@ -276,6 +283,7 @@ int rmoe_ctx_destroy(rmoe_ctx *ctx)
 	if (ctx->started_mpi)
 		MPI_Finalize();
 	free(ctx->ring);
+	free(ctx->edges);
 	free(ctx);
 	return 0;
 }

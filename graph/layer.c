@@ -205,6 +205,28 @@ static void layer_free(struct rmoe_layer *L)
 /* Memory cap: the chunk size from the memory model, for any routing (a chunk
  * bounds a hop's rows whatever the skew). Smaller chunks the user asked for
  * are kept. */
+/* RMOE_DISPATCH_AUTO (§3.2): the mode with less exposed communication per
+ * hop over the planned ring's slowest edge, from Table 2's volumes. A pure
+ * function of the configuration and the ring: every rank picks the same. */
+static enum rmoe_dispatch choose_dispatch(const rmoe_ctx *ctx, const struct rmoe_layer_config *cfg,
+                                          char *reason, size_t len)
+{
+	snprintf(reason, len, "%s requested", rmoe_dispatch_name(cfg->dispatch));
+	if (cfg->dispatch != RMOE_DISPATCH_AUTO)
+		return cfg->dispatch;
+	struct rmoe_routing_problem p = {.hidden = cfg->hidden, .ffn = cfg->ffn, .experts = cfg->experts,
+	                                 .topk = cfg->topk, .tokens = cfg->tokens, .ep = ctx->size,
+	                                 .etp = 1, .dtype = cfg->dtype};
+	struct rmoe_routing_choice choice;
+	if (rmoe_routing_choose(&p, ctx->edges, ctx->size, ctx->device_tflops, &choice) != 0) {
+		snprintf(reason, len, "expert routing (the routing choice failed: %s)",
+		         rmoe_last_error_message());
+		return RMOE_DISPATCH_RING_EXPERT;
+	}
+	snprintf(reason, len, "%s", choice.reason);
+	return choice.mode;
+}
+
 static int cap_chunks(const struct rmoe_layer_config *cfg, int nranks, int64_t *chunk_rows)
 {
 	if (cfg->mem_cap <= 0)
@@ -243,16 +265,23 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 		return rc;
 	if ((rc = agree(ctx, check_same_config(ctx, cfg), "the cross-rank configuration check")))
 		return rc;
+	struct rmoe_layer_config resolved = *cfg;
+	char reason[384];
+	resolved.dispatch = choose_dispatch(ctx, cfg, reason, sizeof(reason));
 	int64_t chunk_rows = cfg->chunk_rows;
-	if ((rc = agree(ctx, cap_chunks(cfg, ctx->size, &chunk_rows), "the memory cap")))
+	if ((rc = agree(ctx, cap_chunks(&resolved, ctx->size, &chunk_rows), "the memory cap")))
 		return rc;
+	if (cfg->dispatch == RMOE_DISPATCH_AUTO && ctx->verbose && ctx->rank == 0)
+		fprintf(stderr, "relaymoe: dispatch auto -> %s: %s\n", rmoe_dispatch_name(resolved.dispatch),
+		        reason);
 
 	struct rmoe_layer *L = calloc(1, sizeof(*L));
 	if (!L)
 		return agree(ctx, rmoe_error(RMOE_ENOMEM, "out of host memory for the layer"), "allocation");
 	L->ctx = ctx;
-	L->cfg = *cfg;
-	L->dispatch = cfg->dispatch;
+	L->cfg = resolved;
+	L->dispatch = resolved.dispatch;
+	snprintf(L->dispatch_reason, sizeof(L->dispatch_reason), "%s", reason);
 	L->H = cfg->hidden;
 	L->F = cfg->ffn;
 	L->E = cfg->experts;
@@ -363,6 +392,11 @@ int rmoe_layer_owned_experts(const rmoe_layer *L, int64_t *first, int64_t *count
 enum rmoe_dispatch rmoe_layer_dispatch(const rmoe_layer *L)
 {
 	return L ? L->dispatch : RMOE_DISPATCH_ALLTOALL;
+}
+
+const char *rmoe_layer_dispatch_reason(const rmoe_layer *L)
+{
+	return L ? L->dispatch_reason : "";
 }
 
 /* ---- weights and gradients ----------------------------------------------------- */

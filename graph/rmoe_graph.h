@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "relaymoe/relaymoe.h"
+#include "rmoe_plan.h"
 #include "rmoe_scheduler.h"
 
 struct rmoe_ctx {
@@ -23,6 +24,8 @@ struct rmoe_ctx {
 	int64_t tag_first, tag_last, tag_next;  /* tag window, see tags.c */
 	int nlayers;              /* layers alive, for a clean destroy */
 	int *ring;                /* planned ring order: ring[i] = rank at position i */
+	struct rmoe_ring_edge *edges; /* ring[i] -> ring[i+1]: link, bandwidth, latency */
+	double device_tflops;     /* planning rate of one rank's device (fp32) */
 };
 
 /* One pass (forward or backward) of a layer: what its graph needs to know
@@ -83,6 +86,7 @@ struct rmoe_layer {
 
 	int have_forward;
 	int have_shared_weights;
+	char dispatch_reason[384];        /* why this dispatch (RMOE_DISPATCH_AUTO) */
 	struct rmoe_layer_stats stats;
 };
 

@@ -106,10 +106,8 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 	case RMOE_DISPATCH_ALLTOALL:
 	case RMOE_DISPATCH_RING_EXPERT:
 	case RMOE_DISPATCH_RING_TOKEN:
-		break;
 	case RMOE_DISPATCH_AUTO:
-		return rmoe_error(RMOE_ENOTSUP, "dispatch %s is not available in this version",
-		                  rmoe_dispatch_name(c->dispatch));
+		break;
 	default:
 		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token or auto",
 		                  (int)c->dispatch);

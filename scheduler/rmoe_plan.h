@@ -226,6 +226,11 @@ int64_t rmoe_routing_metadata_bytes(int64_t topk);
  * modes (weights + gradients; tokens + their gradients). */
 double rmoe_expert_hop_bytes(const struct rmoe_routing_problem *p, int backward);
 double rmoe_token_hop_bytes(const struct rmoe_routing_problem *p, int backward);
+/* What this implementation's token ring carries per hop (graph/ring_token.c):
+ * Table 2's tokens and metadata plus the output accumulator, forward
+ * T*(2H*s + 8K); backward x, dy, the dx accumulator and the routing with
+ * dg, T*(3H*s + 12K). The routing choice uses these. */
+double rmoe_token_hop_bytes_carried(const struct rmoe_routing_problem *p, int backward);
 
 /* Expected expert GEMM flops of one hop: T*K/EP token-expert pairs under
  * uniform routing, 2*3*H*F/ETP flops each forward; backward recomputes the
@@ -245,6 +250,7 @@ struct rmoe_hop_cost {
 struct rmoe_routing_choice {
 	enum rmoe_dispatch mode;   /* RMOE_DISPATCH_RING_EXPERT or RMOE_DISPATCH_RING_TOKEN */
 	struct rmoe_hop_cost expert[2], token[2];   /* [0] forward, [1] backward */
+	double token_table2[2];    /* Table 2's token volumes, for comparison */
 	double pairs_per_hop;
 	double device_tflops;
 	int64_t crossover_tokens;  /* see rmoe_routing_crossover_tokens */

@@ -71,6 +71,13 @@ double rmoe_token_hop_bytes(const struct rmoe_routing_problem *p, int backward)
 	return (backward ? 2.0 : 1.0) * (double)p->tokens * per_token;
 }
 
+double rmoe_token_hop_bytes_carried(const struct rmoe_routing_problem *p, int backward)
+{
+	double s = rmoe_dtype_bytes(p->dtype), H = (double)p->hidden, K = (double)p->topk;
+	double per_token = backward ? 3.0 * H * s + 12.0 * K : 2.0 * H * s + 8.0 * K;
+	return (double)p->tokens * per_token;
+}
+
 double rmoe_hop_flops(const struct rmoe_routing_problem *p, int backward)
 {
 	double pairs = (double)p->tokens * (double)p->topk / (double)p->ep;
@@ -82,10 +89,14 @@ double rmoe_hop_flops(const struct rmoe_routing_problem *p, int backward)
 
 int64_t rmoe_routing_crossover_tokens(const struct rmoe_routing_problem *p)
 {
-	int64_t per_token = p->hidden * rmoe_dtype_bytes(p->dtype) + rmoe_routing_metadata_bytes(p->topk);
+	/* Both modes cross the same edges and compute the same pairs, so the
+	 * choice follows the bytes of a forward and a backward hop together:
+	 * experts 3 partitions (weights, then weights and gradients); tokens
+	 * carried 5H*s + 20K bytes each (graph/ring_token.c). */
+	int64_t per_token = 5 * p->hidden * rmoe_dtype_bytes(p->dtype) + 20 * p->topk;
 	int64_t w, vol;
 	if (__builtin_mul_overflow(3 * p->hidden, (p->ffn / p->etp) * rmoe_dtype_bytes(p->dtype), &w) ||
-	    __builtin_mul_overflow(w, p->experts / p->ep, &vol))
+	    __builtin_mul_overflow(w, 3 * (p->experts / p->ep), &vol))
 		return INT64_MAX;
 	/* Token routing while T * per_token < vol. */
 	return vol / per_token + (vol % per_token != 0);
@@ -140,7 +151,8 @@ int rmoe_routing_choose(const struct rmoe_routing_problem *p, const struct rmoe_
 	for (int bwd = 0; bwd < 2; bwd++) {
 		double flops = rmoe_hop_flops(p, bwd);
 		hop_cost(&out->expert[bwd], rmoe_expert_hop_bytes(p, bwd), flops, edges, n, device_tflops);
-		hop_cost(&out->token[bwd], rmoe_token_hop_bytes(p, bwd), flops, edges, n, device_tflops);
+		hop_cost(&out->token[bwd], rmoe_token_hop_bytes_carried(p, bwd), flops, edges, n, device_tflops);
+		out->token_table2[bwd] = rmoe_token_hop_bytes(p, bwd);
 	}
 	out->crossover_tokens = rmoe_routing_crossover_tokens(p);
 
@@ -164,14 +176,14 @@ int rmoe_routing_choose(const struct rmoe_routing_problem *p, const struct rmoe_
 		snprintf(where, sizeof(where), "(one rank: nothing to transfer)");
 	if (token)
 		snprintf(out->reason, sizeof(out->reason),
-		         "token routing: %s/hop of tokens vs %s/hop of expert weights forward (both twice "
-		         "backward); exposed %.3f vs %.3f ms per hop forward+backward %s; token routing below "
+		         "token routing: %s/hop of tokens with their accumulator vs %s/hop of expert weights "
+		         "forward; exposed %.3f vs %.3f ms per hop forward+backward %s; token routing below "
 		         "%lld tokens per rank",
 		         tb, eb, tx * 1e3, ex * 1e3, where, (long long)out->crossover_tokens);
 	else
 		snprintf(out->reason, sizeof(out->reason),
-		         "expert routing: %s/hop of expert weights vs %s/hop of tokens forward (both twice "
-		         "backward); exposed %.3f vs %.3f ms per hop forward+backward %s; expert routing from "
+		         "expert routing: %s/hop of expert weights vs %s/hop of tokens with their accumulator "
+		         "forward; exposed %.3f vs %.3f ms per hop forward+backward %s; expert routing from "
 		         "%lld tokens per rank",
 		         eb, tb, ex * 1e3, tx * 1e3, where, (long long)out->crossover_tokens);
 	return 0;

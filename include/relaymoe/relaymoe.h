@@ -142,8 +142,10 @@ RMOE_API int rmoe_layer_destroy(rmoe_layer *layer);
 /* Routed experts this rank owns: [first, first + count). */
 RMOE_API int rmoe_layer_owned_experts(const rmoe_layer *layer, int64_t *first, int64_t *count);
 
-/* The dispatch the layer runs (the choice made for RMOE_DISPATCH_AUTO). */
+/* The dispatch the layer runs (the choice made for RMOE_DISPATCH_AUTO), and
+ * why: for auto, the per-hop volumes and times that decided (paper §3.2). */
 RMOE_API enum rmoe_dispatch rmoe_layer_dispatch(const rmoe_layer *layer);
+RMOE_API const char *rmoe_layer_dispatch_reason(const rmoe_layer *layer);
 
 /* Weights. Router and shared expert are replicated: every rank sets the same
  * values. Routed experts are set and read on their owner only (e global). */

@@ -42,7 +42,7 @@ expect_fail "bad number" "expected an integer" 2 --topk x
 expect_fail "unknown preset" "not a known shape" 2 --preset Qwen9
 expect_fail "experts not divisible" "not divisible by the 3 ranks" 3 "${small[@]}" --experts 8
 expect_fail "topk above experts" "larger than experts" 2 "${small[@]}" --topk 9
-expect_fail "bad dispatch" "expected ring, token, a2a, both or all" 2 --dispatch rings
+expect_fail "bad dispatch" "expected ring, token, a2a, auto, both or all" 2 --dispatch rings
 
 mkdir -p "$work/badnpy"
 cp "$work/in/"*.npy "$work/badnpy/"

@@ -26,11 +26,14 @@ assert sorted(ring["order"]) == list(range(8)) and ring["node_crossings"] == 2
 assert [e["link"] for e in ring["edges"]].count("network") == 2
 h = p["hops"]
 assert h["expert"]["forward"]["bytes"] == 16 * 3 * 2048 * 768 * 2
-assert h["token"]["forward"]["bytes"] == 49152 * (2048 * 2 + 8 * 8)
+assert h["token"]["forward"]["bytes"] == 49152 * (2 * 2048 * 2 + 8 * 8)
 assert h["expert"]["backward"]["bytes"] == 2 * h["expert"]["forward"]["bytes"]
-assert p["choice"]["mode"] == "expert" and p["choice"]["crossover_tokens"] == 36297
+assert p["choice"]["mode"] == "expert" and p["choice"]["crossover_tokens"] == 21947
 assert 0 <= p["overlap"]["forward_hidden_fraction"] <= 1
-assert p["memory"]["modelled"] is False
+assert p["memory"]["modelled"] is True
+m = p["memory"]["dispatchers"]
+assert m["ring"]["peak_backward_bytes"] < m["a2a"]["peak_backward_bytes"]
+assert m["ring"]["largest_trainable_tokens"] > m["a2a"]["largest_trainable_tokens"] > 0
 print("choice", p["choice"]["mode"], "crossover", p["choice"]["crossover_tokens"])
 ' 2>&1); crc=$?
 if [ $rc -eq 0 ] && printf '%s' "$json" | $py -m json.tool >/dev/null && [ $crc -eq 0 ]; then
