@@ -443,9 +443,13 @@ static void print_json(struct text *o, const struct plan_view *v)
 	    (long long)mem.budget);
 	for (int i = 0; i < 3; i++)
 		put(o, "%s\"%s\": {\"peak_forward_bytes\": %lld, \"peak_backward_bytes\": %lld, "
+		       "\"resident_forward_bytes\": %lld, \"resident_backward_bytes\": %lld, "
+		       "\"weights_and_inputs_bytes\": %lld, \"largest_buffer_bytes\": %lld, "
 		       "\"largest_trainable_tokens\": %lld}",
 		    i ? ", " : "", rmoe_dispatch_name(mem_modes[i]), (long long)mem.est[i].peak_forward,
-		    (long long)mem.est[i].peak_backward, (long long)mem.max_tokens[i]);
+		    (long long)mem.est[i].peak_backward, (long long)mem.est[i].resident_forward,
+		    (long long)mem.est[i].resident_backward, (long long)mem.est[i].weights_and_inputs,
+		    (long long)mem.est[i].largest_buffer, (long long)mem.max_tokens[i]);
 	put(o, "}");
 	if (v->opts->mem_cap > 0) {
 		put(o, ", \"mem_cap\": {\"bytes\": %lld, \"chunk_rows\": %lld, \"error\": ",
