@@ -105,9 +105,10 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		 * the one still leaving for the right) and one partial gradient
 		 * (submit.c's gate). */
 		int64_t rbufs = N > 2 ? 2 : N - 1;
-		/* gradient buffers: with two ranks the first is freed once sent,
-		 * before the second hop computes; with more it is reused */
-		int64_t gbufs = N > 2 ? 2 : N - 1;
+		/* gradient buffers: the one being summed and the one leaving for
+		 * the right (with two ranks the latter is freed once its transfer
+		 * completes, which the cap cannot count on) */
+		int64_t gbufs = N > 1 ? 2 : 0;
 		int64_t relay_f = rbufs * W * s;
 		int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
 		fwd = relay_f + max2(shared, r * (2 * H + 3 * F) * s);

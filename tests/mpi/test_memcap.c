@@ -1,0 +1,126 @@
+/* Multi-rank: the memory cap. While the tokens per rank grow 8x, the
+ * measured peak of the ring layers (expert and token routing) stays under
+ * the cap, outputs and gradients still match the reference, and the same
+ * layer without a cap would have gone over it. A cap too small for one row
+ * is refused at creation on every rank. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "app.h"
+
+#define TOLERANCE 1e-5
+#define CAP (4 * 1024 * 1024)
+
+static int failures;
+
+static void expect(int ok, const char *what)
+{
+	rmoe_app_say("  %-70s %s\n", what, ok ? "ok" : "FAIL");
+	if (!ok)
+		failures++;
+}
+
+/* Runs forward and backward; the peak (max over ranks and passes), and the
+ * check against the reference. */
+static int run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct rmoe_problem *prob,
+               double *peak, double *err, int64_t *chunk)
+{
+	rmoe_layer *layer = NULL;
+	struct rmoe_results res;
+	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, cfg));
+	if (rc)
+		return rc;
+	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_results_alloc(&res, prob));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_layer_forward(layer, prob->x, res.y));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_layer_backward(layer, prob->dy, res.dx));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_results_collect(&res, prob, layer));
+	if (!rc) {
+		struct rmoe_layer_stats st;
+		rmoe_layer_get_stats(layer, &st);
+		double p = fmax((double)st.peak_forward_bytes, (double)st.peak_backward_bytes);
+		MPI_Allreduce(&p, peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+		*chunk = st.chunk_rows;
+		const char *worst;
+		int64_t ties;
+		*err = rmoe_results_check(&res, prob, &worst, &ties);
+		rmoe_results_free(&res);
+	}
+	rmoe_layer_destroy(layer);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	int provided, nranks;
+	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	rmoe_ctx *ctx = NULL;
+	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+		MPI_Finalize();
+		return 77;
+	}
+	rmoe_app_say("test_memcap on %d rank(s), cap %d bytes\n", nranks, CAP);
+	struct rmoe_layer_config cfg;
+	rmoe_layer_config_init(&cfg);
+	cfg.hidden = 64;
+	cfg.ffn = 48;
+	cfg.experts = 4 * nranks;
+	cfg.topk = 4;
+	const enum rmoe_dispatch modes[2] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN};
+	for (int64_t tokens = 256; tokens <= 2048; tokens *= 2) {
+		cfg.tokens = tokens;
+		struct rmoe_problem prob;
+		if (rmoe_problem_init(&prob, &cfg, 11 + (uint64_t)tokens, NULL))
+			return 1;
+		for (int m = 0; m < 2; m++) {
+			struct rmoe_layer_config c = cfg;
+			c.dispatch = modes[m];
+			c.mem_cap = CAP;
+			double peak = 0, err = 1;
+			int64_t chunk = 0;
+			char what[160];
+			int rc = run(ctx, &c, &prob, &peak, &err, &chunk);
+			/* Token routing carries whole token partitions, which grow with
+			 * the tokens: past some size no chunking fits the cap, and the
+			 * layer must say so at creation rather than go over it. */
+			if (rc == RMOE_EINVAL && modes[m] == RMOE_DISPATCH_RING_TOKEN && tokens > 256) {
+				snprintf(what, sizeof(what), "%s T=%lld: refused at creation (%.40s...)",
+				         rmoe_dispatch_name(modes[m]), (long long)tokens, rmoe_strerror(rc));
+				expect(strstr(rmoe_strerror(rc), "too small") != NULL, what);
+				continue;
+			}
+			snprintf(what, sizeof(what), "%s T=%lld: peak %.0f <= cap (chunks of %lld rows), error %.1e",
+			         rmoe_dispatch_name(modes[m]), (long long)tokens, peak, (long long)chunk, err);
+			expect(rc == 0 && peak <= CAP && err <= TOLERANCE, what);
+			if (tokens == 2048) {
+				/* Without the cap the same layer goes over it. */
+				c.mem_cap = 0;
+				rc = run(ctx, &c, &prob, &peak, &err, &chunk);
+				snprintf(what, sizeof(what), "%s T=%lld without the cap: peak %.0f > cap",
+				         rmoe_dispatch_name(modes[m]), (long long)tokens, peak);
+				expect(rc == 0 && peak > CAP, what);
+			}
+		}
+		rmoe_problem_free(&prob);
+	}
+	/* A cap too small for one row: refused before any work, on every rank. */
+	cfg.mem_cap = 64 * 1024;
+	rmoe_layer *layer = NULL;
+	int rc = rmoe_layer_create(&layer, ctx, &cfg);
+	int mine = rc == RMOE_EINVAL && strstr(rmoe_strerror(rc), "too small") && !layer;
+	int all;
+	MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	expect(all, "a cap too small for one row is refused on every rank");
+	rmoe_ctx_destroy(ctx);
+	int total;
+	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	rmoe_app_say("test_memcap: %s\n", total ? "FAILED" : "passed");
+	MPI_Finalize();
+	return total ? 1 : 0;
+}
