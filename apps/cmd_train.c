@@ -169,10 +169,16 @@ static int write_curve(const char *path, const struct rmoe_train_record *h, int6
 	fprintf(f, "step,loss,aux_loss,grad_norm,lr,seconds,tokens_per_s,peak_layer_bytes,peak_rss_bytes,"
 	           "floor_nats\n");
 	/* %.17g: the loss columns of two runs compare bit for bit. */
-	for (int64_t i = 0; i < n; i++)
-		fprintf(f, "%lld,%.17g,%.17g,%.17g,%.17g,%.6f,%.1f,%lld,%lld,%.9g\n", (long long)h[i].step,
-		        h[i].loss, h[i].aux, h[i].grad_norm, h[i].lr, h[i].seconds, h[i].tokens_per_s,
-		        (long long)h[i].peak_layer_bytes, (long long)h[i].peak_rss_bytes, floor_nats);
+	for (int64_t i = 0; i < n; i++) {
+		fprintf(f, "%lld,%.17g,%.17g,%.17g,%.17g,", (long long)h[i].step, h[i].loss, h[i].aux,
+		        h[i].grad_norm, h[i].lr);
+		/* Steps of an earlier process (before a resume) have no timings. */
+		if (h[i].peak_layer_bytes >= 0)
+			fprintf(f, "%.6f,%.1f,%lld,%lld,%.9g\n", h[i].seconds, h[i].tokens_per_s,
+			        (long long)h[i].peak_layer_bytes, (long long)h[i].peak_rss_bytes, floor_nats);
+		else
+			fprintf(f, "nan,nan,nan,nan,%.9g\n", floor_nats);
+	}
 	int bad = fflush(f) != 0 || ferror(f);
 	bad |= fclose(f) != 0;
 	if (bad || rename(tmp, path) != 0) {

@@ -3,13 +3,16 @@
  *   header (128 bytes): "RMOECKPT", u32 version, u32 header bytes, u64 byte
  *     order mark, u64 configuration hash, i32 rank, i32 rank count, i64 step,
  *     i64 payload bytes, i64 replicated count, i64 expert count, i64 records
- *   payload: identity (8 bytes a field), data state, loss history, replicated
- *     and expert parameters, then the AdamW moments m, v of each
+ *   payload: identity (8 bytes a field), data state, loss history (step,
+ *     loss, aux loss, gradient norm, learning rate: the deterministic fields,
+ *     so a checkpoint depends on the configuration and the step only),
+ *     replicated and expert parameters, then the AdamW moments m, v of each
  *   trailer: u64 FNV-1a of header and payload
  *
  * Native byte order; the mark refuses a file from a machine of the other. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <mpi.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -25,7 +28,7 @@
 #define ORDER_MARK 0x0102030405060708ULL
 #define FNV_BASIS 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
-#define RECORD_BYTES (9 * 8)
+#define RECORD_BYTES (5 * 8)
 
 static const char magic[8] = {'R', 'M', 'O', 'E', 'C', 'K', 'P', 'T'};
 
@@ -170,9 +173,8 @@ int rmoe_ckpt_write_local(const char *dir, int rank, int nranks, const struct rm
 	put64(&s, &st->data.token);
 	for (int64_t i = 0; i < st->step; i++) {
 		const struct rmoe_train_record *r = &st->history[i];
-		const void *v[9] = {&r->step, &r->loss, &r->aux, &r->grad_norm, &r->lr, &r->seconds,
-		                    &r->tokens_per_s, &r->peak_layer_bytes, &r->peak_rss_bytes};
-		for (int k = 0; k < 9; k++)
+		const void *v[5] = {&r->step, &r->loss, &r->aux, &r->grad_norm, &r->lr};
+		for (int k = 0; k < 5; k++)
 			put64(&s, v[k]);
 	}
 	put(&s, m->rep_w, (size_t)m->rep_n * sizeof(float));
@@ -277,8 +279,10 @@ static int check_and_load(const char *path, const unsigned char *buf, int64_t si
 		         version, hbytes, RMOE_CKPT_VERSION);
 		return RMOE_EFORMAT;
 	}
-	if (pbytes < 0 || step < 0 || records != step || rep_n < 0 || exp_n < 0 ||
-	    pbytes != payload_bytes(records, rep_n, exp_n)) {
+	/* Bounded before any arithmetic: a damaged header must not overflow. */
+	const int64_t limit = (int64_t)1 << 40;
+	if (pbytes < 0 || step < 0 || records != step || rep_n < 0 || exp_n < 0 || records > limit ||
+	    rep_n > limit || exp_n > limit || pbytes != payload_bytes(records, rep_n, exp_n)) {
 		snprintf(msg, msglen, "%s: corrupted header (step %lld, payload %lld bytes)", path,
 		         (long long)step, (long long)pbytes);
 		return RMOE_EFORMAT;
@@ -327,10 +331,12 @@ static int check_and_load(const char *path, const unsigned char *buf, int64_t si
 	p += 16;
 	for (int64_t i = 0; i < step; i++, p += RECORD_BYTES) {
 		struct rmoe_train_record *r = &history[i];
-		void *v[9] = {&r->step, &r->loss, &r->aux, &r->grad_norm, &r->lr, &r->seconds,
-		              &r->tokens_per_s, &r->peak_layer_bytes, &r->peak_rss_bytes};
-		for (int k = 0; k < 9; k++)
+		void *v[5] = {&r->step, &r->loss, &r->aux, &r->grad_norm, &r->lr};
+		for (int k = 0; k < 5; k++)
 			memcpy(v[k], p + 8 * k, 8);
+		/* Timings and memory belonged to the process that ran the step. */
+		r->seconds = r->tokens_per_s = NAN;
+		r->peak_layer_bytes = r->peak_rss_bytes = -1;
 	}
 	st->history = history;
 	float *dst[6] = {m->rep_w, m->exp_w, o->m_rep, o->v_rep, o->m_exp, o->v_exp};

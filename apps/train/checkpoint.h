@@ -1,7 +1,8 @@
 /* Checkpoints of `relaymoe train`: every rank writes its own file,
  * DIR/rank-NNNNN.ckpt, holding its parameters (replicated and owned
  * experts), the AdamW moments, the step, its data stream's state and the
- * loss history, behind a header (magic, version, configuration hash, rank,
+ * loss history (no timings: the file is a function of the run's
+ * configuration and step, byte for byte), behind a header (magic, version, configuration hash, rank,
  * rank count) and followed by a 64-bit FNV-1a checksum of everything before
  * it. Files are written to a temporary name, flushed and fsync'ed, and
  * renamed only when every rank has written its own, so a failed save leaves
@@ -29,7 +30,8 @@ struct rmoe_ckpt_identity {
 
 uint64_t rmoe_ckpt_identity_hash(const struct rmoe_ckpt_identity *id);
 
-/* One step of the loss curve. */
+/* One step of the loss curve. A checkpoint keeps step to lr; a resumed run
+ * knows the rest (NaN, -1) only for its own steps. */
 struct rmoe_train_record {
 	int64_t step;
 	double loss, aux, grad_norm, lr;
