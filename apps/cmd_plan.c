@@ -11,6 +11,7 @@
 
 #include "app.h"
 #include "opts.h"
+#include "rmoe_attn_plan.h"
 #include "rmoe_memory_model.h"
 #include "rmoe_plan.h"
 
@@ -20,6 +21,8 @@
 
 struct plan_opts {
 	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks, budget, mem_cap;
+	int64_t layers, heads, kv_heads, head_dim, model_state, dp;
+	int attention;
 	double scale;
 	const char *preset, *cluster, *dtype;
 	int json;
@@ -65,11 +68,18 @@ static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
 		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "bf16|f32", "element type of weights and tokens (bf16)", NULL},
 		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
 		{"mem-cap", RMOE_OPT_SIZE, &r->mem_cap, 1, 9e18, "BYTES", "plan the ring's chunking for this cap", NULL},
+		{"attention", RMOE_OPT_FLAG, &r->attention, 0, 0, NULL, "plan attention recomputation (§3.4)", NULL},
+		{"layers", RMOE_OPT_INT, &r->layers, 1, 1024, "L", "layers on a device (preset's)", NULL},
+		{"heads", RMOE_OPT_INT, &r->heads, 1, 1e5, "NH", "attention heads (preset's, else 32)", NULL},
+		{"kv-heads", RMOE_OPT_INT, &r->kv_heads, 1, 1e5, "NKV", "key/value heads (preset's, else 4)", NULL},
+		{"head-dim", RMOE_OPT_INT, &r->head_dim, 1, 1e5, "D", "head dimension (preset's, else 128)", NULL},
+		{"model-state", RMOE_OPT_SIZE, &r->model_state, 1, 9e18, "BYTES", "parameters, gradients and optimizer per device", NULL},
+		{"dp", RMOE_OPT_INT, &r->dp, 1, 1e6, "DP", "data parallelism sharding the optimizer (1)", NULL},
 		{"json", RMOE_OPT_FLAG, &r->json, 0, 0, NULL, "print the plan as JSON", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 18
+#define NOPTS 25
 
 /* The routing problem from the options; 0 or RMOE_EINVAL with msg. */
 static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_routing_problem *p, char *msg,
@@ -275,6 +285,65 @@ static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
 	return plan->routing.mode == RMOE_DISPATCH_RING_TOKEN ? plan->routing.token : plan->routing.expert;
 }
 
+/* Selective attention recomputation (§3.4), once per dispatcher: the memory
+ * each MoE block needs decides how much attention the device can keep. SP
+ * shards the sequence over the tensor-parallel ranks, so TP = SP here. */
+struct plan_attention {
+	struct rmoe_attn_plan_input in, per[2];
+	struct rmoe_attn_plan plan[2];   /* ring expert routing, all-to-all */
+	int rc[2];
+	int64_t model_state;
+	int estimated_state;
+};
+
+static void plan_attention(const struct plan_view *v, const struct plan_memory *mem, struct plan_attention *a)
+{
+	memset(a, 0, sizeof(*a));
+	const struct plan_opts *r = v->opts;
+	const struct rmoe_routing_problem *p = v->p;
+	const struct rmoe_preset *ps = r->preset ? rmoe_preset_find(r->preset) : NULL;
+	struct rmoe_attn_plan_input *in = &a->in;
+	in->layers = r->layers ? r->layers : (ps ? ps->layers : 1);
+	in->heads = r->heads ? r->heads : (ps ? ps->heads : 32);
+	in->kv_heads = r->kv_heads ? r->kv_heads : (ps ? ps->kv_heads : 4);
+	in->head_dim = r->head_dim ? r->head_dim : (ps ? ps->head_dim : 128);
+	in->hidden = p->hidden;
+	in->seq_len = r->g_seq ? r->seq : p->tokens * r->sp * r->cp / r->micro_batch;
+	in->micro_batch = r->micro_batch;
+	in->tp = r->sp;
+	in->sp = r->sp > 1;
+	in->cp = r->cp;
+	in->ep = p->ep;
+	in->dtype_bytes = p->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
+	in->device_bytes = mem->budget;
+	in->moe_ffn = p->ffn;
+	in->moe_topk = p->topk;
+	/* Model state: bf16 parameters and fp32 gradients (6 bytes per parameter)
+	 * plus fp32 master copy and two Adam moments (12 bytes) sharded over DP
+	 * as a distributed optimizer does. */
+	double attn = (double)p->hidden * (double)(in->heads + 2 * in->kv_heads) * (double)in->head_dim +
+	              (double)in->heads * (double)in->head_dim * (double)p->hidden;
+	double moe = (double)p->hidden * (double)p->experts +
+	             (double)(p->experts / p->ep) * 3.0 * (double)p->hidden * (double)(p->ffn / p->etp);
+	a->model_state = r->model_state;
+	a->estimated_state = !r->model_state;
+	if (!a->model_state)
+		a->model_state = (int64_t)((6.0 + 12.0 / (double)(r->dp ? r->dp : 1)) * (double)in->layers *
+		                           (attn / (double)in->tp + moe));
+	in->model_state_bytes = a->model_state;
+	const struct rmoe_mem_estimate *est[2] = {&mem->est[0], &mem->est[2]};
+	for (int i = 0; i < 2; i++) {
+		struct rmoe_attn_plan_input x = *in;
+		/* one block's transient peak; every block keeps its saved input and routing */
+		x.moe_peak_bytes = est[i]->peak_backward - est[i]->resident_backward;
+		int64_t saved = p->tokens * p->hidden * (int64_t)in->dtype_bytes +
+		                p->tokens * p->experts * 4 + 4 * p->tokens * p->topk * 4;
+		x.other_activation_bytes = in->layers * saved;
+		a->per[i] = x;
+		a->rc[i] = rmoe_attn_plan(&x, &a->plan[i]);
+	}
+}
+
 static void print_text(struct text *o, const struct plan_view *v)
 {
 	const struct rmoe_routing_problem *p = v->p;
@@ -366,6 +435,31 @@ static void print_text(struct text *o, const struct plan_view *v)
 			    mem.cap_chunks_per_hop, mem.cap_extra_tasks, mem.cap_extra_tasks * TASK_SECONDS * 1e3,
 			    TASK_SECONDS * 1e6);
 	}
+	if (!v->opts->attention)
+		return;
+	struct plan_attention at;
+	plan_attention(v, &mem, &at);
+	put(o, "\nattention recomputation (§3.4): %lld layers, %lld heads (%lld KV) of %lld, sequence %lld, "
+	       "micro-batch %lld, TP=SP %lld, CP %lld; model state %.1f GiB%s\n",
+	    (long long)at.in.layers, (long long)at.in.heads, (long long)at.in.kv_heads,
+	    (long long)at.in.head_dim, (long long)at.in.seq_len, (long long)at.in.micro_batch,
+	    (long long)at.in.tp, (long long)at.in.cp, at.model_state / GiB,
+	    at.estimated_state ? " (6 + 12/DP bytes per parameter; --model-state to set)" : "");
+	const char *labels[2] = {"ring", "a2a"};
+	for (int i = 0; i < 2; i++) {
+		if (at.rc[i]) {
+			put(o, "  %s: %s\n", labels[i], rmoe_strerror(at.rc[i]));
+			continue;
+		}
+		char buf[8192];
+		rmoe_attn_plan_format(&at.per[i], &at.plan[i], labels[i], buf, sizeof(buf));
+		put(o, "%s", buf);
+	}
+	if (!at.rc[0] && !at.rc[1])
+		put(o, "  attention layers retained: ring %lld, a2a %lld of %lld; predicted step speed-up from "
+		       "less recomputation: ring %.3fx, a2a %.3fx\n",
+		    (long long)at.plan[0].retained_layers, (long long)at.plan[1].retained_layers,
+		    (long long)at.in.layers, at.plan[0].predicted_gain, at.plan[1].predicted_gain);
 }
 
 static void put_hop_json(struct text *o, const struct rmoe_hop_cost *c)
@@ -460,7 +554,22 @@ static void print_json(struct text *o, const struct plan_view *v)
 			put(o, "null");
 		put(o, "}");
 	}
-	put(o, "}\n}\n");
+	put(o, "}");
+	if (v->opts->attention) {
+		struct plan_attention at;
+		plan_attention(v, &mem, &at);
+		put(o, ",\n  \"attention\": {\"model_state_bytes\": %lld", (long long)at.model_state);
+		const char *labels[2] = {"ring", "a2a"};
+		for (int i = 0; i < 2; i++) {
+			char buf[16384];
+			if (at.rc[i] || rmoe_attn_plan_json(&at.per[i], &at.plan[i], labels[i], buf, sizeof(buf)) <= 0)
+				put(o, ", \"%s\": null", labels[i]);
+			else
+				put(o, ", \"%s\": %s", labels[i], buf);
+		}
+		put(o, "}");
+	}
+	put(o, "\n}\n");
 }
 
 /* Rank 0 reports; every rank has reached the same verdict. */

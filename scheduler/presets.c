@@ -5,21 +5,25 @@
 
 #include "rmoe_scheduler.h"
 
+/* Attention: Qwen3-30B-A3B has 32 query heads, 4 KV heads of 128; the
+ * Qwen3-style scaling configurations share it; Qwen2-57B-A14B has 28 and 4
+ * of 128. Qwen3.5's hybrid linear attention is modelled as that GQA too. */
+#define QWEN3_ATTN 32, 4, 128
 static const struct rmoe_preset presets[] = {
-	{"Qwen3-30B-A3B", 48, 2048, 768, 128, 8, 0},
-	{"Qwen3.5-35B-A3B", 40, 2048, 512, 256, 8, 0},
+	{"Qwen3-30B-A3B", 48, 2048, 768, 128, 8, 0, QWEN3_ATTN},
+	{"Qwen3.5-35B-A3B", 40, 2048, 512, 256, 8, 0, QWEN3_ATTN},
 	/* Qwen2-57B-A14B: one shared expert of width 20480 beside the routed ones. */
-	{"Qwen2-57B-A14B", 28, 3584, 2560, 64, 8, 20480},
-	{"MoE-E64", 24, 2048, 768, 64, 8, 0},
-	{"MoE-E128", 12, 2048, 768, 128, 8, 0},
-	{"MoE-E384", 4, 2048, 768, 384, 8, 0},
-	{"MoE-K4", 12, 2048, 768, 128, 4, 0},
-	{"MoE-K8", 12, 2048, 768, 128, 8, 0},
-	{"MoE-K12", 12, 2048, 768, 128, 12, 0},
-	{"MoE-K16", 12, 2048, 768, 128, 16, 0},
-	{"MoE-H512", 18, 2048, 512, 128, 8, 0},
-	{"MoE-H768", 12, 2048, 768, 128, 8, 0},
-	{"MoE-H2048", 5, 2048, 2048, 128, 8, 0},
+	{"Qwen2-57B-A14B", 28, 3584, 2560, 64, 8, 20480, 28, 4, 128},
+	{"MoE-E64", 24, 2048, 768, 64, 8, 0, QWEN3_ATTN},
+	{"MoE-E128", 12, 2048, 768, 128, 8, 0, QWEN3_ATTN},
+	{"MoE-E384", 4, 2048, 768, 384, 8, 0, QWEN3_ATTN},
+	{"MoE-K4", 12, 2048, 768, 128, 4, 0, QWEN3_ATTN},
+	{"MoE-K8", 12, 2048, 768, 128, 8, 0, QWEN3_ATTN},
+	{"MoE-K12", 12, 2048, 768, 128, 12, 0, QWEN3_ATTN},
+	{"MoE-K16", 12, 2048, 768, 128, 16, 0, QWEN3_ATTN},
+	{"MoE-H512", 18, 2048, 512, 128, 8, 0, QWEN3_ATTN},
+	{"MoE-H768", 12, 2048, 768, 128, 8, 0, QWEN3_ATTN},
+	{"MoE-H2048", 5, 2048, 2048, 128, 8, 0, QWEN3_ATTN},
 };
 
 const struct rmoe_preset *rmoe_preset_list(size_t *count)

@@ -33,6 +33,7 @@ struct rmoe_preset {
 	int layers;
 	int64_t hidden, ffn, experts, topk;
 	int64_t shared_ffn;
+	int64_t heads, kv_heads, head_dim;  /* attention, for the recompute planner */
 };
 const struct rmoe_preset *rmoe_preset_find(const char *name);
 const struct rmoe_preset *rmoe_preset_list(size_t *count);

@@ -80,5 +80,19 @@ expect_fail "missing cluster" "cannot open" --cluster /nonexistent.cluster --jso
 expect_fail "too many ranks" "do not fit" --cluster "$src/scheduler/clusters/dgx-h100.cluster" --ranks 16
 rm -f "$bad_cluster"
 
+# 5. Selective attention recomputation (§3.4): the ring's smaller MoE peak
+#    leaves room to keep more attention layers than all-to-all.
+json=$(timeout 60 "$app" plan --preset Qwen3-30B-A3B --cluster "$mn5" --ranks 8 --seq 65536 \
+       --micro-batch 5 --sp 2 --cp 4 --dp 4 --attention --json); rc=$?
+chk=$(printf '%s' "$json" | $py -c '
+import json, sys
+a = json.load(sys.stdin)["attention"]
+r, x = a["ring"]["retained_layers"], a["a2a"]["retained_layers"]
+assert 0 < x < r <= 48, (r, x)
+assert a["ring"]["budget_bytes"] > a["a2a"]["budget_bytes"]
+print("ring", r, "a2a", x)' 2>&1); crc=$?
+if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "plan --attention: retained layers $chk"
+else bad "plan --attention (rc=$rc, check $crc)"; echo "$chk"; fi
+
 echo "test_plan: $fails failure(s)"
 [ $fails -eq 0 ]
