@@ -157,14 +157,7 @@ static void routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, 
 static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
 {
 	struct rmoe_mem_config mc;
-	rmoe_mem_config_init(&mc);
-	mc.tokens = p->cfg.tokens;
-	mc.hidden = p->cfg.hidden;
-	mc.ffn = p->cfg.ffn;
-	mc.experts = p->cfg.experts;
-	mc.topk = p->cfg.topk;
-	mc.nranks = p->nranks;
-	mc.shared_ffn = p->cfg.shared_ffn;
+	rmoe_mem_config_from_layer(&mc, &p->cfg, p->nranks);
 	mc.chunk_rows = o->chunk_rows;
 	mc.skew = o->skew;
 	struct rmoe_mem_estimate e;

@@ -157,13 +157,8 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 	int rc = 0;
 	struct sends_done done = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
 	for (int q = 0; q < p->N && !rc; q++)
-		if (q != p->me && rows_out[q] > 0) {
-			int ret = starpu_data_acquire(out[q], STARPU_R);
-			if (ret)
-				rc = rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
-			else
-				starpu_data_release(out[q]);
-		}
+		if (q != p->me && rows_out[q] > 0)
+			rc = rmoe_wait_data(out[q]);
 	for (int q = 0; q < p->N && !rc; q++) {
 		in[q] = NULL;
 		if (q == p->me) {
@@ -195,13 +190,8 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 		pthread_cond_wait(&done.cond, &done.lock);
 	pthread_mutex_unlock(&done.lock);
 	for (int q = 0; q < p->N && !rc; q++)
-		if (q != p->me && in[q]) {
-			int ret = starpu_data_acquire(in[q], STARPU_R);
-			if (ret)
-				rc = rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
-			else
-				starpu_data_release(in[q]);
-		}
+		if (q != p->me && in[q])
+			rc = rmoe_wait_data(in[q]);
 	return rc;
 }
 

@@ -72,6 +72,15 @@ int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
 	return 0;
 }
 
+int rmoe_wait_data(starpu_data_handle_t h)
+{
+	int ret = starpu_data_acquire(h, STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	starpu_data_release(h);
+	return 0;
+}
+
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
 {
 	const int N = L->N, me = L->ctx->rank;
@@ -232,14 +241,8 @@ static int cap_chunks(const struct rmoe_layer_config *cfg, int nranks, int64_t *
 	if (cfg->mem_cap <= 0)
 		return 0;
 	struct rmoe_mem_config mc;
-	rmoe_mem_config_init(&mc);
-	mc.tokens = cfg->tokens;
-	mc.hidden = cfg->hidden;
-	mc.ffn = cfg->ffn;
-	mc.experts = cfg->experts;
-	mc.topk = cfg->topk;
-	mc.nranks = nranks;
-	mc.shared_ffn = cfg->shared_ffn;
+	rmoe_mem_config_from_layer(&mc, cfg, nranks);
+	mc.chunk_rows = 0;
 	mc.skew = nranks;
 	int64_t c;
 	int rc = rmoe_memory_cap_chunk(cfg->dispatch, &mc, cfg->mem_cap, &c);

@@ -30,15 +30,7 @@ static int visiting(const struct rmoe_layer *L, int h)
 
 /* Without overlap (the naive ring of the paper's ablation) a hop's transfers
  * start only after its compute has ended, and the next hop starts only once
- * they are done. */
-static int wait_for(starpu_data_handle_t h)
-{
-	int ret = starpu_data_acquire(h, STARPU_R);
-	if (ret != 0)
-		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
-	starpu_data_release(h);
-	return 0;
-}
+ * they are done (rmoe_wait_data). */
 
 /* Forward of one hop: gather the matched rows, grouped SwiGLU over the
  * visiting partition, weighted in-place accumulation into y. */
@@ -97,7 +89,7 @@ int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 			if (!rc)
 				rc = rmoe_recv(L, pass, next, L->left, tag);
 			if (!rc)
-				rc = wait_for(next);
+				rc = rmoe_wait_data(next);
 		}
 	}
 	for (int i = 0; i < 2; i++)
@@ -207,9 +199,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 				rc = rmoe_recv(L, pass, L->h_dw_part, L->left, tag_final);
 		}
 		if (!rc && !overlap && next) {
-			rc = wait_for(next);
+			rc = rmoe_wait_data(next);
 			if (!rc)
-				rc = wait_for(gb[(h + 1) % 2]);
+				rc = rmoe_wait_data(gb[(h + 1) % 2]);
 		}
 	}
 	for (int i = 0; i < 2; i++) {

@@ -76,15 +76,6 @@ static void ring_free(struct token_ring *R)
 	free(R->offsets);
 }
 
-static int wait_for(starpu_data_handle_t h)
-{
-	int ret = starpu_data_acquire(h, STARPU_R);
-	if (ret != 0)
-		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
-	starpu_data_release(h);
-	return 0;
-}
-
 /* One pass of the ring. own[k] are this rank's handles (hop 0 and the final
  * return); inputs are kinds sent at the start of a hop, accs those sent at
  * its end. compute_hop submits the hop's tasks on the held handles. */
@@ -146,9 +137,9 @@ static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 			for (int i = 0; i < naccs && !rc; i++)
 				rc = rmoe_recv(L, pass, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
 			for (int i = 0; i < ninputs && !rc; i++)
-				rc = wait_for(R->buf[inputs[i]][(h + 1) % 2]);
+				rc = rmoe_wait_data(R->buf[inputs[i]][(h + 1) % 2]);
 			for (int i = 0; i < naccs && !rc; i++)
-				rc = wait_for(R->buf[accs[i]][(h + 1) % 2]);
+				rc = rmoe_wait_data(R->buf[accs[i]][(h + 1) % 2]);
 		}
 	}
 	return rc;

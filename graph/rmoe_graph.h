@@ -106,6 +106,9 @@ int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
 int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int src,
               int64_t tag);
 
+/* Waits until every task and transfer writing h has completed. */
+int rmoe_wait_data(starpu_data_handle_t h);
+
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
  * [N * E], rank order; blocks until they are here: the host sizes buffers
  * from them. */

@@ -41,6 +41,21 @@ void rmoe_mem_config_init(struct rmoe_mem_config *c)
 	c->skew = 1.0;
 }
 
+void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_layer_config *cfg,
+                                int nranks)
+{
+	rmoe_mem_config_init(c);
+	c->tokens = cfg->tokens;
+	c->hidden = cfg->hidden;
+	c->ffn = cfg->ffn;
+	c->experts = cfg->experts;
+	c->topk = cfg->topk;
+	c->nranks = nranks;
+	c->shared_ffn = cfg->shared_ffn;
+	c->chunk_rows = cfg->chunk_rows;
+	c->dtype_bytes = cfg->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
+}
+
 static int64_t max2(int64_t a, int64_t b)
 {
 	return a > b ? a : b;

@@ -41,6 +41,10 @@ struct rmoe_mem_estimate {
 	int64_t per_row_backward;   /* bytes each row of a hop (or chunk) adds */
 };
 
+/* The model's view of a layer configuration on nranks ranks (skew 1). */
+void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_layer_config *cfg,
+                                int nranks);
+
 /* 0, or RMOE_EINVAL naming a bad value. */
 int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
                       struct rmoe_mem_estimate *out);
