@@ -27,6 +27,28 @@
 #include "rmoe_codelets.h"
 #include "rmoe_graph.h"
 
+/* Colours of the operations in a trace (ViTE; scripts/trace/ keeps its own
+ * palette), one per operation whatever the hop. StarPU 1.3 passes each
+ * 0-255 component to Paje where 0-1 is expected, so only components 0 and
+ * 0xff show as meant. Matched on the name's start: "gather" covers
+ * "gather-dy", "accumulate" "accumulate-dg", "zero" every zeroing. */
+static const struct {
+	const char *op;
+	int colour;
+} op_colours[] = {
+	{"gather", 0x00ffff},      {"expert-ffn", 0xff0000}, {"scatter-add", 0xffff00},
+	{"recompute", 0xff00ff},   {"expert-bwd", 0x0000ff}, {"grad-accumulate", 0x00ff00},
+	{"accumulate", 0x00ff00},  {"zero", 0xffffff},
+};
+
+static int task_colour(const char *name)
+{
+	for (size_t i = 0; name && i < sizeof(op_colours) / sizeof(op_colours[0]); i++)
+		if (strncmp(name, op_colours[i].op, strlen(op_colours[i].op)) == 0)
+			return op_colours[i].colour;
+	return 0; /* StarPU's own */
+}
+
 int rmoe_insert_failed(const char *what, int ret)
 {
 	if (ret == -ENODEV)
@@ -65,7 +87,29 @@ void rmoe_pass_release(struct rmoe_pass *pass)
 	free(pass->anchors);
 	pass->anchors = NULL;
 	pass->nanchors = pass->capanchors = 0;
-	pass->window = NULL;
+	pass->window = pass->gate = NULL;
+	for (int i = 0; i < pass->nheld; i++)
+		starpu_data_unregister(pass->held[i]);
+	free(pass->held);
+	pass->held = NULL;
+	pass->nheld = pass->capheld = 0;
+}
+
+int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h)
+{
+	if (pass->nheld == pass->capheld) {
+		int cap = pass->capheld ? 2 * pass->capheld : 8;
+		starpu_data_handle_t *a = realloc(pass->held, (size_t)cap * sizeof(*a));
+		if (!a) {
+			/* Not held: freed when its last user ends, which is also correct. */
+			starpu_data_unregister_submit(h);
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
+		}
+		pass->held = a;
+		pass->capheld = cap;
+	}
+	pass->held[pass->nheld++] = h;
+	return 0;
 }
 
 enum {
@@ -124,7 +168,8 @@ int rmoe_submit_gather(struct rmoe_layer *L, struct rmoe_pass *pass, const struc
 		{src, STARPU_R}, {rt->pair_order, STARPU_R}, {rows, STARPU_W}, {rt->topk_w, STARPU_R}};
 	struct starpu_task *t = starpu_task_build(&rmoe_cl_gather, STARPU_DATA_MODE_ARRAY, d, weighted ? 4 : 3,
 	                                          STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
-	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
+	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, STARPU_TASK_COLOR,
+	                                          task_colour(name), 0);
 	return submit_built(t, "gather", pass, WAIT_WINDOW);
 }
 
@@ -146,7 +191,7 @@ int rmoe_submit_scatter_add(struct rmoe_layer *L, const struct rmoe_routing *rt,
 	                                 {rt->topk_w, STARPU_R}};
 	int ret = starpu_task_insert(&rmoe_cl_scatter_add, STARPU_DATA_MODE_ARRAY, d, weighted ? 4 : 3,
 	                             STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY, rmoe_clamp_prio(prio),
-	                             STARPU_NAME, name, 0);
+	                             STARPU_NAME, name, STARPU_TASK_COLOR, task_colour(name), 0);
 	return ret ? rmoe_insert_failed("scatter-add", ret) : 0;
 }
 
@@ -179,12 +224,12 @@ int rmoe_submit_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starp
 		t = starpu_task_build(&rmoe_cl_expert_ffn, STARPU_R, rows, STARPU_R, w, STARPU_W, work, STARPU_W,
 		                      out, STARPU_CL_ARGS, a, sz, STARPU_PRIORITY, rmoe_clamp_prio(prio),
 		                      STARPU_FLOPS, rmoe_flops_expert_ffn(nrows, L->H, ffn, 1), STARPU_NAME,
-		                      name, 0);
+		                      name, STARPU_TASK_COLOR, task_colour(name), 0);
 	else
 		t = starpu_task_build(&rmoe_cl_expert_recompute, STARPU_R, rows, STARPU_R, w, STARPU_W, work,
 		                      STARPU_CL_ARGS, a, sz, STARPU_PRIORITY, rmoe_clamp_prio(prio),
 		                      STARPU_FLOPS, rmoe_flops_expert_ffn(nrows, L->H, ffn, 0), STARPU_NAME,
-		                      name, 0);
+		                      name, STARPU_TASK_COLOR, task_colour(name), 0);
 	return submit_built(t, "expert-ffn", anchor, BE_WINDOW);
 }
 
@@ -213,7 +258,8 @@ int rmoe_submit_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor,
 	struct starpu_task *t = starpu_task_build(
 		&rmoe_cl_expert_bwd, STARPU_DATA_MODE_ARRAY, d, 9, STARPU_CL_ARGS, a,
 		rmoe_expert_args_size(L->e_local), STARPU_PRIORITY, rmoe_clamp_prio(prio), STARPU_FLOPS,
-		rmoe_flops_expert_bwd(c->rows, L->H, L->F, RMOE_BWD_PAIR_WEIGHTED), STARPU_NAME, name, 0);
+		rmoe_flops_expert_bwd(c->rows, L->H, L->F, RMOE_BWD_PAIR_WEIGHTED), STARPU_NAME, name,
+		STARPU_TASK_COLOR, task_colour(name), 0);
 	return submit_built(t, "expert-bwd", anchor, WAIT_GATE | BE_WINDOW);
 }
 
@@ -236,7 +282,7 @@ int rmoe_submit_expert_bwd_preweighted(struct rmoe_layer *L, starpu_data_handle_
 	                             rmoe_expert_args_size(n_experts), STARPU_PRIORITY,
 	                             rmoe_clamp_prio(prio), STARPU_FLOPS,
 	                             rmoe_flops_expert_bwd(nrows, L->H, ffn, RMOE_BWD_PREWEIGHTED),
-	                             STARPU_NAME, name, 0);
+	                             STARPU_NAME, name, STARPU_TASK_COLOR, task_colour(name), 0);
 	return ret ? rmoe_insert_failed("expert-bwd", ret) : 0;
 }
 
@@ -249,7 +295,8 @@ int rmoe_submit_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src
 	a->count = count;
 	struct starpu_task *t = starpu_task_build(&rmoe_cl_accumulate, STARPU_R, src, STARPU_RW, dst,
 	                                          STARPU_CL_ARGS, a, sizeof(*a), STARPU_PRIORITY,
-	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, 0);
+	                                          rmoe_clamp_prio(prio), STARPU_NAME, name, STARPU_TASK_COLOR,
+	                                          task_colour(name), 0);
 	int rc = submit_built(t, "grad-accumulate", gate_pass, BE_WINDOW);
 	if (!rc && gate_pass)
 		gate_pass->gate = t;
@@ -265,7 +312,7 @@ int rmoe_submit_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t c
 	a->count = count;
 	struct starpu_task *t = starpu_task_build(&rmoe_cl_zero, STARPU_W, dst, STARPU_CL_ARGS, a, sizeof(*a),
 	                                          STARPU_PRIORITY, rmoe_clamp_prio(prio), STARPU_NAME, name,
-	                                          0);
+	                                          STARPU_TASK_COLOR, task_colour(name), 0);
 	return submit_built(t, "zero", pass, WAIT_WINDOW);
 }
 

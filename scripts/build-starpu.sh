@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Builds StarPU 1.3 from Debian's source package (the same version as the
+# system's libstarpu-dev) into a prefix, with the features Debian's binary
+# packages lack. relaymoe then builds against it with
+#   cmake -DRMOE_STARPU_PREFIX=DIR ...
+#
+#   scripts/build-starpu.sh --prefix DIR [--fxt] [--idle-yield] [--jobs N] [--work DIR]
+#
+#   --prefix DIR   where to install (required)
+#   --fxt          FxT traces (STARPU_USE_FXT): relaymoe run --trace
+#   --idle-yield   an idle CPU worker yields its core (sched_yield) instead of
+#                  spinning on "pause": with more threads than cores (several
+#                  ranks on a small machine) the MPI progress thread then gets
+#                  the core at once; bench/results/hop.md measures it
+#   --jobs N       parallel make jobs (default: nproc)
+#   --work DIR     where the source is unpacked and built (default: DIR.work)
+#
+# Idempotent: when the prefix already holds a build with the same features
+# it does nothing. Debian packages it needs (and a deb-src entry for
+# bookworm when none is configured) are installed as root, or through sudo.
+# Further features (CUDA, SimGrid) each add one flag: a case in the option
+# loop, their configure arguments and packages in the feature block below.
+set -euo pipefail
+
+prefix=
+work=
+jobs=$(nproc)
+fxt=0
+idle_yield=0
+
+die() { echo "build-starpu: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; prefix=$2; shift 2 ;;
+    --work) [ $# -ge 2 ] || die "--work needs a directory"; work=$2; shift 2 ;;
+    --jobs) [ $# -ge 2 ] || die "--jobs needs a count"; jobs=$2; shift 2 ;;
+    --fxt) fxt=1; shift ;;
+    --idle-yield) idle_yield=1; shift ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (expected --prefix DIR, --fxt, --idle-yield, --jobs N, --work DIR)" ;;
+  esac
+done
+[ -n "$prefix" ] || die "--prefix DIR is required"
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
+work=${work:-$prefix.work}
+
+# Only what relaymoe uses: the core library, StarPU-MPI and the tools.
+# Everything else (docs, examples, tests, Fortran, FFT, OpenCL, SOCL, the
+# resource manager, the OpenMP runtime, the MLR models' bundled LAPACK) is
+# off, which keeps a 2-core build to a few minutes.
+config=(--enable-mpi --disable-static --disable-build-doc --disable-build-examples
+        --disable-build-tests --disable-fortran --disable-starpufft --disable-opencl
+        --disable-socl --disable-starpurm --disable-openmp --disable-mlr --disable-hdf5
+        --disable-glpk --disable-valgrind --enable-maxcpus=64)
+packages=(build-essential pkg-config dpkg-dev libhwloc-dev libopenmpi-dev openmpi-bin)
+features=()
+# ---- features ---------------------------------------------------------------
+if [ "$fxt" -eq 1 ]; then
+  config+=(--with-fxt)
+  packages+=(libfxt-dev)
+  features+=(fxt)
+fi
+if [ "$idle_yield" -eq 1 ]; then
+  features+=(idle-yield)
+fi
+# CUDA is off unless a feature flag turns it on: configure would otherwise
+# pick up any toolkit it finds.
+case " ${config[*]} " in
+  *" --with-cuda-dir="*) ;;
+  *) config+=(--disable-cuda) ;;
+esac
+# -----------------------------------------------------------------------------
+
+stamp="$prefix/.relaymoe-starpu"
+want="starpu 1.3 features: ${features[*]:-none}; configure: ${config[*]}"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f "$prefix/lib/pkgconfig/starpumpi-1.3.pc" ]; then
+  echo "build-starpu: $prefix already has StarPU (features: ${features[*]:-none})"
+  exit 0
+fi
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else die "needs root (or sudo) to run: $*"
+  fi
+}
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "build-starpu: installing ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The source: Debian's package of the installed StarPU version, patches applied.
+src=$(find "$work" -maxdepth 1 -type d -name 'starpu-1.3.*' 2>/dev/null | sort | tail -n 1 || true)
+if [ -z "$src" ]; then
+  if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "build-starpu: adding a deb-src entry for Debian bookworm"
+    as_root tee /etc/apt/sources.list.d/relaymoe-debian-src.sources >/dev/null <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    as_root apt-get update -qq
+  fi
+  mkdir -p "$work"
+  # As root apt warns that it downloads unsandboxed: harmless here. A
+  # deb-src entry whose index was never fetched needs one apt-get update.
+  fetch() { (cd "$work" && apt-get source -qq starpu 2>&1 >/dev/null | grep -v 'unsandboxed' >&2 || true); }
+  fetch
+  src=$(find "$work" -maxdepth 1 -type d -name 'starpu-1.3.*' | sort | tail -n 1)
+  if [ -z "$src" ]; then
+    as_root apt-get update -qq
+    fetch
+    src=$(find "$work" -maxdepth 1 -type d -name 'starpu-1.3.*' | sort | tail -n 1)
+  fi
+  [ -n "$src" ] || die "apt-get source starpu left no starpu-1.3.* folder in $work"
+fi
+echo "build-starpu: source $src"
+# StarPU 1.3's idle worker backs off with "rep; nop" (src/common/utils.h),
+# which keeps its core busy; --idle-yield makes that a sched_yield. The
+# source is patched or restored to match the flag, so one work folder serves
+# both builds.
+utils=$src/src/common/utils.h
+[ -f "$utils.orig" ] || cp "$utils" "$utils.orig"
+cp "$utils.orig" "$utils"
+if [ "$idle_yield" -eq 1 ]; then
+  sed -i 's|^#define _STARPU_UYIELD() __asm__ __volatile("rep; nop")$|#define _STARPU_UYIELD() sched_yield()|' "$utils"
+  grep -q '^#define _STARPU_UYIELD() sched_yield()$' "$utils" ||
+    die "--idle-yield: $utils does not define _STARPU_UYIELD as expected"
+  grep -q '^#include <sched.h>' "$utils" || die "--idle-yield: $utils does not include <sched.h>"
+fi
+
+build="$work/build"
+rm -rf "$build"
+mkdir -p "$build"
+echo "build-starpu: configure ${config[*]}"
+(cd "$build" && "$src/configure" --prefix="$prefix" "${config[@]}" >configure.log 2>&1) ||
+  { tail -n 30 "$build/configure.log" >&2; die "configure failed (log: $build/configure.log)"; }
+if [ "$fxt" -eq 1 ]; then
+  grep -q '^#define STARPU_USE_FXT 1' "$build/src/common/config.h" ||
+    die "configure did not enable FxT (log: $build/configure.log)"
+fi
+echo "build-starpu: make -j$jobs"
+make -C "$build" -j"$jobs" >"$build/make.log" 2>&1 ||
+  { tail -n 30 "$build/make.log" >&2; die "make failed (log: $build/make.log)"; }
+make -C "$build" install >"$build/install.log" 2>&1 ||
+  { tail -n 30 "$build/install.log" >&2; die "make install failed (log: $build/install.log)"; }
+echo "$want" >"$stamp"
+echo "build-starpu: installed into $prefix (features: ${features[*]:-none})"
