@@ -20,7 +20,10 @@ struct run_opts {
 	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap;
 	double scale;
 	const char *preset, *dispatch, *load, *dump, *csv;
+	const char *trace, *sched;      /* traces and scheduler experiments */
+	int no_prio;
 	int check, no_norm_topk, no_overlap, quiet;
+	int check_finite;
 	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_shared;
 };
 
@@ -65,14 +68,18 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},
 		{"check", RMOE_OPT_FLAG, &r->check, 0, 0, NULL, "compare with the reference; exit 1 past 1e-5", NULL},
+		{"check-finite", RMOE_OPT_FLAG, &r->check_finite, 0, 0, NULL, "refuse NaN or infinity in inputs and weights", NULL},
 		{"load", RMOE_OPT_STRING, &r->load, 0, 0, "DIR", "read inputs and weights from DIR/*.npy", NULL},
 		{"dump", RMOE_OPT_STRING, &r->dump, 0, 0, "DIR", "write inputs and outputs to DIR/*.npy", NULL},
 		{"csv", RMOE_OPT_STRING, &r->csv, 0, 0, "FILE", "append one result row per dispatcher", NULL},
 		{"quiet", RMOE_OPT_FLAG, &r->quiet, 0, 0, NULL, "print the summary only", NULL},
+		{"trace", RMOE_OPT_STRING, &r->trace, 0, 0, "DIR", "record an FxT trace of every rank, converted into DIR", NULL},
+		{"sched", RMOE_OPT_STRING, &r->sched, 0, 0, "POLICY", "StarPU scheduling policy (lws, prio, ws, dmdas, eager, ...)", NULL},
+		{"no-prio", RMOE_OPT_FLAG, &r->no_prio, 0, 0, NULL, "give every task and transfer the same priority", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 20
+#define NOPTS 24
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -114,6 +121,7 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	cfg->overlap = !r->no_overlap;
 	cfg->chunk_rows = r->chunk_rows;
 	cfg->mem_cap = r->mem_cap;
+	cfg->check_finite = r->check_finite;
 	return 0;
 }
 
@@ -340,8 +348,24 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		return 2;
 	}
 
+	struct rmoe_ctx_config ccfg;
+	rmoe_ctx_config_init(&ccfg);
+	ccfg.trace = r.trace;
+	if (r.sched) {
+		/* STARPU_SCHED would win over the configuration's policy. */
+		setenv("STARPU_SCHED", r.sched, 1);
+		ccfg.sched = r.sched;
+	}
+	if (r.no_prio) {
+		/* The ring's tasks all clamp to one level (rmoe_clamp_prio; tasks
+		 * given no priority stay at 0), and StarPU-MPI sends in submission
+		 * order. Not min = max: dmda-family policies divide by max - min. */
+		setenv("STARPU_MIN_PRIO", "0", 1);
+		setenv("STARPU_MAX_PRIO", "1", 1);
+		setenv("STARPU_MPI_PRIORITIES", "0", 1);
+	}
 	rmoe_ctx *ctx = NULL;
-	rc = rmoe_app_agree(rmoe_ctx_create(&ctx, NULL));
+	rc = rmoe_app_agree(rmoe_ctx_create(&ctx, &ccfg));
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
 		if (ctx)
@@ -443,6 +467,14 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	for (int i = 0; i < 3; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
-	rmoe_ctx_destroy(ctx);
+	/* With --trace, destroying the context converts the trace on rank 0. */
+	int drc = rmoe_ctx_destroy(ctx);
+	if (drc) {
+		rmoe_app_error("%s", rmoe_strerror(drc));
+		exit_code = 1;
+	} else if (r.trace && exit_code == 0) {
+		rmoe_app_say("trace of %d rank(s) in %s/ (paje.trace, tasks.rec, dag.dot, relaymoe-trace.txt)\n",
+		             nranks, r.trace);
+	}
 	return exit_code;
 }

@@ -2,11 +2,15 @@
  * weights, forward and backward (router, shared expert, then the chosen
  * dispatch graph), and the helpers the graphs share. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -72,11 +76,155 @@ int rmoe_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
 	return 0;
 }
 
+/* ---- bounded waits (cfg.wait_timeout) -------------------------------------- */
+
+/* A rank that dies leaves the others waiting for its data or its vote, and
+ * with a launcher that does not end the job on a death (Open MPI's mpirun
+ * does, by default), forever. With a timeout every wait of a collective call
+ * polls instead and gives up with RMOE_EPEER. The timeout of the call under
+ * way on this thread, set on entry by each collective function; 0 keeps the
+ * plain blocking waits. */
+static _Thread_local double wait_timeout;
+
+static void wait_timeout_from(const struct rmoe_layer_config *cfg)
+{
+	wait_timeout = cfg->wait_timeout > 0 && isfinite(cfg->wait_timeout) ? cfg->wait_timeout : 0;
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Polls start at 20 us and double up to 1 ms: short waits stay short, long
+ * ones cost little. */
+static void poll_pause(long *ns)
+{
+	struct timespec ts = {0, *ns};
+	nanosleep(&ts, NULL);
+	if (*ns < 1000000)
+		*ns *= 2;
+}
+
+static int peer_timeout(const char *what)
+{
+	return rmoe_error(RMOE_EPEER,
+	                  "no progress for %g s (wait_timeout) while waiting for %s: another rank died, "
+	                  "hangs or stopped calling the layer, or a task here cannot get memory (StarPU "
+	                  "1.3 retries forever); this process must end (MPI_Abort)",
+	                  wait_timeout, what);
+}
+
+struct acquire_flag {
+	atomic_int done;
+};
+
+static void acquire_done(void *arg)
+{
+	atomic_store(&((struct acquire_flag *)arg)->done, 1);
+}
+
+/* starpu_data_acquire within the timeout. On RMOE_EPEER the flag is left to
+ * the callback, which may still run. */
+static int acquire_bounded(starpu_data_handle_t h, enum starpu_data_access_mode mode, const char *what)
+{
+	int ret;
+	if (wait_timeout <= 0) {
+		ret = starpu_data_acquire(h, mode);
+		return ret ? rmoe_error(RMOE_ESTARPU, "starpu_data_acquire (%s) failed (%d)", what, ret) : 0;
+	}
+	struct acquire_flag *flag = calloc(1, sizeof(*flag));
+	if (!flag)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	ret = starpu_data_acquire_cb(h, mode, acquire_done, flag);
+	if (ret) {
+		free(flag);
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire_cb (%s) failed (%d)", what, ret);
+	}
+	double t0 = now_seconds();
+	for (long ns = 20000; !atomic_load(&flag->done); poll_pause(&ns))
+		if (now_seconds() - t0 > wait_timeout)
+			return peer_timeout(what);
+	free(flag);
+	return 0;
+}
+
+/* starpu_task_wait_for_all within the timeout. */
+static int wait_tasks_bounded(const char *what)
+{
+	if (wait_timeout <= 0) {
+		starpu_task_wait_for_all();
+		return 0;
+	}
+	double t0 = now_seconds();
+	for (long ns = 20000; starpu_task_nsubmitted() > 0; poll_pause(&ns))
+		if (now_seconds() - t0 > wait_timeout)
+			return peer_timeout(what);
+	return 0;
+}
+
+/* Completes a non-blocking collective within the timeout. On RMOE_EPEER the
+ * request is abandoned: it cannot complete without the missing rank. */
+static int complete_bounded(int started, MPI_Request *req, const char *call, const char *what)
+{
+	if (started != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "%s failed while %s", call, what);
+	double t0 = now_seconds();
+	for (long ns = 20000;; poll_pause(&ns)) {
+		int done = 0;
+		if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+			return rmoe_error(RMOE_EMPI, "MPI_Test of %s failed while %s", call, what);
+		if (done)
+			return 0;
+		if (now_seconds() - t0 > wait_timeout)
+			return peer_timeout(what);
+	}
+}
+
+/* MPI_Allreduce, MPI_Bcast and MPI_Allgather within the timeout: their
+ * non-blocking forms, polled; the blocking ones without a timeout. */
+static int allreduce_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op,
+                             MPI_Comm comm, const char *what)
+{
+	MPI_Request req;
+	if (wait_timeout <= 0)
+		return MPI_Allreduce(in, out, count, type, op, comm) == MPI_SUCCESS
+		               ? 0
+		               : rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while %s", what);
+	return complete_bounded(MPI_Iallreduce(in, out, count, type, op, comm, &req), &req,
+	                        "MPI_Iallreduce", what);
+}
+
+static int bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+                         const char *what)
+{
+	MPI_Request req;
+	if (wait_timeout <= 0)
+		return MPI_Bcast(buf, count, type, root, comm) == MPI_SUCCESS
+		               ? 0
+		               : rmoe_error(RMOE_EMPI, "MPI_Bcast failed while %s", what);
+	return complete_bounded(MPI_Ibcast(buf, count, type, root, comm, &req), &req, "MPI_Ibcast", what);
+}
+
+static int allgather_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Comm comm,
+                             const char *what)
+{
+	MPI_Request req;
+	if (wait_timeout <= 0)
+		return MPI_Allgather(in, count, type, out, count, type, comm) == MPI_SUCCESS
+		               ? 0
+		               : rmoe_error(RMOE_EMPI, "MPI_Allgather failed while %s", what);
+	return complete_bounded(MPI_Iallgather(in, count, type, out, count, type, comm, &req), &req,
+	                        "MPI_Iallgather", what);
+}
+
 int rmoe_wait_data(starpu_data_handle_t h)
 {
-	int ret = starpu_data_acquire(h, STARPU_R);
-	if (ret != 0)
-		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	int rc = acquire_bounded(h, STARPU_R, "data from another rank");
+	if (rc)
+		return rc;
 	starpu_data_release(h);
 	return 0;
 }
@@ -96,7 +244,17 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 		if (!rc)
 			rc = rmoe_recv(L, pass, hc[q], q, tag);
 	}
-	/* Unregistering waits for each receive. */
+	/* Unregistering waits for each receive; a bounded wait first, so that a
+	 * dead peer gives RMOE_EPEER (its handle is then left registered). */
+	for (int q = 0; q < N; q++)
+		if (hc[q] && !rc) {
+			int wrc = rmoe_wait_data(hc[q]);
+			if (wrc == RMOE_EPEER) {
+				free(hc);
+				return wrc;
+			}
+			rc = wrc;
+		}
 	for (int q = 0; q < N; q++)
 		if (hc[q])
 			starpu_data_unregister(hc[q]);
@@ -156,9 +314,13 @@ void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n)
  * hangs later in a collective) while another has failed. */
 static int agree(rmoe_ctx *ctx, int rc, const char *what)
 {
+	/* A peer already missing would only make the vote wait again. */
+	if (rc == RMOE_EPEER)
+		return rc;
 	int worst = rc;
-	if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, ctx->comm) != MPI_SUCCESS)
-		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while checking %s", what);
+	int mrc = allreduce_bounded(&rc, &worst, 1, MPI_INT, MPI_MIN, ctx->comm, what);
+	if (mrc)
+		return mrc;
 	if (rc != 0)
 		return rc;
 	if (worst != 0)
@@ -166,21 +328,81 @@ static int agree(rmoe_ctx *ctx, int rc, const char *what)
 	return 0;
 }
 
+/* As agree, and every rank returns the same code and message: those of the
+ * lowest failing rank, prefixed with its number, so that a bad value one
+ * rank found is named on all of them. */
+static int agree_first(rmoe_ctx *ctx, int rc, const char *what)
+{
+	if (rc == RMOE_EPEER)
+		return rc;
+	int mine = rc ? ctx->rank : ctx->size, first = mine;
+	int mrc = allreduce_bounded(&mine, &first, 1, MPI_INT, MPI_MIN, ctx->comm, what);
+	if (mrc)
+		return mrc;
+	if (first == ctx->size)
+		return 0;
+	struct {
+		int code;
+		char msg[400];
+	} verdict;
+	memset(&verdict, 0, sizeof(verdict));
+	if (first == ctx->rank) {
+		verdict.code = rc;
+		snprintf(verdict.msg, sizeof(verdict.msg), "%s", rmoe_strerror(rc));
+	}
+	mrc = bcast_bounded(&verdict, (int)sizeof(verdict), MPI_BYTE, first, ctx->comm, what);
+	if (mrc)
+		return mrc;
+	verdict.msg[sizeof(verdict.msg) - 1] = '\0';
+	return rmoe_error(verdict.code, "rank %d: %s", first, verdict.msg);
+}
+
 static int check_same_config(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
 {
 	uint64_t h = rmoe_config_hash(cfg), lo = h, hi = h;
-	if (MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, ctx->comm) != MPI_SUCCESS ||
-	    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, ctx->comm) != MPI_SUCCESS)
-		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while comparing layer configurations");
-	if (lo != hi)
-		return rmoe_error(RMOE_EMISMATCH,
-		                  "the layer configuration differs between ranks (this rank %d: hidden=%lld "
-		                  "ffn=%lld experts=%lld topk=%lld tokens=%lld dispatch=%s): every rank must "
-		                  "pass the same one",
-		                  ctx->rank, (long long)cfg->hidden, (long long)cfg->ffn,
-		                  (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
-		                  rmoe_dispatch_name(cfg->dispatch));
-	return 0;
+	int mrc = allreduce_bounded(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, ctx->comm,
+	                            "comparing layer configurations");
+	if (!mrc)
+		mrc = allreduce_bounded(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, ctx->comm,
+		                        "comparing layer configurations");
+	if (mrc)
+		return mrc;
+	if (lo == hi)
+		return 0;
+	/* Every rank is here: gather the fields to name the first that differs,
+	 * so that all ranks report the same field and values. */
+	enum { NFIELDS = 14 };
+	static const char *const names[NFIELDS] = {
+		"hidden", "ffn", "experts", "topk", "tokens", "norm_topk", "shared_ffn", "dispatch",
+		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite"};
+	const int64_t mine[NFIELDS] = {
+		cfg->hidden, cfg->ffn, cfg->experts, cfg->topk, cfg->tokens, cfg->norm_topk,
+		cfg->shared_ffn, cfg->dispatch, cfg->dtype, cfg->chunk_rows, cfg->overlap,
+		cfg->deterministic, cfg->mem_cap, cfg->check_finite};
+	int64_t *all = malloc(sizeof(int64_t) * NFIELDS * (size_t)ctx->size);
+	if (all && (mrc = allgather_bounded(mine, all, NFIELDS, MPI_INT64_T, ctx->comm,
+	                                    "comparing layer configurations"))) {
+		free(all);
+		return mrc;
+	}
+	for (int r = 1; all && r < ctx->size; r++)
+		for (int f = 0; f < NFIELDS; f++)
+			if (all[(size_t)r * NFIELDS + f] != all[f]) {
+				long long a = (long long)all[f], b = (long long)all[(size_t)r * NFIELDS + f];
+				free(all);
+				return rmoe_error(RMOE_EMISMATCH,
+				                  "the layer configuration differs between ranks: %s = %lld on rank 0 "
+				                  "but %lld on rank %d: every rank must pass the same one",
+				                  names[f], a, b, r);
+			}
+	free(all);
+	return rmoe_error(RMOE_EMISMATCH,
+	                  "the layer configuration differs between ranks (this rank %d: hidden=%lld "
+	                  "ffn=%lld experts=%lld topk=%lld tokens=%lld dispatch=%s): every rank must "
+	                  "pass the same one",
+	                  ctx->rank, (long long)cfg->hidden, (long long)cfg->ffn,
+	                  (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
+	                  rmoe_dispatch_name(cfg->dispatch));
 }
 
 static void layer_free(struct rmoe_layer *L)
@@ -236,6 +458,92 @@ static enum rmoe_dispatch choose_dispatch(const rmoe_ctx *ctx, const struct rmoe
 	return choice.mode;
 }
 
+/* The memory limit of this process's cgroup (v2, then v1), as a batch
+ * system sets it for a job; -1 when there is none. */
+static double cgroup_limit(void)
+{
+	static const char *const files[] = {"/sys/fs/cgroup/memory.max",
+	                                    "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+	for (unsigned i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		FILE *f = fopen(files[i], "r");
+		if (!f)
+			continue;
+		unsigned long long v;
+		int got = fscanf(f, "%llu", &v);
+		fclose(f);
+		/* "max", or v1's "unlimited" (a number near 2^63) */
+		if (got == 1 && v < (1ULL << 60))
+			return (double)v;
+	}
+	return -1;
+}
+
+/* Bytes this rank can hold: the node's memory (or its cgroup's limit)
+ * shared by its ranks, and what the address-space limit (ulimit -v) leaves;
+ * -1 when none is known. */
+static double memory_available(const rmoe_ctx *ctx, char *why, size_t len)
+{
+	double avail = -1;
+	const int ranks = ctx->local_size > 0 ? ctx->local_size : 1;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && page > 0) {
+		avail = (double)pages * (double)page / ranks;
+		snprintf(why, len, "the node's %.1f GiB of memory shared by its %d rank(s)",
+		         (double)pages * (double)page / 1073741824.0, ranks);
+	}
+	double cg = cgroup_limit();
+	if (cg >= 0 && (avail < 0 || cg / ranks < avail)) {
+		avail = cg / ranks;
+		snprintf(why, len, "the job's cgroup memory limit of %.1f GiB shared by %d rank(s)",
+		         cg / 1073741824.0, ranks);
+	}
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		long long vm_pages = 0;
+		FILE *f = fopen("/proc/self/statm", "r");
+		if (f) {
+			if (fscanf(f, "%lld", &vm_pages) != 1)
+				vm_pages = 0;
+			fclose(f);
+		}
+		double left = (double)rl.rlim_cur - (double)vm_pages * (double)(page > 0 ? page : 4096);
+		if (left < 0)
+			left = 0;
+		if (avail < 0 || left < avail) {
+			avail = left;
+			snprintf(why, len, "%.2f GiB of address space left under its limit (ulimit -v)",
+			         left / 1073741824.0);
+		}
+	}
+	return avail;
+}
+
+/* A layer that cannot fit fails here, on every rank, with what it needs:
+ * not later in a StarPU allocation, which 1.3 retries forever, or at the
+ * hands of the kernel's out-of-memory killer once pages are touched. The
+ * model's estimate with even routing is a lower bound of what a pass
+ * holds, so a refusal is never spurious. */
+static int check_fits(const rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, int64_t chunk_rows)
+{
+	struct rmoe_mem_config mc;
+	rmoe_mem_config_from_layer(&mc, cfg, ctx->size);
+	mc.chunk_rows = chunk_rows;
+	struct rmoe_mem_estimate est;
+	if (rmoe_memory_model(cfg->dispatch, &mc, &est) != 0)
+		return 0;
+	char why[160] = "";
+	double avail = memory_available(ctx, why, sizeof(why));
+	if (avail < 0 || (double)est.peak <= avail)
+		return 0;
+	const double GiB = 1073741824.0;
+	return rmoe_error(RMOE_ENOMEM,
+	                  "the layer needs at least %.2f GiB on each rank (memory model, %s dispatch: "
+	                  "%.2f GiB resident, the rest a pass's temporaries) but this rank has %.2f GiB "
+	                  "(%s): expected fewer tokens per rank, a smaller layer or more ranks",
+	                  (double)est.peak / GiB, rmoe_dispatch_name(cfg->dispatch),
+	                  (double)est.resident_backward / GiB, avail / GiB, why);
+}
+
 static int cap_chunks(const struct rmoe_layer_config *cfg, int nranks, int64_t *chunk_rows)
 {
 	if (cfg->mem_cap <= 0)
@@ -258,13 +566,14 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	if (!out || !ctx || !cfg)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_create: layer, ctx and cfg must not be NULL");
 	*out = NULL;
+	wait_timeout_from(cfg);
 #ifdef STARPU_USE_CUDA
 	int have_cuda = starpu_cuda_worker_get_count() > 0;
 #else
 	int have_cuda = 0;
 #endif
 	int rc = rmoe_config_check(cfg, ctx->size, have_cuda);
-	if ((rc = agree(ctx, rc, "the layer configuration check")))
+	if ((rc = agree_first(ctx, rc, "the layer configuration check")))
 		return rc;
 	if ((rc = agree(ctx, check_same_config(ctx, cfg), "the cross-rank configuration check")))
 		return rc;
@@ -272,7 +581,9 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	char reason[384];
 	resolved.dispatch = choose_dispatch(ctx, cfg, reason, sizeof(reason));
 	int64_t chunk_rows = cfg->chunk_rows;
-	if ((rc = agree(ctx, cap_chunks(&resolved, ctx->size, &chunk_rows), "the memory cap")))
+	if ((rc = agree_first(ctx, cap_chunks(&resolved, ctx->size, &chunk_rows), "the memory cap")))
+		return rc;
+	if ((rc = agree_first(ctx, check_fits(ctx, &resolved, chunk_rows), "the memory check")))
 		return rc;
 	if (cfg->dispatch == RMOE_DISPATCH_AUTO && ctx->verbose && ctx->rank == 0)
 		fprintf(stderr, "relaymoe: dispatch auto -> %s: %s\n", rmoe_dispatch_name(resolved.dispatch),
@@ -280,7 +591,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 
 	struct rmoe_layer *L = calloc(1, sizeof(*L));
 	if (!L)
-		return agree(ctx, rmoe_error(RMOE_ENOMEM, "out of host memory for the layer"), "allocation");
+		return agree_first(ctx, rmoe_error(RMOE_ENOMEM, "out of host memory for the layer"), "allocation");
 	L->ctx = ctx;
 	L->cfg = resolved;
 	L->dispatch = resolved.dispatch;
@@ -322,7 +633,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	                       "out of host memory for the layer's buffers (tokens=%lld, hidden=%lld)",
 	                       (long long)L->T, (long long)L->H)
 	          : 0;
-	if ((rc = agree(ctx, rc, "allocation"))) {
+	if ((rc = agree_first(ctx, rc, "allocation"))) {
 		layer_free(L);
 		return rc;
 	}
@@ -558,6 +869,68 @@ int rmoe_layer_get_stats(const rmoe_layer *L, struct rmoe_layer_stats *s)
 	return 0;
 }
 
+/* ---- finite checks ------------------------------------------------------------ */
+
+/* The first NaN or infinity of a rows x cols tensor, named with its index. */
+static int scan_finite(const float *v, int64_t rows, int64_t cols, const char *name, const char *note)
+{
+	const int64_t n = rows * cols;
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite(v[i]))
+			return rmoe_error(RMOE_ENONFINITE, "%s[%lld, %lld] = %g%s: expected finite values",
+			                  name, (long long)(i / cols), (long long)(i % cols), (double)v[i], note);
+	return 0;
+}
+
+/* This rank's part of the finite check: the given inputs, then (weights) the
+ * router, the owned experts and the shared expert. */
+static int find_nonfinite(struct rmoe_layer *L, const float *x, const float *dy, const float *dprobs,
+                          int weights)
+{
+	char rows[80];
+	snprintf(rows, sizeof(rows), " (row of this rank's %lld tokens)", (long long)L->T);
+	int rc = 0;
+	if ((x && (rc = scan_finite(x, L->T, L->H, "x", rows))) ||
+	    (dy && (rc = scan_finite(dy, L->T, L->H, "dy", rows))) ||
+	    (dprobs && (rc = scan_finite(dprobs, L->T, L->E, "dprobs", rows))) || !weights)
+		return rc;
+	if ((rc = acquire_bounded(L->h_w_router, STARPU_R, "the router weights")))
+		return rc;
+	rc = scan_finite(L->w_router, L->H, L->E, "w_router", "");
+	starpu_data_release(L->h_w_router);
+	if (rc || (rc = acquire_bounded(L->h_w_part, STARPU_R, "the expert weights")))
+		return rc;
+	const int64_t hf = L->H * L->F, n = L->e_local;
+	for (int64_t le = 0; le < n && !rc; le++) {
+		char name[3][48];
+		const int64_t e = L->first_expert + le;
+		snprintf(name[0], sizeof(name[0]), "w_gate[%lld]", (long long)e);
+		snprintf(name[1], sizeof(name[1]), "w_up[%lld]", (long long)e);
+		snprintf(name[2], sizeof(name[2]), "w_down[%lld]", (long long)e);
+		if (!(rc = scan_finite(L->w_part + le * hf, L->H, L->F, name[0], "")) &&
+		    !(rc = scan_finite(L->w_part + (n + le) * hf, L->H, L->F, name[1], "")))
+			rc = scan_finite(L->w_part + (2 * n + le) * hf, L->F, L->H, name[2], "");
+	}
+	starpu_data_release(L->h_w_part);
+	if (rc || L->Fs <= 0 || !L->have_shared_weights ||
+	    (rc = acquire_bounded(L->h_ws, STARPU_R, "the shared expert weights")))
+		return rc;
+	const int64_t hs = L->H * L->Fs;
+	if (!(rc = scan_finite(L->ws, L->H, L->Fs, "w_shared_gate", "")) &&
+	    !(rc = scan_finite(L->ws + hs, L->H, L->Fs, "w_shared_up", "")))
+		rc = scan_finite(L->ws + 2 * hs, L->Fs, L->H, "w_shared_down", "");
+	starpu_data_release(L->h_ws);
+	return rc;
+}
+
+int rmoe_layer_check_finite(rmoe_layer *L, const float *x, const float *dy)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_check_finite: layer must not be NULL");
+	wait_timeout_from(&L->cfg);
+	return agree_first(L->ctx, find_nonfinite(L, x, dy, NULL, 1), "the finite check");
+}
+
 /* ---- forward and backward ------------------------------------------------------ */
 
 /* Process peak RSS since the last reset: VmHWM, which writing "5" to
@@ -621,9 +994,9 @@ static int submit_router_fwd(struct rmoe_layer *L)
  * synchronisation point of a forward (Megatron's dispatcher has the same). */
 static int read_counts(struct rmoe_layer *L)
 {
-	int ret = starpu_data_acquire(L->h_counts, STARPU_R);
-	if (ret != 0)
-		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire(expert counts) failed (%d)", ret);
+	int rc = acquire_bounded(L->h_counts, STARPU_R, "the expert counts");
+	if (rc)
+		return rc;
 	L->expert_offsets[0] = 0;
 	for (int64_t e = 0; e < L->E; e++)
 		L->expert_offsets[e + 1] = L->expert_offsets[e] + L->expert_counts[e];
@@ -642,7 +1015,10 @@ static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int rc = rmoe_submit_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0,
 	                                "shared-ffn");
 	if (!rc)
-		rc = rmoe_submit_accumulate(NULL, out, y, rows * L->H, 0, "shared-add");
+		/* The dispatch's first hop waits for the shared expert (its window):
+		 * the two never hold buffers at once, and the shared expert computes
+		 * while the first partition travels. */
+		rc = rmoe_submit_accumulate(pass, out, y, rows * L->H, 0, "shared-add");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(out);
 	return rc;
@@ -660,7 +1036,7 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 		rc = rmoe_submit_expert_bwd_preweighted(L, L->h_x, dy, L->h_ws, 1, L->Fs, &rows, rows, work,
 		                                        dxs, L->h_dws, 0, "shared-bwd");
 	if (!rc)
-		rc = rmoe_submit_accumulate(NULL, dxs, dx, rows * L->H, 0, "shared-dx");
+		rc = rmoe_submit_accumulate(pass, dxs, dx, rows * L->H, 0, "shared-dx");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(dxs);
 	return rc;
@@ -668,16 +1044,25 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 
 /* Waits for a pass: its outputs, then every task (temporaries freed); the
  * owned weights are acquired so their outgoing transfers are complete too. */
-static void finish_pass(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs,
-                        int nouts)
+static int finish_pass(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs,
+                       int nouts)
 {
+	int rc;
 	for (int i = 0; i < nouts; i++)
-		if (outs[i] && starpu_data_acquire(outs[i], STARPU_R) == 0)
-			starpu_data_release(outs[i]);
-	starpu_task_wait_for_all();
+		if (outs[i]) {
+			if ((rc = acquire_bounded(outs[i], STARPU_R, "the pass's outputs")) == RMOE_EPEER)
+				return rc;
+			if (!rc)
+				starpu_data_release(outs[i]);
+		}
+	if ((rc = wait_tasks_bounded("the pass's tasks and transfers")))
+		return rc;
 	rmoe_pass_release(pass);
-	if (starpu_data_acquire(L->h_w_part, STARPU_RW) == 0)
+	if ((rc = acquire_bounded(L->h_w_part, STARPU_RW, "the weights' last transfer")) == RMOE_EPEER)
+		return rc;
+	if (!rc)
 		starpu_data_release(L->h_w_part);
+	return 0;
 }
 
 static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_base, double t0)
@@ -709,14 +1094,24 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_bas
 
 int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 {
-	if (!L || !x || !y)
-		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer, x and y must not be NULL");
-	if (L->Fs > 0 && !L->have_shared_weights)
-		return rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
-		                  "(rmoe_layer_set_shared)", (long long)L->Fs);
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer must not be NULL");
+	wait_timeout_from(&L->cfg);
+	/* Checked collectively: a rank that returned alone would leave the
+	 * others waiting for it inside the pass. */
+	int rc = 0;
+	if (!x || !y)
+		rc = rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: x and y must not be NULL");
+	else if (L->Fs > 0 && !L->have_shared_weights)
+		rc = rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
+		                "(rmoe_layer_set_shared)", (long long)L->Fs);
+	else if (L->cfg.check_finite)
+		rc = find_nonfinite(L, x, NULL, NULL, 1);
+	if ((rc = agree_first(L->ctx, rc, "the forward's checks")))
+		return rc;
 	double t0 = starpu_timing_now();
 	struct rmoe_pass pass = {0};
-	int rc = rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass.tag_base);
+	rc = rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass.tag_base);
 	if (rc)
 		return rc;
 
@@ -744,8 +1139,13 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 		else
 			rc = rmoe_ring_expert_forward(L, &pass, hy);
 	}
-	finish_pass(L, &pass, &hy, 1);
-	starpu_data_unregister(hy);
+	/* After RMOE_EPEER tasks may still hold y: nothing more is waited for. */
+	if (rc != RMOE_EPEER) {
+		int frc = finish_pass(L, &pass, &hy, 1);
+		if (frc == RMOE_EPEER)
+			return frc;
+		starpu_data_unregister(hy);
+	}
 	if (rc)
 		return rc;
 	L->have_forward = 1;
@@ -778,13 +1178,22 @@ int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
 
 int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, float *dx)
 {
-	if (!L || !dy || !dx)
-		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer, dy and dx must not be NULL");
-	if (!L->have_forward)
-		return rmoe_error(RMOE_ESTATE, "rmoe_layer_backward called before any rmoe_layer_forward");
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer must not be NULL");
+	wait_timeout_from(&L->cfg);
+	/* Collective, as the forward's. */
+	int rc = 0;
+	if (!dy || !dx)
+		rc = rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: dy and dx must not be NULL");
+	else if (!L->have_forward)
+		rc = rmoe_error(RMOE_ESTATE, "rmoe_layer_backward called before any rmoe_layer_forward");
+	else if (L->cfg.check_finite)
+		rc = find_nonfinite(L, NULL, dy, dprobs, 0);
+	if ((rc = agree_first(L->ctx, rc, "the backward's checks")))
+		return rc;
 	double t0 = starpu_timing_now();
 	struct rmoe_pass pass = {.backward = 1};
-	int rc = rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass.tag_base);
+	rc = rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass.tag_base);
 	if (rc)
 		return rc;
 	memset(dx, 0, (size_t)(L->T * L->H) * sizeof(float));
@@ -809,11 +1218,16 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 	if (!rc)
 		rc = submit_router_bwd(L, hdx, hdp);
 	starpu_data_handle_t outs[] = {hdx, L->h_dw_part, L->h_dw_router, L->h_dws};
-	finish_pass(L, &pass, outs, 4);
-	starpu_data_unregister(hdx);
-	starpu_data_unregister(hdy);
-	if (hdp)
-		starpu_data_unregister(hdp);
+	/* After RMOE_EPEER tasks may still hold dy and dx: nothing more is waited for. */
+	if (rc != RMOE_EPEER) {
+		int frc = finish_pass(L, &pass, outs, 4);
+		if (frc == RMOE_EPEER)
+			return frc;
+		starpu_data_unregister(hdx);
+		starpu_data_unregister(hdy);
+		if (hdp)
+			starpu_data_unregister(hdp);
+	}
 	if (rc)
 		return rc;
 	record(L, &pass, dyn_base, t0);

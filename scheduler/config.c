@@ -1,5 +1,7 @@
 /* Configuration: defaults, checks that name the bad value, the cross-rank
  * digest, dispatch names. */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_scheduler.h"
@@ -25,6 +27,17 @@ void rmoe_layer_config_init(struct rmoe_layer_config *cfg)
 	cfg->chunk_rows = 0;
 	cfg->overlap = 1;
 	cfg->deterministic = 0;
+	cfg->check_finite = 0;
+	/* Launchers that do not end the job when a rank dies leave the others
+	 * waiting forever; the environment arms the timeout without a rebuild.
+	 * A malformed value becomes -1, which rmoe_config_check refuses. */
+	cfg->wait_timeout = 0;
+	const char *timeout = getenv("RMOE_WAIT_TIMEOUT");
+	if (timeout && *timeout) {
+		char *end;
+		double v = strtod(timeout, &end);
+		cfg->wait_timeout = (*end == '\0' && isfinite(v) && v >= 0) ? v : -1;
+	}
 }
 
 static const char *const dispatch_names[] = {
@@ -87,9 +100,10 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 		                  "experts = %lld is not divisible by the %d ranks of the group: expected a "
 		                  "multiple of %d",
 		                  (long long)c->experts, nranks, nranks);
-	if (c->shared_ffn < 0)
-		return rmoe_error(RMOE_EINVAL, "shared_ffn = %lld: expected 0 (no shared expert) or a width",
-		                  (long long)c->shared_ffn);
+	if (c->shared_ffn < 0 || c->shared_ffn > RMOE_MAX_HANDLE_ELEMS)
+		return rmoe_error(RMOE_EINVAL,
+		                  "shared_ffn = %lld: expected 0 (no shared expert) or a width of at most %lld",
+		                  (long long)c->shared_ffn, RMOE_MAX_HANDLE_ELEMS);
 	if (c->mem_cap < 0)
 		return rmoe_error(RMOE_EINVAL, "mem_cap = %lld: expected 0 (no cap) or a byte count",
 		                  (long long)c->mem_cap);
@@ -102,6 +116,13 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 		return rmoe_error(RMOE_EINVAL, "overlap = %d: expected 0 or 1", c->overlap);
 	if (c->deterministic != 0 && c->deterministic != 1)
 		return rmoe_error(RMOE_EINVAL, "deterministic = %d: expected 0 or 1", c->deterministic);
+	if (c->check_finite != 0 && c->check_finite != 1)
+		return rmoe_error(RMOE_EINVAL, "check_finite = %d: expected 0 or 1", c->check_finite);
+	if (!(c->wait_timeout >= 0 && c->wait_timeout <= 1e9))
+		return rmoe_error(RMOE_EINVAL,
+		                  "wait_timeout = %g: expected 0 (wait forever) or seconds up to 1e9 (a "
+		                  "malformed RMOE_WAIT_TIMEOUT in the environment gives -1)",
+		                  c->wait_timeout);
 	switch (c->dispatch) {
 	case RMOE_DISPATCH_ALLTOALL:
 	case RMOE_DISPATCH_RING_EXPERT:
@@ -123,6 +144,14 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 		return rmoe_error(RMOE_EINVAL,
 		                  "tokens x topk = %lld x %lld pairs: more than %d, the pair index range",
 		                  (long long)c->tokens, (long long)c->topk, INT32_MAX);
+	/* Each extent is one dimension of some buffer: bounding hidden and ffn
+	 * keeps the 3 x and 4 x products below from overflowing int64. */
+	if (c->hidden > RMOE_MAX_HANDLE_ELEMS || c->ffn > RMOE_MAX_HANDLE_ELEMS)
+		return rmoe_error(RMOE_EINVAL,
+		                  "%s = %lld: expected at most %lld, the largest buffer StarPU 1.3 can register",
+		                  c->hidden > RMOE_MAX_HANDLE_ELEMS ? "hidden" : "ffn",
+		                  (long long)(c->hidden > RMOE_MAX_HANDLE_ELEMS ? c->hidden : c->ffn),
+		                  RMOE_MAX_HANDLE_ELEMS);
 	if ((rc = check_elems("tokens x hidden", c->tokens, c->hidden)) ||
 	    (rc = check_elems("tokens x experts", c->tokens, c->experts)) ||
 	    (rc = check_elems("pairs x hidden", pairs, c->hidden)) ||
@@ -130,9 +159,12 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 	    (rc = check_elems("hidden x experts", c->hidden, c->experts)))
 		return rc;
 	int64_t hf;
-	if (__builtin_mul_overflow(c->hidden, c->ffn, &hf))
-		return rmoe_error(RMOE_EINVAL, "hidden x ffn overflows");
-	if ((rc = check_elems("partition weights (3 x hidden x ffn x experts/ranks)", 3 * hf,
+	if (__builtin_mul_overflow(c->hidden, c->ffn, &hf) || __builtin_mul_overflow(hf, 3, &hf))
+		return rmoe_error(RMOE_EINVAL,
+		                  "3 x hidden x ffn = 3 x %lld x %lld overflows: expected one expert's weights "
+		                  "to fit one StarPU buffer (%lld elements)",
+		                  (long long)c->hidden, (long long)c->ffn, RMOE_MAX_HANDLE_ELEMS);
+	if ((rc = check_elems("partition weights (3 x hidden x ffn x experts/ranks)", hf,
 	                      c->experts / nranks)))
 		return rc;
 	if (c->shared_ffn > 0 && ((rc = check_elems("shared expert weights", 3 * c->hidden, c->shared_ffn)) ||
@@ -167,5 +199,7 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = fnv(h, c->overlap);
 	h = fnv(h, c->deterministic);
 	h = fnv(h, c->mem_cap);
+	/* The finite check adds a collective to every pass: ranks must agree. */
+	h = fnv(h, c->check_finite);
 	return h;
 }

@@ -158,14 +158,16 @@ static int parse_bool(struct cursor *c, int *value)
 }
 
 /* '(' [int {',' int} [',']] ')', each int decimal (a Python 2 'L' suffix
- * allowed), each extent and the element count at most 2^62. */
+ * allowed), each extent and the product of the non-zero extents at most
+ * 2^62: a zero extent empties the array but must not let the others grow
+ * without bound, since readers multiply subsets of them (a row's size). */
 static int parse_shape(struct cursor *c, int *ndim, int64_t *shape)
 {
 	int rc = expect_char(c, '(', "'(' opening the shape");
 	if (rc)
 		return rc;
 	int n = 0, trailing_comma = 0;
-	int64_t elements = 1;
+	int64_t elements = 1;   /* of the non-zero extents */
 	for (;;) {
 		skip_space(c);
 		if (c->p < c->end && *c->p == ')')
@@ -191,8 +193,10 @@ static int parse_shape(struct cursor *c, int *ndim, int64_t *shape)
 		if (c->p < c->end && *c->p == 'L')
 			c->p++;
 		if (extent > 0 && elements > NPY_MAX_ELEMENTS / extent)
-			return fail(c->msg, c->msglen, RMOE_EFORMAT, "shape has more than 2^62 elements");
-		elements *= extent;
+			return fail(c->msg, c->msglen, RMOE_EFORMAT,
+			            "shape has more than 2^62 elements (zero extents aside)");
+		if (extent > 0)
+			elements *= extent;
 		shape[n++] = extent;
 		trailing_comma = 0;
 		skip_space(c);

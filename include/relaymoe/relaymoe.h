@@ -68,9 +68,17 @@ struct rmoe_ctx_config {
 	int verbose;          /* 0 = quiet, 1 = one line per decision */
 	const char *cluster_file; /* a cluster description placing the ranks on nodes
 	                             instead of the live topology (NULL: discover) */
+	const char *trace;    /* a folder (created if missing) to record an FxT trace of
+	                         every rank into (prof_file_<rank>); rmoe_ctx_destroy then
+	                         merges and converts them there on rank 0 (paje.trace,
+	                         tasks.rec, dag.dot, ..., and relaymoe-trace.txt, the ring
+	                         and tag layout that scripts/trace/ reads). Rank 0 must see
+	                         every rank's file (one node, or a shared file system).
+	                         Needs a StarPU built with FxT and a StarPU started by the
+	                         context (RMOE_ENOTSUP otherwise). NULL = no trace. */
 };
 
-/* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet. */
+/* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet, no trace. */
 RMOE_API void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg);
 
 /* Create the context over MPI_COMM_WORLD. If MPI is not initialised, MPI is
@@ -127,15 +135,35 @@ struct rmoe_layer_config {
 	int64_t mem_cap;     /* bytes the layer's peak may reach (ring dispatch):
 	                        each hop's rows are processed in chunks sized from
 	                        the memory model; 0 = no cap */
+	int check_finite;    /* 1: forward checks x and the weights, backward dy
+	                        (and dprobs), for NaN and infinity before any work
+	                        starts, as rmoe_layer_check_finite does; 0 (default):
+	                        no check */
+	double wait_timeout; /* seconds one wait of a collective call (for another
+	                        rank's data, or for the ranks to agree) may last
+	                        before the call gives up with RMOE_EPEER: a rank
+	                        died or stopped calling. 0: wait forever (the
+	                        default, unless the environment variable
+	                        RMOE_WAIT_TIMEOUT gives seconds). After RMOE_EPEER
+	                        the layer and its context can be neither used nor
+	                        destroyed: end the process (MPI_Abort). Choose it
+	                        well above the longest pass. */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16
  * (H=128, F=48, E=128, K=8, T=3072), norm_topk on, no shared expert, ring
- * expert routing, fp32, no chunking, overlap on. */
+ * expert routing, fp32, no chunking, overlap on, no finite check, waits
+ * without a timeout unless RMOE_WAIT_TIMEOUT says otherwise (a malformed
+ * value makes rmoe_layer_create refuse the configuration, naming it). */
 RMOE_API void rmoe_layer_config_init(struct rmoe_layer_config *cfg);
 
 /* Collective over the context's ranks. Checks the configuration (every value,
- * and that every rank passed the same one) before any work starts. */
+ * and that every rank passed the same one) before any work starts, and that
+ * the layer fits this rank's memory (the buffers it keeps plus the memory
+ * model's peak, against the address-space limit and the node's memory, or
+ * the job's cgroup limit, shared by its ranks): RMOE_ENOMEM otherwise, as
+ * for a failed allocation.
+ * Every rank returns the same code. */
 RMOE_API int rmoe_layer_create(rmoe_layer **layer, rmoe_ctx *ctx, const struct rmoe_layer_config *cfg);
 RMOE_API int rmoe_layer_destroy(rmoe_layer *layer);
 
@@ -159,7 +187,9 @@ RMOE_API int rmoe_layer_set_shared(rmoe_layer *layer, const float *w_gate, const
                           const float *w_down);
 
 /* Forward: x [T, H] -> y [T, H]. Collective. The layer keeps a copy of x and
- * the routing (indices and weights) for backward; nothing else. */
+ * the routing (indices and weights) for backward; nothing else. Arguments
+ * (and, with check_finite, x and the weights) are checked on every rank
+ * before any work: one rank's bad argument fails every rank, alike. */
 RMOE_API int rmoe_layer_forward(rmoe_layer *layer, const float *x, float *y);
 
 /* Backward of the last forward: dy [T, H] -> dx [T, H]; weight gradients are
@@ -179,6 +209,13 @@ RMOE_API int rmoe_layer_get_grad_expert(const rmoe_layer *layer, int64_t e, floa
                                float *dw_down);
 RMOE_API int rmoe_layer_get_grad_shared(const rmoe_layer *layer, float *dw_gate, float *dw_up,
                                float *dw_down);
+
+/* Collective. Looks for NaN and infinity in the layer's weights (router,
+ * the experts this rank owns, the shared expert) and, when not NULL, in x
+ * and dy ([T, H] each). 0 on every rank, or RMOE_ENONFINITE on every rank
+ * with the same message: the lowest failing rank, the tensor, the index and
+ * the value of its first non-finite element. */
+RMOE_API int rmoe_layer_check_finite(rmoe_layer *layer, const float *x, const float *dy);
 
 /* Routing of the last forward: indices [T, K] (int32) and weights [T, K];
  * probs [T, E] (softmax). Any pointer may be NULL. */
