@@ -22,6 +22,8 @@
 struct plan_opts {
 	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks, budget, mem_cap;
 	int64_t layers, heads, kv_heads, head_dim, model_state, dp;
+	int64_t shared_ffn;        /* the preset's (scaled) or --shared-ffn */
+	int g_shared;
 	int attention;
 	double scale;
 	const char *preset, *cluster, *dtype;
@@ -68,6 +70,7 @@ static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
 		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "bf16|f32", "element type of weights and tokens (bf16)", NULL},
 		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
 		{"mem-cap", RMOE_OPT_SIZE, &r->mem_cap, 1, 9e18, "BYTES", "plan the ring's chunking for this cap", NULL},
+		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (preset's)", &r->g_shared},
 		{"attention", RMOE_OPT_FLAG, &r->attention, 0, 0, NULL, "plan attention recomputation (§3.4)", NULL},
 		{"layers", RMOE_OPT_INT, &r->layers, 1, 1024, "L", "layers on a device (preset's)", NULL},
 		{"heads", RMOE_OPT_INT, &r->heads, 1, 1e5, "NH", "attention heads (preset's, else 32)", NULL},
@@ -79,10 +82,10 @@ static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 25
+#define NOPTS 26
 
 /* The routing problem from the options; 0 or RMOE_EINVAL with msg. */
-static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_routing_problem *p, char *msg,
+static int make_problem(struct plan_opts *r, int nranks, struct rmoe_routing_problem *p, char *msg,
                         size_t len)
 {
 	struct rmoe_layer_config cfg;
@@ -108,6 +111,8 @@ static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_routi
 		p->tokens = (int64_t)llround(PRESET_TOKENS / r->scale);
 		p->experts = ps->experts;
 		p->topk = ps->topk;
+		if (!r->g_shared)
+			r->shared_ffn = (int64_t)llround((double)ps->shared_ffn / r->scale);
 	} else if (r->scale != 1.0) {
 		snprintf(msg, len, "--scale %g needs --preset", r->scale);
 		return RMOE_EINVAL;
@@ -262,6 +267,7 @@ static void plan_memory(const struct plan_view *v, struct plan_memory *m)
 	mc.nranks = p->ep;
 	mc.etp = p->etp;
 	mc.dtype_bytes = p->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
+	mc.shared_ffn = v->opts->shared_ffn;
 	m->budget = v->opts->budget > 0 ? v->opts->budget : v->t->memory_bytes;
 	for (int i = 0; i < 3; i++) {
 		rmoe_memory_model(mem_modes[i], &mc, &m->est[i]);

@@ -15,6 +15,12 @@
 
 int rmoe_app_agree(int rc)
 {
+	/* A peer is gone (the layer's wait timeout expired): a collective would
+	 * wait for it forever, so the program ends the job here. */
+	if (rc == RMOE_EPEER) {
+		rmoe_app_error("%s; ending the job", rmoe_strerror(rc));
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
 	int worst = rc;
 	MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	return worst;

@@ -226,7 +226,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 	for (int q = 0; q < N && !rc; q++)
 		if (p->send_rows[q] > 0) {
 			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * L->H, sizeof(float));
-			rc = rmoe_submit_gather(L, NULL, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
+			rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
 			                        "permute");
 		}
 	if (!rc)

@@ -94,7 +94,7 @@ int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	}
 	for (int i = 0; i < 2; i++)
 		if (rb[i])
-			starpu_data_unregister_submit(rb[i]);
+			rmoe_pass_hold(pass, rb[i]);
 	return rc;
 }
 
@@ -206,9 +206,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 	}
 	for (int i = 0; i < 2; i++) {
 		if (rb[i])
-			starpu_data_unregister_submit(rb[i]);
+			rmoe_pass_hold(pass, rb[i]);
 		if (gb[i])
-			starpu_data_unregister_submit(gb[i]);
+			rmoe_pass_hold(pass, gb[i]);
 	}
 	return rc;
 }

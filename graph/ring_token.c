@@ -66,12 +66,12 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 	return 0;
 }
 
-static void ring_free(struct token_ring *R)
+static void ring_free(struct rmoe_pass *pass, struct token_ring *R)
 {
 	for (int k = 0; k < NKINDS; k++)
 		for (int b = 0; b < 2; b++)
 			if (R->buf[k][b])
-				starpu_data_unregister_submit(R->buf[k][b]);
+				rmoe_pass_hold(pass, R->buf[k][b]);
 	free(R->counts);
 	free(R->offsets);
 }
@@ -198,7 +198,7 @@ int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu
 	static const int inputs[] = {X, ORDER, WEIGHTS}, accs[] = {ACC};
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 3, accs, 1, forward_hop, NULL);
-	ring_free(&R);
+	ring_free(pass, &R);
 	return rc;
 }
 
@@ -277,6 +277,6 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
 		rc = rmoe_submit_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
-	ring_free(&R);
+	ring_free(pass, &R);
 	return rc;
 }

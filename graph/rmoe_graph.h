@@ -40,10 +40,19 @@ struct rmoe_pass {
 	struct starpu_task *gate;     /* the next expert backward waits for it (submit.c) */
 	struct starpu_task **anchors;
 	int nanchors, capanchors;
+	starpu_data_handle_t *held;   /* relay buffers kept to the end of the pass */
+	int nheld, capheld;
 };
 
-/* Destroys the pass's dependency anchors; after every task has ended. */
+/* Destroys the pass's dependency anchors and unregisters the buffers it
+ * holds; after every task has ended. */
 void rmoe_pass_release(struct rmoe_pass *pass);
+
+/* A ring's relay buffer (weights, gradients, travelling tokens) stays
+ * allocated until the pass ends instead of being freed when its last
+ * transfer completes: the peak then does not depend on when the network
+ * finishes a send, and the memory model can count it exactly. */
+int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h);
 
 /* The routing of one token partition as the graphs use it: the pair order
  * (pairs sorted by expert), the routing weights, the dg accumulator, and the

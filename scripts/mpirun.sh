@@ -2,10 +2,13 @@
 # mpirun with what relaymoe's ranks need on a workstation or a CI machine:
 # more ranks than cores allowed (--oversubscribe), root allowed when running
 # as root, no binding of a whole rank to one core (StarPU places its own
-# threads), one StarPU CPU worker per rank unless STARPU_NCPU says otherwise.
+# threads), MPI yielding when idle (a rank's StarPU worker and progress
+# thread spin on the same cores: bench/results/hop.md measured a 1 MB hop at
+# 26x plain MPI without it and 5.5x with it, --bind-to none included), and
+# one StarPU CPU worker per rank unless STARPU_NCPU says otherwise.
 #   scripts/mpirun.sh -np 4 build/apps/relaymoe run
 set -euo pipefail
-args=(--oversubscribe --bind-to none)
+args=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
 export STARPU_SILENT=${STARPU_SILENT:-1}
 export STARPU_NCPU=${STARPU_NCPU:-1}
