@@ -48,15 +48,11 @@ def moe_block(x, w_router, w_gate, w_up, w_down, k, norm=True):
     token_of_pair = torch.div(order, k, rounding_mode="floor")
     counts = torch.bincount(flat, minlength=e).tolist()
     expanded = x.index_select(0, token_of_pair)  # top-k expand: [T*K, H]
-    outs = []
-    start = 0
-    for ex, c in enumerate(counts):
-        if c == 0:
-            continue
-        xe = expanded[start:start + c]
-        act = nnf.silu(xe @ w_gate[ex]) * (xe @ w_up[ex])
-        outs.append(act @ w_down[ex])
-        start += c
+    # split and unbind, not slicing and indexing: their backward is one
+    # concatenation, where each slice's would zero-fill a full-size gradient
+    rows = torch.split(expanded, counts)
+    gate, up, down = w_gate.unbind(0), w_up.unbind(0), w_down.unbind(0)
+    outs = [(nnf.silu(xe @ gate[ex]) * (xe @ up[ex])) @ down[ex] for ex, xe in enumerate(rows) if counts[ex]]
     expert_out = torch.cat(outs, dim=0)
     weighted = expert_out * g.reshape(-1).index_select(0, order).unsqueeze(1).to(x.dtype)
     # weighted unpermute

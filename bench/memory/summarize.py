@@ -1,0 +1,581 @@
+#!/usr/bin/python3
+"""Summary of bench/memory/run.sh: CSVs, plots and memory.md.
+
+  summarize.py --runs DIR --app RELAYMOE --out OUT --scale S --repeat R --rounds N
+               --start EPOCH_SECONDS --command CMD --source REV [--quick]
+
+DIR holds one CSV per `relaymoe run` (named NNN__PRESET__RANKS__FACTOR__DISPATCH.csv),
+torch__PRESET__ROUND.json from torch_moe.py bench, and check.log from torch_moe.py
+check. The model's full-size predictions come from `relaymoe plan --json`.
+Exits 1 when the memory model is more than 10% off a measured peak or the
+PyTorch layer disagrees with relaymoe's outputs.
+"""
+import argparse
+import csv
+import datetime
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+MODEL_TOLERANCE = 0.10
+MIB = 1024.0 * 1024.0
+GIB = 1024.0 * MIB
+DISPATCHERS = ("ring", "token", "a2a")
+LABEL = {"ring": "ring, expert routing", "token": "ring, token routing", "a2a": "all-to-all"}
+COLOR = {"ring": "tab:blue", "token": "tab:green", "a2a": "tab:red"}
+# Table 3 shapes with Qwen3-30B-A3B's H, F, E, K
+ALIASES = "MoE-E128, MoE-K8 and MoE-H768"
+PRESET_TOKENS = 49152
+FULLSIZE_EP = (8, 16, 32, 64)
+# the paper's §2 profile, and its EP-scaling runs (Fig. 10: b=12, sequence 8192 per GPU)
+FULLSIZE_TOKENS = (PRESET_TOKENS, 98304)
+# Qwen2-57B-A14B is left out: `relaymoe plan` models no shared expert.
+FULLSIZE_PRESETS = ("Qwen3-30B-A3B", "Qwen3.5-35B-A3B", "MoE-E64", "MoE-E384", "MoE-K4", "MoE-K12",
+                    "MoE-K16", "MoE-H512", "MoE-H2048")
+
+
+def peak(r):
+    return max(r["peak_fwd_bytes"], r["peak_bwd_bytes"])
+
+
+def exec_peak(r):
+    """Peak above the resident data every dispatcher holds alike (the CSV's
+    resident_bytes: weights, their gradients, saved x and routing, dy, dx)."""
+    return peak(r) - r["resident_bytes"]
+
+
+def model_peak(r):
+    return max(r["model_peak_fwd_bytes"], r["model_peak_bwd_bytes"])
+
+
+def load_runs(d):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(d, "*__*.csv"))):
+        _, preset, ranks, factor, run_dispatch = os.path.basename(path)[:-4].split("__")
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                for k, v in r.items():
+                    if k != "dispatch":
+                        r[k] = float(v)
+                for k in ("ranks", "hidden", "ffn", "experts", "topk", "tokens", "chunk_rows"):
+                    r[k] = int(r[k])
+                r["preset"] = preset
+                r["token_factor"] = float(factor)
+                r["run_dispatch"] = run_dispatch
+                r["err_fwd"] = r["model_peak_fwd_bytes"] / r["peak_fwd_bytes"] - 1.0
+                r["err_bwd"] = r["model_peak_bwd_bytes"] / r["peak_bwd_bytes"] - 1.0
+                r["exec_peak_bytes"] = exec_peak(r)
+                r["model_exec_peak_bytes"] = model_peak(r) - r["resident_bytes"]
+                rows.append(r)
+    return rows
+
+
+def plan(app, preset, ranks, tokens=None, scale=None, dtype="bf16"):
+    cmd = [app, "plan", "--preset", preset, "--ranks", str(ranks), "--dtype", dtype, "--json"]
+    if scale:
+        cmd += ["--scale", str(scale)]
+    if tokens:
+        cmd += ["--tokens", str(tokens)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def fullsize(app, presets):
+    out = []
+    for tokens, preset, ep in ((t, p, e) for t in FULLSIZE_TOKENS for p in presets for e in FULLSIZE_EP):
+        m = plan(app, preset, ep, tokens=tokens)
+        mem = m["memory"]["dispatchers"]
+        row = {"preset": preset, "ep": ep, "tokens": tokens, "dtype": "bf16",
+               "hidden": m["model"]["hidden"], "ffn": m["model"]["ffn"],
+               "experts": m["model"]["experts"], "topk": m["model"]["topk"]}
+        for d in DISPATCHERS:
+            e = mem[d]
+            p = max(e["peak_forward_bytes"], e["peak_backward_bytes"])
+            row[f"{d}_peak_fwd_bytes"] = e["peak_forward_bytes"]
+            row[f"{d}_peak_bwd_bytes"] = e["peak_backward_bytes"]
+            row[f"{d}_resident_bytes"] = e["resident_backward_bytes"]
+            row[f"{d}_peak_bytes"] = p
+            row[f"{d}_exec_peak_bytes"] = p - e["resident_backward_bytes"]
+        for d in ("ring", "token"):
+            row[f"a2a_over_{d}"] = row["a2a_peak_bytes"] / row[f"{d}_peak_bytes"]
+            row[f"a2a_over_{d}_exec"] = row["a2a_exec_peak_bytes"] / row[f"{d}_exec_peak_bytes"]
+        out.append(row)
+    return out
+
+
+def write_csv(path, rows, cols):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def by_point(rows):
+    """{(preset, ranks, tokens): {dispatch: row}} for the multi-rank runs."""
+    pts = {}
+    for r in rows:
+        if r["ranks"] > 1:
+            pts.setdefault((r["preset"], r["ranks"], r["tokens"]), {})[r["dispatch"]] = r
+    return pts
+
+
+def ratios(pt):
+    a = pt["a2a"]
+    out = {}
+    for d in ("ring", "token"):
+        out[d] = (peak(a) / peak(pt[d]), exec_peak(a) / exec_peak(pt[d]),
+                  (a["fwd_ms"] + a["bwd_ms"]) / (pt[d]["fwd_ms"] + pt[d]["bwd_ms"]))
+    return out
+
+
+def plots(out, pts, full, scale, base_tokens):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    made = []
+
+    def sweep(name, keys, xs, xlabel, title, logx=False):
+        if len(keys) < 2:
+            return
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for ax, metric, mlabel in ((axes[0], peak, "total peak"), (axes[1], exec_peak, "execution peak")):
+            for d in DISPATCHERS:
+                ys = [metric(pts[k][d]) / MIB for k in keys]
+                ax.plot(xs, ys, "o-", color=COLOR[d], label=LABEL[d] + " (measured)")
+                if metric is peak:
+                    ms = [model_peak(pts[k][d]) / MIB for k in keys]
+                else:
+                    ms = [(model_peak(pts[k][d]) - pts[k][d]["resident_bytes"]) / MIB for k in keys]
+                ax.plot(xs, ms, "x--", color=COLOR[d], alpha=0.6, label=LABEL[d] + " (model)")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{mlabel}, MiB per rank")
+            ax.set_title(mlabel)
+            ax.set_xticks(xs)
+            if logx:
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(xs)
+                ax.set_xticklabels([str(x) for x in xs])
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"{title} — H, F, tokens divided by {scale:g}, fp32, measured on CPU", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name), dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    tok = sorted(k for k in pts if k[0] == "Qwen3-30B-A3B" and k[1] == 4)
+    sweep("memory_tokens.png", tok, [k[2] for k in tok], "tokens per rank",
+          "Qwen3-30B-A3B at EP=4, tokens 0.25x-2x", logx=True)
+    ep = sorted(k for k in pts if k[0] == "Qwen3-30B-A3B" and k[2] == base_tokens)
+    sweep("memory_ep.png", ep, [k[1] for k in ep], "EP (ranks)", "Qwen3-30B-A3B over EP")
+    ks = sorted((k for k in pts if k[1] == 8 and (k[0].startswith("MoE-K") or k[0] == "Qwen3-30B-A3B")
+                 and k[2] == base_tokens), key=lambda k: pts[k]["a2a"]["topk"])
+    sweep("memory_topk.png", ks, [pts[k]["a2a"]["topk"] for k in ks], "top-k K",
+          "MoE-K4/K8/K12/K16 (E=128) at EP=8")
+
+    keys = sorted((k for k in pts if k[2] == base_tokens or k[0] != "Qwen3-30B-A3B"),
+                  key=lambda k: (k[0], k[1], k[2]))
+    if keys:
+        fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.42 * len(keys) + 2), 7.5), sharex=True)
+        xs = range(len(keys))
+        w = 0.38
+        for ax, d in zip(axes, ("ring", "token")):
+            tot = [ratios(pts[k])[d][0] for k in keys]
+            ex = [ratios(pts[k])[d][1] for k in keys]
+            ax.bar([x - w / 2 for x in xs], tot, w, label="total peak", color="tab:gray")
+            ax.bar([x + w / 2 for x in xs], ex, w, label="execution peak", color=COLOR[d])
+            ax.axhline(3.8, color="k", ls=":", lw=1, label="paper, EP=8 average (3.8x)")
+            ax.set_ylabel(f"a2a / {d} peak")
+            ax.set_title(f"all-to-all over {LABEL[d]}")
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=7)
+        axes[1].set_xticks(list(xs))
+        axes[1].set_xticklabels([f"{k[0]} EP{k[1]}" for k in keys], rotation=70, ha="right", fontsize=7)
+        fig.suptitle(f"Peak memory ratios, measured (H, F, tokens divided by {scale:g}, fp32, CPU)",
+                     fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "memory_ratios.png"), dpi=110)
+        plt.close(fig)
+        made.append("memory_ratios.png")
+
+    full = [r for r in full if r["tokens"] == PRESET_TOKENS]
+    if full:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for ax, suffix, title in ((axes[0], "", "total peak"), (axes[1], "_exec", "execution peak")):
+            for preset in sorted({r["preset"] for r in full}, key=FULLSIZE_PRESETS.index):
+                rs = [r for r in full if r["preset"] == preset]
+                ax.plot([r["ep"] for r in rs], [r["a2a_over_ring" + suffix] for r in rs], "o-",
+                        label=preset)
+            ax.plot([8, 64], [3.8, 7.6], "k*", ms=10, label="paper average (3.8x, 7.6x)")
+            ax.plot([64], [13.4], "r*", ms=10, label="paper top-16 (13.4x)")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(list(FULLSIZE_EP))
+            ax.set_xticklabels([str(e) for e in FULLSIZE_EP])
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.set_xlabel("EP (ranks)")
+            ax.set_ylabel("a2a / ring (expert routing)")
+            ax.set_title(title)
+            ax.grid(alpha=0.3, which="both")
+        axes[0].legend(fontsize=7)
+        fig.suptitle("Memory model at full size (scale 1): 49152 tokens per rank, bf16, even routing",
+                     fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "memory_fullsize.png"), dpi=110)
+        plt.close(fig)
+        made.append("memory_fullsize.png")
+    return made
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def mib(b):
+    return f"{b / MIB:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("runs", "app", "out", "command", "source"):
+        ap.add_argument("--" + a, required=True)
+    ap.add_argument("--scale", type=float, required=True)
+    ap.add_argument("--repeat", type=int, required=True)
+    ap.add_argument("--rounds", type=int, required=True)
+    ap.add_argument("--start", type=int, required=True, help="the run's start, seconds since the epoch")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    S = a.scale
+    base_tokens = round(PRESET_TOKENS / S)
+
+    rows = load_runs(a.runs)
+    sweep_rows = [r for r in rows if r["ranks"] > 1]
+    peer_rows = [r for r in rows if r["ranks"] == 1]
+    pts = by_point(rows)
+    cols = ["preset", "token_factor", "dispatch", "ranks", "hidden", "ffn", "experts", "topk", "tokens",
+            "chunk_rows", "fwd_ms", "bwd_ms", "peak_fwd_bytes", "peak_bwd_bytes", "resident_bytes",
+            "exec_peak_bytes", "peak_rss_bytes", "sent_bytes", "largest_temp_bytes", "skew",
+            "model_peak_fwd_bytes", "model_peak_bwd_bytes", "model_exec_peak_bytes", "err_fwd", "err_bwd"]
+    for r in rows:
+        r["scale"] = S
+    write_csv(os.path.join(a.out, "memory_sweep.csv"), sweep_rows, ["scale"] + cols)
+
+    # The model's resident bytes (`relaymoe plan`, f32 as measured) against
+    # the measured resident bytes of every point.
+    resident_mismatch = []
+    for (preset, ranks, tokens), pt in sorted(pts.items()):
+        m = plan(a.app, preset, ranks, tokens=tokens, scale=f"{S:g}", dtype="f32")
+        mr = m["memory"]["dispatchers"]["ring"]["resident_backward_bytes"]
+        got = pt["ring"]["resident_bytes"]
+        if abs(mr / got - 1.0) > 1e-9:
+            resident_mismatch.append((preset, ranks, tokens, got, mr))
+
+    # The PyTorch peer at EP=1: one row per process, rounds alternated
+    runs = []
+    for r in peer_rows:
+        runs.append({"preset": r["preset"], "impl": f"relaymoe {r['dispatch']}", "hidden": r["hidden"],
+                     "ffn": r["ffn"], "experts": r["experts"], "topk": r["topk"], "tokens": r["tokens"],
+                     "fwd_bwd_ms": r["fwd_ms"] + r["bwd_ms"], "peak_rss_bytes": r["peak_rss_bytes"],
+                     "peak_layer_bytes": peak(r), "rss_before_bytes": ""})
+    for path in sorted(glob.glob(os.path.join(a.runs, "torch__*.json"))):
+        with open(path) as f:
+            t = json.load(f)
+        runs.append({"preset": os.path.basename(path).split("__")[1], "impl": f"torch {t['torch']} a2a",
+                     "hidden": t["hidden"], "ffn": t["ffn"], "experts": t["experts"], "topk": t["topk"],
+                     "tokens": t["tokens"], "fwd_bwd_ms": t["median_ms"],
+                     "peak_rss_bytes": t["peak_rss_bytes"], "peak_layer_bytes": "",
+                     "rss_before_bytes": t["rss_before_bytes"]})
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["preset"], r["impl"]), []).append(r)
+        r["round"] = len(groups[(r["preset"], r["impl"])])
+    # best time of the rounds (other load only ever adds), largest RSS
+    peer = []
+    for rs in groups.values():
+        best = dict(min(rs, key=lambda r: r["fwd_bwd_ms"]))
+        best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in rs)
+        if best["rss_before_bytes"] != "":
+            best["rss_before_bytes"] = max(r["rss_before_bytes"] for r in rs)
+        best["rounds"] = len(rs)
+        best["all_ms"] = ", ".join(f"{r['fwd_bwd_ms']:.0f}" for r in rs)
+        peer.append(best)
+    if runs:
+        write_csv(os.path.join(a.out, "memory_peer.csv"), runs,
+                  ["preset", "impl", "round", "hidden", "ffn", "experts", "topk", "tokens", "fwd_bwd_ms",
+                   "peak_rss_bytes", "peak_layer_bytes", "rss_before_bytes"])
+    check_log = ""
+    if os.path.exists(os.path.join(a.runs, "check.log")):
+        with open(os.path.join(a.runs, "check.log")) as f:
+            check_log = f.read()
+    check_failed = "FAIL" in check_log
+    check_log = check_log.replace(a.runs, "DIR")
+
+    # --quick: two shapes, each `relaymoe plan` spends half a second starting MPI
+    presets = ("Qwen3-30B-A3B", "MoE-K16") if a.quick else FULLSIZE_PRESETS
+    full = fullsize(a.app, presets)
+    fcols = ["preset", "ep", "tokens", "dtype", "hidden", "ffn", "experts", "topk"]
+    for d in DISPATCHERS:
+        fcols += [f"{d}_peak_fwd_bytes", f"{d}_peak_bwd_bytes", f"{d}_resident_bytes", f"{d}_peak_bytes",
+                  f"{d}_exec_peak_bytes"]
+    fcols += ["a2a_over_ring", "a2a_over_ring_exec", "a2a_over_token", "a2a_over_token_exec"]
+    write_csv(os.path.join(a.out, "memory_fullsize.csv"), full, fcols)
+
+    figs = plots(a.out, pts, full, S, base_tokens)
+
+    # ---- the Markdown summary ----
+    errs = [(abs(r[e]), r, e) for r in rows for e in ("err_fwd", "err_bwd")]
+    worst = max(errs, key=lambda x: x[0]) if errs else (0.0, None, None)
+    model_failed = worst[0] > MODEL_TOLERANCE
+    off = [(abs(r[e]), r, e) for r in rows for e in ("err_fwd", "err_bwd") if abs(r[e]) > MODEL_TOLERANCE]
+    elapsed = int(time.time()) - a.start
+    L = []
+    say = L.append
+    say(f"# Peak memory per dispatcher on the paper's Table 3 shapes (H, F, tokens / {S:g})")
+    say("")
+    say(f"Command: `{a.command}` on {datetime.date.today().isoformat()}; machine: {os.cpu_count()} cores "
+        f"({cpu_model()}, {platform.machine()}), CPU only, ranks oversubscribed, one StarPU CPU worker "
+        f"and one OpenBLAS thread per rank. Run time {elapsed // 60} min {elapsed % 60} s. "
+        f"relaymoe built from {a.source}.")
+    say("")
+    say(f"**Scale factor {S:g}**: every measured point is a Table 3 shape with H, F and the paper's "
+        f"49152 tokens per rank divided by {S:g} (`relaymoe run --preset NAME --scale {S:g}`: "
+        f"{base_tokens} tokens per rank), E and K kept; fp32. {ALIASES} have Qwen3-30B-A3B's shape "
+        f"and are measured once under that name. Times are medians of {a.repeat} after a warm-up, "
+        f"max over ranks, on a shared 2-core machine: compare them only side by side within a run. "
+        f"Memory is max over ranks.")
+    say("")
+    say("## Metrics")
+    say("")
+    say("- **total peak**: the largest bytes the layer's data held on a rank in a pass, forward or "
+        "backward: the resident buffers plus the StarPU temporaries, sampled on entry of every task "
+        "(`peak_fwd_bytes`, `peak_bwd_bytes`; the larger of the two).")
+    say("- **execution peak**: total peak minus `resident_bytes`, the data every dispatcher holds "
+        "identically: the router, the owned experts and their gradients, the saved input, "
+        "probabilities and routing, the caller's dy and dx. It is the transient memory the MoE "
+        "execution adds, the part the dispatchers differ in (the paper's \"peak memory during MoE "
+        "execution\").")
+    say("- **model**: `scheduler/memory_model.c` for the routing each run saw (its skew column); "
+        "**error** = model / measured − 1, forward and backward; the run fails past "
+        f"{MODEL_TOLERANCE:.0%}.")
+    say("- peak RSS: the process's VmHWM over a pass (reset before each), max over ranks; it "
+        "includes Open MPI, StarPU and the inputs and outputs the program keeps.")
+    say("")
+
+    say("## Headline")
+    say("")
+
+    def head(preset, ep):
+        pt = pts.get((preset, ep, base_tokens))
+        if not pt or not all(d in pt for d in DISPATCHERS):
+            return None
+        return ratios(pt)
+
+    hq = head("Qwen3-30B-A3B", 8)
+    hk = head("MoE-K16", 8)
+    if hq:
+        meets = [n for n, v in (("total peak", hq["ring"][0]), ("execution peak", hq["ring"][1])) if v >= 3.8]
+        say(f"- Qwen3-30B-A3B (K=8) at EP=8, scale {S:g}: a2a/ring **{hq['ring'][0]:.2f}x** total peak, "
+            f"**{hq['ring'][1]:.2f}x** execution peak; a2a/token {hq['token'][0]:.2f}x total, "
+            f"{hq['token'][1]:.2f}x execution. Against the paper's 3.8x average at EP=8: "
+            + (f"met by the {' and the '.join(meets)}." if meets else "not met by either metric."))
+    if hk:
+        say(f"- MoE-K16 at EP=8, scale {S:g}: a2a/ring **{hk['ring'][0]:.2f}x** total peak, "
+            f"**{hk['ring'][1]:.2f}x** execution peak; a2a/token {hk['token'][0]:.2f}x total, "
+            f"{hk['token'][1]:.2f}x execution.")
+    if worst[1] is not None:
+        r = worst[1]
+        say(f"- Largest model error: {worst[0]:.1%} ({r['preset']}, EP={r['ranks']}, {r['tokens']} tokens, "
+            f"{r['dispatch']}, {'forward' if worst[2] == 'err_fwd' else 'backward'}) over "
+            f"{len(rows)} measured dispatcher runs: "
+            + ("**FAIL**, above 10%." if model_failed else "within 10%."))
+    f64 = [r for r in full if r["ep"] == 64 and r["tokens"] == PRESET_TOKENS]
+    if f64:
+        avg = sum(r["a2a_over_ring"] for r in f64) / len(f64)
+        avgx = sum(r["a2a_over_ring_exec"] for r in f64) / len(f64)
+        say(f"- Model at full size, EP=64, 49152 tokens per rank, bf16: a2a/ring {avg:.1f}x total, "
+            f"{avgx:.1f}x execution peak, averaged over {len(f64)} shapes (paper: 7.6x average, 13.4x "
+            "top-16; table below).")
+    say("")
+
+    if figs:
+        say("## Figures")
+        say("")
+        for fig in figs:
+            say(f"- `{fig}`" + (" (model, full size)" if fig == "memory_fullsize.png"
+                                else f" (measured, scale {S:g})" if fig == "memory_ratios.png"
+                                else f" (measured, scale {S:g}; dashed: model)"))
+        say("")
+        for fig in figs:
+            say(f"![{fig}]({fig})")
+            say("")
+
+    say(f"## Ratios per point (measured, scale {S:g})")
+    say("")
+    say("| shape | EP | tokens/rank | a2a/ring total | a2a/ring exec | a2a/token total | a2a/token exec "
+        "| time a2a/ring | time a2a/token |")
+    say("|---|---|---|---|---|---|---|---|---|")
+    for k in sorted(pts, key=lambda k: (k[0], k[1], k[2])):
+        if not all(d in pts[k] for d in DISPATCHERS):
+            continue
+        q = ratios(pts[k])
+        say(f"| {k[0]} | {k[1]} | {k[2]} | {q['ring'][0]:.2f} | {q['ring'][1]:.2f} | {q['token'][0]:.2f} | "
+            f"{q['token'][1]:.2f} | {q['ring'][2]:.2f} | {q['token'][2]:.2f} |")
+    say("")
+
+    say(f"## Every measured point against the model (scale {S:g}, MiB per rank)")
+    say("")
+    say("| shape | EP | tokens | dispatch | fwd ms | bwd ms | peak fwd | model fwd | err | peak bwd "
+        "| model bwd | err | resident | exec peak | peak RSS | sent |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["preset"], r["ranks"], r["tokens"], DISPATCHERS.index(r["dispatch"]))):
+        say(f"| {r['preset']} | {r['ranks']} | {r['tokens']} | {r['dispatch']} | {r['fwd_ms']:.0f} | "
+            f"{r['bwd_ms']:.0f} | {mib(r['peak_fwd_bytes'])} | {mib(r['model_peak_fwd_bytes'])} | "
+            f"{r['err_fwd']:+.1%} | {mib(r['peak_bwd_bytes'])} | {mib(r['model_peak_bwd_bytes'])} | "
+            f"{r['err_bwd']:+.1%} | {mib(r['resident_bytes'])} | {mib(r['exec_peak_bytes'])} | "
+            f"{mib(r['peak_rss_bytes'])} | {mib(r['sent_bytes'])} |")
+    say("")
+    if off:
+        say(f"**Model errors above {MODEL_TOLERANCE:.0%}** (each reproduces with the command beside it; "
+            "`build/` is the build tree):")
+        say("")
+        for e, r, which in off:
+            tok = "" if r["token_factor"] == 1 else f" --tokens {r['tokens']}"
+            say(f"- {r['preset']} EP={r['ranks']} {r['dispatch']} {'forward' if which == 'err_fwd' else 'backward'}: "
+                f"measured {mib(r['peak_fwd_bytes' if which == 'err_fwd' else 'peak_bwd_bytes'])} MiB, model "
+                f"{mib(r['model_peak_fwd_bytes' if which == 'err_fwd' else 'model_peak_bwd_bytes'])} MiB "
+                f"({r[which]:+.1%}): `scripts/mpirun.sh -np {r['ranks']} build/apps/relaymoe run --preset "
+                f"{r['preset']} --scale {S:g}{tok} --dispatch {r['run_dispatch']} --repeat {a.repeat}`")
+        say("")
+    if resident_mismatch:
+        say("Resident bytes of `relaymoe plan --dtype f32` differ from the measured ones at:")
+        for preset, ranks, tokens, got, mr in resident_mismatch:
+            say(f"- {preset} EP={ranks} {tokens} tokens: measured {mib(got)} MiB, plan {mib(mr)} MiB "
+                f"(`relaymoe plan --preset {preset} --scale {S:g} --ranks {ranks} --tokens {tokens} "
+                "--dtype f32 --json`)")
+        say("")
+    else:
+        say("The resident bytes of `relaymoe plan --dtype f32` equal the measured ones at every point.")
+        say("")
+
+    say("## The model at full size (scale 1)")
+    say("")
+    say("`relaymoe plan --preset NAME --ranks EP --tokens 49152 --dtype bf16 --json`: even routing, "
+        "bf16 weights and activations, fp32 routing. GiB per rank; exec = execution peak. "
+        "Qwen2-57B-A14B is left out: `relaymoe plan` does not model its shared expert.")
+    say("")
+    say("| shape | EP | ring peak | token peak | a2a peak | ring exec | a2a exec | a2a/ring total "
+        "| a2a/ring exec | a2a/token total | a2a/token exec |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in (r for r in full if r["tokens"] == PRESET_TOKENS):
+        say(f"| {r['preset']} | {r['ep']} | {r['ring_peak_bytes'] / GIB:.2f} | {r['token_peak_bytes'] / GIB:.2f} | "
+            f"{r['a2a_peak_bytes'] / GIB:.2f} | {r['ring_exec_peak_bytes'] / GIB:.2f} | "
+            f"{r['a2a_exec_peak_bytes'] / GIB:.2f} | {r['a2a_over_ring']:.2f} | {r['a2a_over_ring_exec']:.2f} | "
+            f"{r['a2a_over_token']:.2f} | {r['a2a_over_token_exec']:.2f} |")
+    say("")
+    say("a2a/ring averaged over the shapes, total / execution peak (MoE-K16 alone in brackets):")
+    say("")
+    say("| tokens per rank | " + " | ".join(f"EP={ep}" for ep in FULLSIZE_EP) + " |")
+    say("|---|" + "---|" * len(FULLSIZE_EP))
+    for tokens in FULLSIZE_TOKENS:
+        cells = []
+        for ep in FULLSIZE_EP:
+            rs = [r for r in full if r["ep"] == ep and r["tokens"] == tokens]
+            k16 = [r for r in rs if r["preset"] == "MoE-K16"]
+            cells.append(f"{sum(r['a2a_over_ring'] for r in rs) / len(rs):.2f} / "
+                         f"{sum(r['a2a_over_ring_exec'] for r in rs) / len(rs):.2f}"
+                         + (f" ({k16[0]['a2a_over_ring']:.2f} / {k16[0]['a2a_over_ring_exec']:.2f})" if k16 else ""))
+        say(f"| {tokens} | " + " | ".join(cells) + " |")
+    say("")
+    say("98304 tokens per rank is the paper's EP-scaling setup (Fig. 10: micro-batch 12, sequence 8192 "
+        "per GPU), where it reports 3.8x at EP=8, 7.6x at EP=64 and 13.4x for top-16.")
+    say("")
+
+    if peer:
+        say(f"## PyTorch peer at EP=1 (scale {S:g}, fp32, one thread)")
+        say("")
+        say("`bench/memory/torch_moe.py`: the same layer all-to-all style (router softmax top-k with "
+            "renormalised weights, permute and top-k expand to [T·K, H], a loop of torch.matmul over the "
+            "experts, weighted unpermute), the whole block under one `torch.utils.checkpoint`, "
+            "`torch.set_num_threads(1)`; each shape in a fresh process, median of "
+            f"{a.repeat + 1} forward+backward steps after a warm-up; peak RSS is VmHWM over the timed "
+            "steps (reset before them). relaymoe: `mpirun -np 1 relaymoe run --dispatch a2a|ring`, each "
+            f"dispatcher in its own process, one StarPU CPU worker, median of {a.repeat}. The three ran in "
+            f"{a.rounds} alternated round(s); the table gives each one's best time (every round's in the "
+            "last column) and largest peak RSS. **RSS includes each runtime's own footprint** "
+            "(PyTorch's libraries; Open MPI and StarPU), not only the layer.")
+        say("")
+        say("| shape | T | K | implementation | fwd+bwd ms | peak RSS MiB | RSS before step MiB "
+            "| layer peak MiB | every round, ms |")
+        say("|---|---|---|---|---|---|---|---|---|")
+        for p in sorted(peer, key=lambda p: (p["preset"], p["impl"])):
+            say(f"| {p['preset']} | {p['tokens']} | {p['topk']} | {p['impl']} | {p['fwd_bwd_ms']:.0f} | "
+                f"{mib(p['peak_rss_bytes'])} | {mib(p['rss_before_bytes']) if p['rss_before_bytes'] != '' else ''} | "
+                f"{mib(p['peak_layer_bytes']) if p['peak_layer_bytes'] != '' else ''} | {p['all_ms']} |")
+        say("")
+        for preset in sorted({p["preset"] for p in peer}):
+            t = [p for p in peer if p["preset"] == preset and p["impl"].startswith("torch")]
+            for impl in ("relaymoe a2a", "relaymoe ring"):
+                rm = [p for p in peer if p["preset"] == preset and p["impl"] == impl]
+                if t and rm:
+                    say(f"- {preset}: torch / {impl}: time {t[0]['fwd_bwd_ms'] / rm[0]['fwd_bwd_ms']:.2f}x, "
+                        f"peak RSS {t[0]['peak_rss_bytes'] / rm[0]['peak_rss_bytes']:.2f}x; torch's peak "
+                        f"above its RSS before the step: "
+                        f"{(t[0]['peak_rss_bytes'] - t[0]['rss_before_bytes']) / MIB:.1f} MiB.")
+        say("")
+    if check_log:
+        say("### PyTorch against relaymoe's outputs")
+        say("")
+        say("`relaymoe run --dump DIR` on 2 ranks, then `torch_moe.py check DIR` (relative norm error, "
+            "tolerance 1e-4):")
+        say("")
+        say("```")
+        say(check_log.rstrip())
+        say("```")
+        say("")
+    say("## Notes")
+    say("")
+    say(f"- Dividing H, F and tokens by {S:g} divides the T·H, T·K·H and H·F buffers by {S:g}² but the "
+        f"routing buffers (probabilities T·E, router H·E, top-k T·K) only by {S:g}, so the resident "
+        "part weighs more here than at full size; and the runs are fp32 where the paper's are bf16. "
+        "The measured ratios are those of the scaled layer; the full-size table is the model's.")
+    say("- Raw rows: `memory_sweep.csv` (multi-rank), `memory_peer.csv` (EP=1 and PyTorch, every round), "
+        "`memory_fullsize.csv` (model at full size).")
+    with open(os.path.join(a.out, "memory.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+
+    print(f"wrote {a.out}/memory.md, memory_sweep.csv, memory_fullsize.csv"
+          + (", memory_peer.csv" if peer else "") + (", " + ", ".join(figs) if figs else ""))
+    if hq:
+        print(f"Qwen3-30B-A3B EP=8: a2a/ring {hq['ring'][0]:.2f}x total, {hq['ring'][1]:.2f}x execution peak")
+    if hk:
+        print(f"MoE-K16 EP=8: a2a/ring {hk['ring'][0]:.2f}x total, {hk['ring'][1]:.2f}x execution peak")
+    if worst[1] is not None:
+        print(f"largest model error {worst[0]:.1%}")
+    rc = 0
+    if model_failed:
+        for e, r, which in off:
+            print(f"FAIL: model {r[which]:+.1%} off the measured {which[4:]} peak: {r['preset']} EP={r['ranks']} "
+                  f"{r['tokens']} tokens {r['dispatch']} (tolerance 10%)", file=sys.stderr)
+        rc = 1
+    if check_failed:
+        print("FAIL: the PyTorch layer disagrees with relaymoe's outputs (check.log)", file=sys.stderr)
+        rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
