@@ -1057,6 +1057,14 @@ static int finish_pass(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data
 		}
 	if ((rc = wait_tasks_bounded("the pass's tasks and transfers")))
 		return rc;
+	/* A held relay buffer may still be in a send to the next rank, which
+	 * no task count shows; unregistering would wait for it without bound. */
+	for (int i = 0; i < pass->nheld; i++) {
+		if ((rc = acquire_bounded(pass->held[i], STARPU_RW, "a relay buffer's last send")) == RMOE_EPEER)
+			return rc;
+		if (!rc)
+			starpu_data_release(pass->held[i]);
+	}
 	rmoe_pass_release(pass);
 	if ((rc = acquire_bounded(L->h_w_part, STARPU_RW, "the weights' last transfer")) == RMOE_EPEER)
 		return rc;
