@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The EP sweep under simulation (the paper's Fig. 10 analogue): one MoE layer,
+# forward and backward, of a Table 3 shape on a simulated machine described by
+# a cluster file (the one relaymoe plan reads), for each EP and dispatcher,
+# run by relaymoe's simulation build under StarPU-SimGrid over SMPI.
+#
+#   bench/sim/run.sh [options]
+#
+#   --ep "8 16 32 64"        EP degrees = ranks, one GPU each (default)
+#   --dispatch "ring token a2a"   dispatchers (default: all three)
+#   --sched POLICY           StarPU scheduler (default dmdas)
+#   --preset NAME            Table 3 shape (default Qwen3-30B-A3B, 49152 tokens/rank)
+#   --scale S                divide H, F and tokens by S (default 1: full size)
+#   --cluster FILE           machine (default scheduler/clusters/mn5-acc.cluster)
+#   --gpu-tflops R           GPU GEMM rate of the cost model (default: the file's
+#                            bf16_tflops, the planner's rate); --gpu-gbs B its
+#                            memory rate (default 2500), --floor-us U the per-task
+#                            floor (default 20): RMOE_SIM_GPU_* of codelets/sim_cost.c
+#   --repeat R               timed repetitions after the warm-up (default 1: a
+#                            simulation is deterministic)
+#   --timeout S              wall-clock limit of one run (default 900)
+#   --app PATH               relaymoe simulation build (default build-sim/apps/relaymoe)
+#   --prefix DIR             SimGrid StarPU (default /opt/starpu-sim)
+#   --out DIR                results folder (default bench/results)
+#   --name NAME              result files NAME.csv, NAME.png, NAME.meta.json
+#                            (default sim_ep); bench/results/sim.md is rewritten
+#   --keep DIR               keep platforms, plans, logs and raw CSVs in DIR
+#
+# Writes OUT/NAME.csv (EP, dispatcher, simulated forward and backward seconds,
+# the memory model's peak per rank, bytes sent per rank, the planner's per-hop
+# transfer and compute for the ring modes, wall time), OUT/NAME.png (latency
+# against EP per dispatcher) and OUT/sim.md (with bench/sim/report.py). A run
+# that fails or times out is recorded with its status and the sweep goes on.
+# Wall time: about 1-2 ms per simulated task on this 2-core machine.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+eps="8 16 32 64"
+dispatches="ring token a2a"
+sched=dmdas
+preset=Qwen3-30B-A3B
+scale=1
+cluster=$root/scheduler/clusters/mn5-acc.cluster
+gpu_tflops=
+gpu_gbs=2500
+floor_us=20
+repeat=1
+tmo=900
+app=$root/build-sim/apps/relaymoe
+prefix=/opt/starpu-sim
+out=$root/bench/results
+name=sim_ep
+keep=
+die() { echo "sim/run.sh: $*" >&2; exit 2; }
+need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ep) need "$1" $#; eps=$2; shift 2 ;;
+    --dispatch) need "$1" $#; dispatches=$2; shift 2 ;;
+    --sched) need "$1" $#; sched=$2; shift 2 ;;
+    --preset) need "$1" $#; preset=$2; shift 2 ;;
+    --scale) need "$1" $#; scale=$2; shift 2 ;;
+    --cluster) need "$1" $#; cluster=$2; shift 2 ;;
+    --gpu-tflops) need "$1" $#; gpu_tflops=$2; shift 2 ;;
+    --gpu-gbs) need "$1" $#; gpu_gbs=$2; shift 2 ;;
+    --floor-us) need "$1" $#; floor_us=$2; shift 2 ;;
+    --repeat) need "$1" $#; repeat=$2; shift 2 ;;
+    --timeout) need "$1" $#; tmo=$2; shift 2 ;;
+    --app) need "$1" $#; app=$2; shift 2 ;;
+    --prefix) need "$1" $#; prefix=$2; shift 2 ;;
+    --out) need "$1" $#; out=$2; shift 2 ;;
+    --name) need "$1" $#; name=$2; shift 2 ;;
+    --keep) need "$1" $#; keep=$2; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) die "unknown option '$1' (--help lists them)" ;;
+  esac
+done
+py=/usr/bin/python3
+for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
+for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done
+[[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] || die "--repeat: '$repeat' is not a positive integer"
+[[ $tmo =~ ^[0-9]+$ ]] || die "--timeout: '$tmo' is not a number of seconds"
+[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "--name: '$name': use letters, digits, . _ -"
+[ -f "$cluster" ] || die "--cluster $cluster: no such file"
+[ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see README)"
+[ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
+if [ -z "$gpu_tflops" ]; then
+  gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
+  [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
+fi
+plan_app=$root/build/apps/relaymoe   # the real build: plan is pure and runs without MPI
+mkdir -p "$out"
+if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)
+else work=$(mktemp -d /tmp/rmoe-sim-ep.XXXXXX); trap 'rm -rf "$work"' EXIT; fi
+rows=$work/rows.csv
+echo "ep,dispatch,status,wall_s,run_csv,plan_json,plan_json_f32,log" >"$rows"
+export RMOE_SIM_GPU_TFLOPS=$gpu_tflops RMOE_SIM_GPU_GBS=$gpu_gbs RMOE_SIM_GPU_FLOOR_US=$floor_us
+export STARPU_SILENT=1
+scale_args=()
+[ "$scale" = 1 ] || scale_args=(--scale "$scale")
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+t_all=$(date +%s)
+echo "sim/run.sh: $preset${scale_args:+ / $scale}, EP $eps, dispatch $dispatches, sched $sched, on $(basename "$cluster")"
+echo "sim/run.sh: GPU cost model $gpu_tflops TFLOP/s, $gpu_gbs GB/s, floor $floor_us us; app $app"
+for ep in $eps; do
+  plat=$work/plat-$ep
+  "$py" "$root/scripts/sim/platform.py" "$cluster" -n "$ep" -o "$plat" | sed 's/^/  /'
+  pj=$work/plan-$ep.json pj32=$work/plan-$ep-f32.json
+  if [ -x "$plan_app" ]; then
+    "$plan_app" plan --preset "$preset" "${scale_args[@]}" --cluster "$cluster" --ranks "$ep" --json >"$pj" 2>/dev/null || rm -f "$pj"
+    "$plan_app" plan --preset "$preset" "${scale_args[@]}" --cluster "$cluster" --ranks "$ep" --dtype f32 --json >"$pj32" 2>/dev/null || rm -f "$pj32"
+  fi
+  for d in $dispatches; do
+    csv=$work/run-$ep-$d.csv log=$work/run-$ep-$d.log
+    echo "sim/run.sh: EP=$ep $d: running ($(date -u +%H:%M:%S))"
+    t0=$(date +%s%N)
+    rc=0
+    ( . "$plat/env.sh"
+      cd "$work"
+      # shellcheck disable=SC2086
+      exec timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
+        -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" $RMOE_SIM_CFG \
+        "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$sched" \
+        --repeat "$repeat" --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
+    wall=$(( ($(date +%s%N) - t0) / 1000000 ))
+    wall=$(printf '%d.%03d' $((wall / 1000)) $((wall % 1000)))
+    if [ $rc -eq 0 ]; then
+      if [ -s "$csv" ]; then status=ok; else status=no-csv; fi
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status=timeout
+    else status=failed-rc$rc
+    fi
+    echo "$ep,$d,$status,$wall,$csv,$pj,$pj32,$log" >>"$rows"
+    if [ "$status" = ok ]; then
+      echo "sim/run.sh: EP=$ep $d: fwd $(tail -n 1 "$csv" | cut -d, -f9) ms, bwd $(tail -n 1 "$csv" | cut -d, -f10) ms simulated; ${wall%.*} s wall"
+    else
+      echo "sim/run.sh: EP=$ep $d: $status after ${wall%.*} s wall; last lines of the log:" >&2
+      grep -v '^\[[0-9.]*\] \./src\|^$' "$log" | tail -n 5 | sed 's/^/    /' >&2
+    fi
+  done
+done
+cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\" --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat"
+"$py" "$root/bench/sim/report.py" ep --rows "$rows" --out "$out" --name "$name" --cmd "$cmd" \
+  --date "$started" --cluster "$cluster" --sched "$sched" --preset "$preset" --scale "$scale" \
+  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --wall "$(( $(date +%s) - t_all ))"
+echo "sim/run.sh: wrote $out/$name.csv, $out/$name.png, $out/sim.md ($(( $(date +%s) - t_all )) s)"
