@@ -128,17 +128,18 @@ static void acquire_done(void *arg)
 
 /* starpu_data_acquire within the timeout. On RMOE_EPEER the flag is left to
  * the callback, which may still run. */
-static int acquire_bounded(starpu_data_handle_t h, enum starpu_data_access_mode mode, const char *what)
+static int acquire_bounded_on(starpu_data_handle_t h, int node, enum starpu_data_access_mode mode,
+                              const char *what)
 {
 	int ret;
 	if (wait_timeout <= 0) {
-		ret = starpu_data_acquire(h, mode);
+		ret = starpu_data_acquire_on_node(h, node, mode);
 		return ret ? rmoe_error(RMOE_ESTARPU, "starpu_data_acquire (%s) failed (%d)", what, ret) : 0;
 	}
 	struct acquire_flag *flag = calloc(1, sizeof(*flag));
 	if (!flag)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	ret = starpu_data_acquire_cb(h, mode, acquire_done, flag);
+	ret = starpu_data_acquire_on_node_cb(h, node, mode, acquire_done, flag);
 	if (ret) {
 		free(flag);
 		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire_cb (%s) failed (%d)", what, ret);
@@ -149,6 +150,11 @@ static int acquire_bounded(starpu_data_handle_t h, enum starpu_data_access_mode 
 			return peer_timeout(what);
 	free(flag);
 	return 0;
+}
+
+static int acquire_bounded(starpu_data_handle_t h, enum starpu_data_access_mode mode, const char *what)
+{
+	return acquire_bounded_on(h, STARPU_MAIN_RAM, mode, what);
 }
 
 /* starpu_task_wait_for_all within the timeout. */
@@ -1058,12 +1064,16 @@ static int finish_pass(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data
 	if ((rc = wait_tasks_bounded("the pass's tasks and transfers")))
 		return rc;
 	/* A held relay buffer may still be in a send to the next rank, which
-	 * no task count shows; unregistering would wait for it without bound. */
+	 * no task count shows; unregistering would wait for it without bound.
+	 * A write access waits for every earlier one, needs no initialised
+	 * contents (a receive buffer the pass never filled) and, on no node,
+	 * moves no data. */
 	for (int i = 0; i < pass->nheld; i++) {
-		if ((rc = acquire_bounded(pass->held[i], STARPU_RW, "a relay buffer's last send")) == RMOE_EPEER)
+		rc = acquire_bounded_on(pass->held[i], STARPU_ACQUIRE_NO_NODE, STARPU_W, "a relay buffer's last send");
+		if (rc == RMOE_EPEER)
 			return rc;
 		if (!rc)
-			starpu_data_release(pass->held[i]);
+			starpu_data_release_on_node(pass->held[i], STARPU_ACQUIRE_NO_NODE);
 	}
 	rmoe_pass_release(pass);
 	if ((rc = acquire_bounded(L->h_w_part, STARPU_RW, "the weights' last transfer")) == RMOE_EPEER)
