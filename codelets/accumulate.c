@@ -31,20 +31,15 @@ static void rmoe_zero_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernels of accumulate and zero: not written yet; the codelets run on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_accumulate = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_accumulate_v1",
-};
+static struct starpu_perfmodel rmoe_model_accumulate = RMOE_PERFMODEL("rmoe_accumulate_v1", rmoe_sim_cost_accumulate);
 
-static struct starpu_perfmodel rmoe_model_zero = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_zero_v1",
-};
+static struct starpu_perfmodel rmoe_model_zero = RMOE_PERFMODEL("rmoe_zero_v1", rmoe_sim_cost_accumulate);
 
 struct starpu_codelet rmoe_cl_accumulate = {
 	.name = "grad-accumulate",
 	.cpu_funcs = {rmoe_accumulate_cpu},
 	.cpu_funcs_name = {"rmoe_accumulate_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 2,
 	.modes = {STARPU_R, STARPU_RW},
 	.model = &rmoe_model_accumulate,
@@ -54,6 +49,7 @@ struct starpu_codelet rmoe_cl_zero = {
 	.name = "zero",
 	.cpu_funcs = {rmoe_zero_cpu},
 	.cpu_funcs_name = {"rmoe_zero_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 1,
 	.modes = {STARPU_W},
 	.model = &rmoe_model_zero,

@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 
+#include "kernels.h"
 #include "rmoe_codelets.h"
 #include "rmoe_config.h"
 
@@ -17,6 +18,7 @@ void rmoe_codelets_init(void)
 	 * start threads of its own on the cores of the other workers. */
 	openblas_set_num_threads(1);
 #endif
+	rmoe_sim_cost_init();
 }
 
 size_t rmoe_expert_args_size(int64_t n_experts)

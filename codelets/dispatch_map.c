@@ -45,15 +45,13 @@ static void rmoe_dispatch_map_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernel of the dispatch map: not written yet; the codelet runs on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_dispatch_map = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_dispatch_map_v1",
-};
+static struct starpu_perfmodel rmoe_model_dispatch_map = RMOE_PERFMODEL("rmoe_dispatch_map_v1", rmoe_sim_cost_dispatch_map);
 
 struct starpu_codelet rmoe_cl_dispatch_map = {
 	.name = "dispatch-map",
 	.cpu_funcs = {rmoe_dispatch_map_cpu},
 	.cpu_funcs_name = {"rmoe_dispatch_map_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 3,
 	.modes = {STARPU_R, STARPU_W, STARPU_W},
 	.model = &rmoe_model_dispatch_map,

@@ -191,10 +191,7 @@ static void rmoe_expert_bwd_cpu(void *buffers[], void *cl_arg)
  * yet; the codelet runs on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_expert_bwd = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_expert_bwd_v1",
-};
+static struct starpu_perfmodel rmoe_model_expert_bwd = RMOE_PERFMODEL("rmoe_expert_bwd_v1", rmoe_sim_cost_expert_bwd);
 
 /* Nine buffers in the pair-weighted mode, more than STARPU_NMAXBUFS: modes
  * come with the insertion (x rows STARPU_RW; dx and dg STARPU_RW |
@@ -203,6 +200,7 @@ struct starpu_codelet rmoe_cl_expert_bwd = {
 	.name = "expert-bwd",
 	.cpu_funcs = {rmoe_expert_bwd_cpu},
 	.cpu_funcs_name = {"rmoe_expert_bwd_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = STARPU_VARIABLE_NBUFFERS,
 	.model = &rmoe_model_expert_bwd,
 };

@@ -55,20 +55,15 @@ static void rmoe_expert_ffn_cpu(void *buffers[], void *cl_arg)
  * the codelets run on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_expert_ffn = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_expert_ffn_v1",
-};
+static struct starpu_perfmodel rmoe_model_expert_ffn = RMOE_PERFMODEL("rmoe_expert_ffn_v1", rmoe_sim_cost_expert_ffn);
 
-static struct starpu_perfmodel rmoe_model_expert_recompute = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_expert_recompute_v1",
-};
+static struct starpu_perfmodel rmoe_model_expert_recompute = RMOE_PERFMODEL("rmoe_expert_recompute_v1", rmoe_sim_cost_expert_ffn);
 
 struct starpu_codelet rmoe_cl_expert_ffn = {
 	.name = "expert-ffn",
 	.cpu_funcs = {rmoe_expert_ffn_cpu},
 	.cpu_funcs_name = {"rmoe_expert_ffn_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 4,
 	.modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W},
 	.model = &rmoe_model_expert_ffn,
@@ -79,6 +74,7 @@ struct starpu_codelet rmoe_cl_expert_recompute = {
 	.name = "recompute",
 	.cpu_funcs = {rmoe_expert_ffn_cpu},
 	.cpu_funcs_name = {"rmoe_expert_ffn_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 3,
 	.modes = {STARPU_R, STARPU_R, STARPU_W},
 	.model = &rmoe_model_expert_recompute,

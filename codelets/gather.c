@@ -53,10 +53,7 @@ static void rmoe_gather_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernel of the gather: not written yet; the codelet runs on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_gather = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_gather_v1",
-};
+static struct starpu_perfmodel rmoe_model_gather = RMOE_PERFMODEL("rmoe_gather_v1", rmoe_sim_cost_rows);
 
 /* Three or four buffers (topk_w only when weighted): modes come with the
  * insertion. */
@@ -64,6 +61,7 @@ struct starpu_codelet rmoe_cl_gather = {
 	.name = "gather",
 	.cpu_funcs = {rmoe_gather_cpu},
 	.cpu_funcs_name = {"rmoe_gather_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = STARPU_VARIABLE_NBUFFERS,
 	.model = &rmoe_model_gather,
 };

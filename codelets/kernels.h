@@ -122,4 +122,32 @@ static inline int rmoe_expert_args_ok(const struct rmoe_expert_args *a)
 	return sum == a->rows;
 }
 
+/* ---- simulation (StarPU's SimGrid mode) ----------------------------------- */
+
+/* Analytic cost models (sim_cost.c), in microseconds for one task on the
+ * arch: floor + max(flops / rate, bytes / bandwidth). */
+void rmoe_sim_cost_init(void);
+double rmoe_sim_time_us(int gpu, double flops, double bytes);
+double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_router_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_dispatch_map(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_rows(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+
+/* The one place the codelets differ between the real and the simulated
+ * build. Under SimGrid no kernel runs: a codelet that names a CUDA function
+ * (never called) can go to a simulated GPU, and its duration comes from the
+ * analytic model. The real build keeps its history-based models. */
+#ifdef STARPU_SIMGRID
+#define RMOE_SIM_CUDA_FUNCS .cuda_funcs = {(starpu_cuda_func_t)1},
+#define RMOE_PERFMODEL(sym, sim_cost) {.type = STARPU_PER_ARCH, .arch_cost_function = (sim_cost), .symbol = (sym)}
+#else
+#define RMOE_SIM_CUDA_FUNCS
+#define RMOE_PERFMODEL(sym, sim_cost) {.type = STARPU_HISTORY_BASED, .symbol = (sym)}
+#endif
+
 #endif /* RMOE_KERNELS_H */

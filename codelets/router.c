@@ -182,20 +182,15 @@ static void rmoe_router_bwd_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernels of the router: not written yet; the codelets run on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_router_fwd = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_router_fwd_v1",
-};
+static struct starpu_perfmodel rmoe_model_router_fwd = RMOE_PERFMODEL("rmoe_router_fwd_v1", rmoe_sim_cost_router_fwd);
 
-static struct starpu_perfmodel rmoe_model_router_bwd = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_router_bwd_v1",
-};
+static struct starpu_perfmodel rmoe_model_router_bwd = RMOE_PERFMODEL("rmoe_router_bwd_v1", rmoe_sim_cost_router_bwd);
 
 struct starpu_codelet rmoe_cl_router_fwd = {
 	.name = "router-fwd",
 	.cpu_funcs = {rmoe_router_fwd_cpu},
 	.cpu_funcs_name = {"rmoe_router_fwd_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 5,
 	.modes = {STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W},
 	.model = &rmoe_model_router_fwd,
@@ -205,6 +200,7 @@ struct starpu_codelet rmoe_cl_router_bwd = {
 	.name = "router-bwd",
 	.cpu_funcs = {rmoe_router_bwd_cpu},
 	.cpu_funcs_name = {"rmoe_router_bwd_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = STARPU_VARIABLE_NBUFFERS, /* 8, or 9 with dprobs */
 	.model = &rmoe_model_router_bwd,
 };

@@ -48,10 +48,7 @@ static void rmoe_scatter_add_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernel of the scatter-add: not written yet; the codelet runs on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_scatter_add = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_scatter_add_v1",
-};
+static struct starpu_perfmodel rmoe_model_scatter_add = RMOE_PERFMODEL("rmoe_scatter_add_v1", rmoe_sim_cost_rows);
 
 /* Three or four buffers (topk_w only when weighted): modes come with the
  * insertion, dst as STARPU_RW | STARPU_COMMUTE. */
@@ -59,6 +56,7 @@ struct starpu_codelet rmoe_cl_scatter_add = {
 	.name = "scatter-add",
 	.cpu_funcs = {rmoe_scatter_add_cpu},
 	.cpu_funcs_name = {"rmoe_scatter_add_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = STARPU_VARIABLE_NBUFFERS,
 	.model = &rmoe_model_scatter_add,
 };

@@ -76,10 +76,7 @@ static void rmoe_sort_chunks_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernel of sort-chunks: not written yet; the codelet runs on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_sort_chunks = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_sort_chunks_v1",
-};
+static struct starpu_perfmodel rmoe_model_sort_chunks = RMOE_PERFMODEL("rmoe_sort_chunks_v1", rmoe_sim_cost_sort_chunks);
 
 /* One buffer per peer with rows, plus the sorted one: more than
  * STARPU_NMAXBUFS at 8 peers, so modes come with the insertion. */
@@ -87,6 +84,7 @@ struct starpu_codelet rmoe_cl_sort_chunks = {
 	.name = "sort-chunks",
 	.cpu_funcs = {rmoe_sort_chunks_cpu},
 	.cpu_funcs_name = {"rmoe_sort_chunks_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = STARPU_VARIABLE_NBUFFERS,
 	.model = &rmoe_model_sort_chunks,
 };

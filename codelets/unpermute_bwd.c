@@ -47,15 +47,13 @@ static void rmoe_unpermute_bwd_cpu(void *buffers[], void *cl_arg)
 /* CUDA kernel of unpermute-bwd: not written yet; the codelet runs on CPUs. */
 #endif
 
-static struct starpu_perfmodel rmoe_model_unpermute_bwd = {
-	.type = STARPU_HISTORY_BASED,
-	.symbol = "rmoe_unpermute_bwd_v1",
-};
+static struct starpu_perfmodel rmoe_model_unpermute_bwd = RMOE_PERFMODEL("rmoe_unpermute_bwd_v1", rmoe_sim_cost_unpermute_bwd);
 
 struct starpu_codelet rmoe_cl_unpermute_bwd = {
 	.name = "unpermute-bwd",
 	.cpu_funcs = {rmoe_unpermute_bwd_cpu},
 	.cpu_funcs_name = {"rmoe_unpermute_bwd_cpu"},
+	RMOE_SIM_CUDA_FUNCS
 	.nbuffers = 6,
 	.modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_RW | STARPU_COMMUTE},
 	.model = &rmoe_model_unpermute_bwd,
