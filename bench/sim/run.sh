@@ -87,6 +87,17 @@ if [ -z "$gpu_tflops" ]; then
   gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
   [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
 fi
+# SimGrid maps a stack per simulated thread and StarPU's folded allocations
+# map pages again and again: 64 ranks pass Linux's default of 65530 mappings
+# per process ("Failed to protect stack: Cannot allocate memory").
+maps=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
+if [ "$maps" -lt 1048576 ]; then
+  if [ "$(id -u)" -eq 0 ] && sysctl -qw vm.max_map_count=1048576 2>/dev/null; then
+    echo "sim/run.sh: raised vm.max_map_count from $maps to 1048576 (SimGrid and folded memory need many mappings)"
+  else
+    echo "sim/run.sh: warning: vm.max_map_count is $maps; runs of 32 ranks and more may abort (as root: sysctl -w vm.max_map_count=1048576)" >&2
+  fi
+fi
 plan_app=$root/build/apps/relaymoe   # the real build: plan is pure and runs without MPI
 mkdir -p "$out"
 if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)

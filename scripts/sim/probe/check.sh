@@ -10,6 +10,8 @@
 #   --ranks N     ranks per platform (default 8: two mn5-acc nodes, one DGX node)
 #   --tol PCT     tolerance on the fitted bandwidth (default 2)
 #   --keep DIR    leave the platforms and logs in DIR (default: a temporary folder)
+#   --report FILE also write the results into FILE (bench/results/sim_probe.txt
+#                 is what bench/sim/report.py puts into sim.md)
 #   CLUSTER       cluster files (default scheduler/clusters/mn5-acc.cluster and dgx-h100.cluster)
 #
 # Per rank pair it measures the one-way time of StarPU-MPI messages of 1 MiB
@@ -29,6 +31,7 @@ prefix=/opt/starpu-sim
 ranks=8
 tol=2
 keep=
+report=
 clusters=()
 die() { echo "probe/check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -37,7 +40,8 @@ while [ $# -gt 0 ]; do
     --ranks) [ $# -ge 2 ] || die "--ranks needs a count"; ranks=$2; shift 2 ;;
     --tol) [ $# -ge 2 ] || die "--tol needs a percentage"; tol=$2; shift 2 ;;
     --keep) [ $# -ge 2 ] || die "--keep needs a folder"; keep=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --report) [ $# -ge 2 ] || die "--report needs a file"; report=$2; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *) clusters+=("$1"); shift ;;
   esac
@@ -52,6 +56,8 @@ smpicc -O1 -Wall "$here/ring.c" -o "$work/ring" -I"$prefix/include/starpu/1.3" \
   "$prefix/lib/libstarpumpi-1.3.a" "$prefix/lib/libstarpu-1.3.a" -lsimgrid -lstdc++ -lblas -lm -lrt -lpthread
 
 fail=0
+summary=$work/summary.txt
+: >"$summary"
 for c in "${clusters[@]}"; do
   name=$(basename "$c" .cluster)
   plat="$work/$name-$ranks"
@@ -63,7 +69,8 @@ for c in "${clusters[@]}"; do
         -hostfile "$RMOE_SIM_HOSTFILE" $RMOE_SIM_CFG "$work/ring" "$bytes" 8 1000 ) \
       > "$plat/run-$bytes.log" 2>&1 || { echo "probe/check: the probe failed; see $plat/run-$bytes.log" >&2; tail -5 "$plat/run-$bytes.log" >&2; fail=1; }
   done
-  /usr/bin/python3 - "$plat" "$tol" <<'EOF' || fail=1
+  echo "$name, $ranks ranks ($(basename "$c")): StarPU-MPI messages from rank 0 at 1 MiB and 16 MiB" >>"$summary"
+  /usr/bin/python3 - "$plat" "$tol" >"$plat/result.txt" <<'EOF' || fail=1
 import json, re, sys
 plat, tol = sys.argv[1], float(sys.argv[2]) / 100
 info = json.load(open(plat + "/platform.json"))
@@ -116,6 +123,10 @@ for size in sorted(ring):
 print("  %s" % ("ok" if ok else "FAILED"))
 sys.exit(0 if ok else 1)
 EOF
+  tee -a "$summary" <"$plat/result.txt"
 done
+if [ -n "$report" ]; then
+  { echo "scripts/sim/probe/check.sh on $(date -u '+%Y-%m-%d') against $prefix (SimGrid $(smpirun -version 2>/dev/null | head -n 1 | sed 's/.*version //'))"; cat "$summary"; } >"$report"
+fi
 [ "$fail" -eq 0 ] && echo "probe/check: all platforms agree with their cluster files" || echo "probe/check: FAILED" >&2
 exit "$fail"
