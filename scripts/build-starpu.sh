@@ -4,7 +4,7 @@
 # packages lack. relaymoe then builds against it with
 #   cmake -DRMOE_STARPU_PREFIX=DIR ...
 #
-#   scripts/build-starpu.sh --prefix DIR [--fxt] [--idle-yield] [--jobs N] [--work DIR]
+#   scripts/build-starpu.sh --prefix DIR [--fxt] [--idle-yield] [--simgrid] [--jobs N] [--work DIR]
 #
 #   --prefix DIR   where to install (required)
 #   --fxt          FxT traces (STARPU_USE_FXT): relaymoe run --trace
@@ -12,6 +12,10 @@
 #                  spinning on "pause": with more threads than cores (several
 #                  ranks on a small machine) the MPI progress thread then gets
 #                  the core at once; bench/results/hop.md measures it
+#   --simgrid      SimGrid simulation (STARPU_SIMGRID) with StarPU-MPI over
+#                  SimGrid's SMPI: static libraries, only src, mpi and tools
+#                  built; relaymoe then builds relaymoe-sim with
+#                  cmake -DRMOE_SIMGRID=ON (bench/sim/)
 #   --jobs N       parallel make jobs (default: nproc)
 #   --work DIR     where the source is unpacked and built (default: DIR.work)
 #
@@ -27,6 +31,7 @@ work=
 jobs=$(nproc)
 fxt=0
 idle_yield=0
+simgrid=0
 
 die() { echo "build-starpu: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -36,8 +41,9 @@ while [ $# -gt 0 ]; do
     --jobs) [ $# -ge 2 ] || die "--jobs needs a count"; jobs=$2; shift 2 ;;
     --fxt) fxt=1; shift ;;
     --idle-yield) idle_yield=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option '$1' (expected --prefix DIR, --fxt, --idle-yield, --jobs N, --work DIR)" ;;
+    --simgrid) simgrid=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (expected --prefix DIR, --fxt, --idle-yield, --simgrid, --jobs N, --work DIR)" ;;
   esac
 done
 [ -n "$prefix" ] || die "--prefix DIR is required"
@@ -55,6 +61,11 @@ config=(--enable-mpi --disable-static --disable-build-doc --disable-build-exampl
         --disable-glpk --disable-valgrind --enable-maxcpus=64)
 packages=(build-essential pkg-config dpkg-dev libhwloc-dev libopenmpi-dev openmpi-bin)
 features=()
+# Subdirectories built and installed one by one; empty: the whole tree.
+subdirs=()
+# Patches (-p1) applied to the pristine source for this build.
+here=$(cd "$(dirname "$0")" && pwd)
+patches=()
 # ---- features ---------------------------------------------------------------
 if [ "$fxt" -eq 1 ]; then
   config+=(--with-fxt)
@@ -63,6 +74,23 @@ if [ "$fxt" -eq 1 ]; then
 fi
 if [ "$idle_yield" -eq 1 ]; then
   features+=(idle-yield)
+fi
+if [ "$simgrid" -eq 1 ]; then
+  # StarPU-MPI over SMPI links statically only. Simulated CUDA workers
+  # exist without the CUDA driver (the codelets mark .cuda_funcs under
+  # STARPU_SIMGRID); a 64-rank platform needs 64 as the CPU limit.
+  # xsltproc is what starpu_smpirun merges platform files with.
+  config=("${config[@]/--disable-static/--disable-shared}")
+  config+=(--enable-simgrid)
+  packages+=(libsimgrid-dev xsltproc patch)
+  features+=(simgrid)
+  # Only the libraries and starpu_smpirun: the dfsg source lacks files
+  # some examples need, and the rest of the tree doubles the build time.
+  subdirs=(src mpi/src tools)
+  # StarPU-MPI sends a vector as a contiguous derived datatype, which SMPI
+  # copies through a malloc'd buffer of the whole message: real memory and
+  # memcpy time for data that is folded. The patch sends vectors as bytes.
+  patches+=("$here/starpu-simgrid-mpi.patch")
 fi
 # CUDA is off unless a feature flag turns it on: configure would otherwise
 # pick up any toolkit it finds.
@@ -74,6 +102,7 @@ esac
 
 stamp="$prefix/.relaymoe-starpu"
 want="starpu 1.3 features: ${features[*]:-none}; configure: ${config[*]}"
+for p in "${patches[@]}"; do want="$want; patch $(basename "$p") $(cksum <"$p" | cut -d' ' -f1)"; done
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f "$prefix/lib/pkgconfig/starpumpi-1.3.pc" ]; then
   echo "build-starpu: $prefix already has StarPU (features: ${features[*]:-none})"
   exit 0
@@ -138,6 +167,18 @@ if [ "$idle_yield" -eq 1 ]; then
   grep -q '^#include <sched.h>' "$utils" || die "--idle-yield: $utils does not include <sched.h>"
 fi
 
+# Patched files are restored from their pristine copies first, so one work
+# folder serves builds with and without the patches.
+for p in "${patches[@]}"; do
+  for f in $(sed -n 's|^+++ b/\([^[:space:]]*\).*|\1|p' "$p"); do
+    [ -f "$src/$f.rmoe-orig" ] || cp "$src/$f" "$src/$f.rmoe-orig"
+  done
+done
+for o in $(find "$src" -name '*.rmoe-orig'); do cp "$o" "${o%.rmoe-orig}"; done
+for p in "${patches[@]}"; do
+  patch -s -p1 -d "$src" <"$p" || die "patch $p does not apply to $src"
+done
+
 build="$work/build"
 rm -rf "$build"
 mkdir -p "$build"
@@ -148,10 +189,32 @@ if [ "$fxt" -eq 1 ]; then
   grep -q '^#define STARPU_USE_FXT 1' "$build/src/common/config.h" ||
     die "configure did not enable FxT (log: $build/configure.log)"
 fi
-echo "build-starpu: make -j$jobs"
-make -C "$build" -j"$jobs" >"$build/make.log" 2>&1 ||
-  { tail -n 30 "$build/make.log" >&2; die "make failed (log: $build/make.log)"; }
-make -C "$build" install >"$build/install.log" 2>&1 ||
-  { tail -n 30 "$build/install.log" >&2; die "make install failed (log: $build/install.log)"; }
+if [ "$simgrid" -eq 1 ]; then
+  grep -q '^#define STARPU_SIMGRID 1' "$build/src/common/config.h" ||
+    die "configure did not enable SimGrid (log: $build/configure.log)"
+  grep -q '^#define STARPU_USE_MPI 1' "$build/src/common/config.h" ||
+    die "configure did not enable StarPU-MPI over SMPI (log: $build/configure.log)"
+fi
+echo "build-starpu: make -j$jobs ${subdirs[*]:-}"
+if [ ${#subdirs[@]} -eq 0 ]; then
+  make -C "$build" -j"$jobs" >"$build/make.log" 2>&1 ||
+    { tail -n 30 "$build/make.log" >&2; die "make failed (log: $build/make.log)"; }
+  make -C "$build" install >"$build/install.log" 2>&1 ||
+    { tail -n 30 "$build/install.log" >&2; die "make install failed (log: $build/install.log)"; }
+else
+  : >"$build/make.log"
+  for d in "${subdirs[@]}"; do
+    make -C "$build/$d" -j"$jobs" >>"$build/make.log" 2>&1 ||
+      { tail -n 30 "$build/make.log" >&2; die "make in $d failed (log: $build/make.log)"; }
+  done
+  # Each directory's own files, then the top level's and mpi's headers and
+  # pkg-config files, which belong to no built subdirectory.
+  {
+    for d in "${subdirs[@]}"; do make -C "$build/$d" install || exit 1; done
+    make -C "$build" install-versincludeHEADERS install-nodist_versincludeHEADERS install-pkgconfigDATA &&
+      make -C "$build/mpi" install-versincludeHEADERS install-pkgconfigDATA
+  } >"$build/install.log" 2>&1 ||
+    { tail -n 30 "$build/install.log" >&2; die "make install failed (log: $build/install.log)"; }
+fi
 echo "$want" >"$stamp"
 echo "build-starpu: installed into $prefix (features: ${features[*]:-none})"
