@@ -11,6 +11,7 @@
 #include "app.h"
 #include "npy.h"
 #include "reference.h"
+#include "rmoe_config.h"
 #include "seeded.h"
 
 int rmoe_app_agree(int rc)
@@ -54,7 +55,13 @@ void rmoe_app_error(const char *fmt, ...)
 
 static float *falloc(int64_t n)
 {
+#ifdef RMOE_SIMGRID
+	/* Simulated: no kernel reads or writes the tensors; SMPI's shared
+	 * malloc folds every rank's copy into one small area. */
+	return SMPI_SHARED_MALLOC((size_t)(n > 0 ? n : 1) * sizeof(float));
+#else
 	return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+#endif
 }
 
 /* Reads path (if it exists) into dst: rows [row0, row0+nrows) of a file of
@@ -112,6 +119,11 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	if ((rc = rmoe_app_agree(rc)))
 		return rc;
 
+#ifdef RMOE_SIMGRID
+	/* Nothing computes on the values in a simulation: drawing them would
+	 * only cost host time. */
+	return 0;
+#endif
 	/* Seeded: every rank draws its slice of the same global tensors. */
 	const float sh = 1.0f / sqrtf((float)H), sf = 1.0f / sqrtf((float)F);
 	rmoe_seeded_uniform(p->x, T * H, seed, RMOE_STREAM_X, p->rank * T * H, 1.0f);

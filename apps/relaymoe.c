@@ -6,6 +6,18 @@
 #include <string.h>
 
 #include "app.h"
+#include "rmoe_config.h"
+
+#ifdef RMOE_SIMGRID
+/* StarPU's SimGrid mode owns main: it starts SMPI and MPI for StarPU-MPI,
+ * then runs the application's main under the name starpu_main
+ * (starpu_simgrid_wrap.h); StarPU-MPI's shutdown finalizes MPI. */
+#define main starpu_main
+int starpu_main(int argc, char **argv);
+#define RMOE_MAIN_OWNS_MPI 1
+#else
+#define RMOE_MAIN_OWNS_MPI 0
+#endif
 
 static const char *usage =
 	"usage: mpirun -np N relaymoe COMMAND [options]\n"
@@ -20,7 +32,7 @@ static const char *usage =
 int main(int argc, char **argv)
 {
 	int provided = 0;
-	if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+	if (!RMOE_MAIN_OWNS_MPI && MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
 		fprintf(stderr, "relaymoe: MPI_Init_thread failed\n");
 		return 1;
 	}
@@ -38,6 +50,7 @@ int main(int argc, char **argv)
 		rmoe_app_say("relaymoe: unknown command '%s'\n%s", argv[1], usage);
 		code = 2;
 	}
-	MPI_Finalize();
+	if (!RMOE_MAIN_OWNS_MPI)
+		MPI_Finalize();
 	return code;
 }

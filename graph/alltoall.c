@@ -11,7 +11,6 @@
  * weighted output gradients), all-to-all, sort, expert backward, unsort,
  * all-to-all back, unpermute into dx. Buffers are released as soon as their
  * last task is submitted, as a caching allocator would reuse them. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,20 +133,21 @@ static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, s
  * starpu_mpi_wait runs MPI_Wait inside its progress thread, which then
  * serves nothing else: two ranks waiting on sends whose receives the other's
  * stalled thread has not posted deadlock. A counter signalled from the send
- * callbacks waits on the host side instead. */
+ * callbacks waits on the host side instead. StarPU's thread wrappers: under
+ * SimGrid they are the simulator's, which a waiting rank must yield to. */
 struct sends_done {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	starpu_pthread_mutex_t lock;
+	starpu_pthread_cond_t cond;
 	int pending;
 };
 
 static void send_done(void *arg)
 {
 	struct sends_done *s = arg;
-	pthread_mutex_lock(&s->lock);
+	starpu_pthread_mutex_lock(&s->lock);
 	s->pending--;
-	pthread_cond_signal(&s->cond);
-	pthread_mutex_unlock(&s->lock);
+	starpu_pthread_cond_signal(&s->cond);
+	starpu_pthread_mutex_unlock(&s->lock);
 }
 
 static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
@@ -155,7 +155,9 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
                     const int64_t *rows_in, int phase)
 {
 	int rc = 0;
-	struct sends_done done = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct sends_done done = {.pending = 0};
+	starpu_pthread_mutex_init(&done.lock, NULL);
+	starpu_pthread_cond_init(&done.cond, NULL);
 	for (int q = 0; q < p->N && !rc; q++)
 		if (q != p->me && rows_out[q] > 0)
 			rc = rmoe_wait_data(out[q]);
@@ -171,9 +173,9 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 	}
 	for (int q = 0; q < p->N && !rc; q++)
 		if (q != p->me && rows_out[q] > 0) {
-			pthread_mutex_lock(&done.lock);
+			starpu_pthread_mutex_lock(&done.lock);
 			done.pending++;
-			pthread_mutex_unlock(&done.lock);
+			starpu_pthread_mutex_unlock(&done.lock);
 			int ret = starpu_mpi_isend_detached_prio(out[q], q, pass->tag_base + phase, 1, L->ctx->comm,
 			                                         send_done, &done);
 			if (ret) {
@@ -185,10 +187,12 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 			starpu_data_unregister_submit(out[q]);
 			out[q] = NULL;
 		}
-	pthread_mutex_lock(&done.lock);
+	starpu_pthread_mutex_lock(&done.lock);
 	while (done.pending > 0)
-		pthread_cond_wait(&done.cond, &done.lock);
-	pthread_mutex_unlock(&done.lock);
+		starpu_pthread_cond_wait(&done.cond, &done.lock);
+	starpu_pthread_mutex_unlock(&done.lock);
+	starpu_pthread_cond_destroy(&done.cond);
+	starpu_pthread_mutex_destroy(&done.lock);
 	for (int q = 0; q < p->N && !rc; q++)
 		if (q != p->me && in[q])
 			rc = rmoe_wait_data(in[q]);

@@ -331,7 +331,12 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	ctx->verbose = cfg.verbose;
 
 	int flag = 0, provided = 0;
+#ifdef STARPU_SIMGRID
+	/* StarPU-MPI initialised SMPI before the application's main ran. */
+	flag = 1;
+#else
 	MPI_Initialized(&flag);
+#endif
 	if (!flag) {
 		/* The library makes a few MPI calls of its own (collective checks)
 		 * while StarPU-MPI's progress thread runs: MULTIPLE is required. */
@@ -343,6 +348,11 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	} else {
 		MPI_Query_thread(&provided);
 	}
+#ifdef STARPU_SIMGRID
+	/* SMPI reports MPI_THREAD_SINGLE, yet its simulated threads never run
+	 * at once (SimGrid schedules them one by one): any of them may call MPI. */
+	provided = MPI_THREAD_MULTIPLE;
+#endif
 	if (provided < MPI_THREAD_MULTIPLE) {
 		int code = rmoe_error(RMOE_EMPI,
 		                      "MPI provides thread level %d, but relaymoe needs MPI_THREAD_MULTIPLE (%d): "
@@ -362,6 +372,11 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		 * with, so that is the one every transfer must use. */
 		ctx->comm = comm;
 	} else {
+#ifdef STARPU_SIMGRID
+		/* StarPU-MPI over SMPI works on MPI_COMM_WORLD only; the tags
+		 * keep to their window of it (tags.c). */
+		ctx->comm = comm;
+#else
 		/* Our own communicator: our tags cannot meet the application's messages. */
 		if (MPI_Comm_dup(comm, &ctx->comm) != MPI_SUCCESS) {
 			if (ctx->started_mpi)
@@ -370,6 +385,7 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 			return rmoe_error(RMOE_EMPI, "MPI_Comm_dup failed");
 		}
 		ctx->dup_comm = 1;
+#endif
 	}
 	MPI_Comm_rank(ctx->comm, &ctx->rank);
 	MPI_Comm_size(ctx->comm, &ctx->size);
@@ -404,6 +420,14 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		 * several ranks on a node they would all share one core. */
 		if (ctx->local_size > 1)
 			setenv("STARPU_WORKERS_NOBIND", "1", 0);
+#ifdef STARPU_SIMGRID
+		/* StarPU charges every simulated cudaMalloc and pinned host
+		 * allocation (175 us, 650 us per MiB); the frameworks the paper
+		 * compares reuse device memory through a caching allocator, whose
+		 * steady state costs nothing. STARPU_SIMGRID_CUDA_MALLOC_COST=1
+		 * restores StarPU's model. */
+		setenv("STARPU_SIMGRID_CUDA_MALLOC_COST", "0", 0);
+#endif
 		int ret = starpu_mpi_init_conf(NULL, NULL, 0, ctx->comm, &conf);
 		if (ret != 0) {
 			trace_release(ctx);
@@ -417,6 +441,14 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 			return rmoe_error(RMOE_ESTARPU, "starpu_mpi_init_conf failed (%d)", ret);
 		}
 		ctx->started_starpu_mpi = 1;
+#ifdef STARPU_SIMGRID
+		/* Simulated data carries nothing: StarPU's own buffers in main
+		 * memory (temporaries, transfers staged through the host) are
+		 * folded too, as the layer's are (layer.c). Not pinned: see the
+		 * allocation cost above. */
+		starpu_malloc_on_node_set_default_flags(STARPU_MAIN_RAM,
+		                                        STARPU_MALLOC_COUNT | STARPU_MALLOC_SIMULATION_FOLDED);
+#endif
 	}
 	rmoe_codelets_init();
 

@@ -123,6 +123,10 @@ int rmoe_wait_data(starpu_data_handle_t h);
  * from them. */
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all);
 
+/* Simulation (sim_routing.c): a rank's synthetic expert counts, T*K pairs
+ * over E experts, the same on every rank that computes them. */
+void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts);
+
 /* Pairs routed to the experts [e0, e0+ne): their slice of a pair order with
  * per-expert offsets. */
 static inline int64_t rmoe_pairs_first(const int64_t *offsets, int64_t e0)

@@ -1,0 +1,59 @@
+/* Synthetic routing for StarPU's SimGrid mode. No kernel runs there, so the
+ * router's expert counts, which the host reads to size every hop (the one
+ * synchronisation point of a forward), do not exist. They are drawn instead:
+ * uniform expected load, T*K/E pairs per expert, with a seeded jitter whose
+ * spread is that of a uniform random router (about sqrt(T*K/E) pairs), and
+ * exactly T*K pairs in all. The draw depends only on the layer's shape, the
+ * rank and the seed, so every rank computes every other rank's counts alike
+ * (the counts exchange of the all-to-all and the token ring must agree).
+ *   RMOE_SIM_SEED    seed of the draw (default 1)
+ *   RMOE_SIM_JITTER  spread as a fraction of T*K/E instead (0: exactly even)
+ * Compiled in every build; only the simulated one calls it. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "rmoe_graph.h"
+
+static uint64_t splitmix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts)
+{
+	const int64_t pairs = tokens * topk, base = pairs / experts, rem = pairs % experts;
+	for (int64_t e = 0; e < experts; e++)
+		counts[e] = (int32_t)(base + (e < rem ? 1 : 0));
+	if (experts < 2)
+		return;
+	const char *s = getenv("RMOE_SIM_SEED");
+	uint64_t seed = s && *s ? strtoull(s, NULL, 10) : 1;
+	const char *j = getenv("RMOE_SIM_JITTER");
+	double spread = j && *j ? atof(j) * (double)base : sqrt((double)base);
+	int64_t width = spread > 0 ? (int64_t)llround(spread) : 0;
+	if (width <= 0)
+		return;
+	/* Moves of up to width pairs between expert pairs keep the total; a
+	 * token picks an expert at most once, so no count passes T. */
+	uint64_t state = splitmix64(seed ^ splitmix64((uint64_t)rank + 0x5157ull));
+	for (int64_t e = 0; e < experts; e++) {
+		state = splitmix64(state);
+		int64_t to = (e + 1 + (int64_t)(state % (uint64_t)(experts - 1))) % experts;
+		state = splitmix64(state);
+		int64_t d = (int64_t)(state % (uint64_t)(2 * width + 1)) - width;
+		if (d > 0) {
+			d = d < counts[e] ? d : counts[e];
+			d = d < tokens - counts[to] ? d : tokens - counts[to];
+			counts[e] -= (int32_t)d;
+			counts[to] += (int32_t)d;
+		} else if (d < 0) {
+			d = -d < counts[to] ? -d : counts[to];
+			d = d < tokens - counts[e] ? d : tokens - counts[e];
+			counts[to] -= (int32_t)d;
+			counts[e] += (int32_t)d;
+		}
+	}
+}

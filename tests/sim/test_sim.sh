@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A simulated 8-rank Qwen3-30B-A3B layer under starpu_smpirun (CTest label
+# sim): ring expert routing, all-to-all and ring token routing on an 8-rank
+# platform, each forward and backward; every dispatcher must complete with
+# positive, finite simulated times in the --csv rows.
+#   test_sim.sh STARPU_SMPIRUN RELAYMOE WORKDIR
+# The platform is scripts/sim/platform.py's MareNostrum 5 ACC (4 H100 per
+# node) when that script and python3 are there, else platform8.xml with
+# StarPU's shipped "sirocco" node description, one simulated GPU per rank.
+#   RMOE_SIM_TEST_SCALE   divide H, F and tokens by this (default 4)
+#   RMOE_SIM_TEST_FALLBACK=1   use the fallback platform
+set -euo pipefail
+smpirun=$1
+app=$2
+work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+scale=${RMOE_SIM_TEST_SCALE:-4}
+rm -rf "$work"
+mkdir -p "$work"
+start=$(date +%s)
+
+cfg=()
+if [ -z "${RMOE_SIM_TEST_FALLBACK:-}" ] && [ -f "$src/scripts/sim/platform.py" ] &&
+   command -v python3 >/dev/null 2>&1; then
+  python3 "$src/scripts/sim/platform.py" "$src/scheduler/clusters/mn5-acc.cluster" -n 8 -o "$work/platform"
+  # shellcheck disable=SC1091
+  . "$work/platform/env.sh"
+  platform=$RMOE_SIM_PLATFORM
+  hostfile=$RMOE_SIM_HOSTFILE
+  read -r -a cfg <<<"${RMOE_SIM_CFG:-}"
+  what="mn5-acc (scripts/sim/platform.py)"
+else
+  prefix=$(dirname "$(dirname "$smpirun")")
+  mkdir -p "$work/sampling/bus"
+  cp "$prefix"/share/starpu/perfmodels/sampling/bus/sirocco.* "$work/sampling/bus/"
+  export STARPU_PERF_MODEL_DIR=$work/sampling STARPU_HOSTNAME=sirocco
+  export STARPU_NCUDA=1 STARPU_NCPU=0 STARPU_NOPENCL=0
+  platform=$here/platform8.xml
+  hostfile=$here/hostfile8
+  what="platform8.xml with StarPU's sirocco node"
+fi
+export STARPU_HOME=$work STARPU_SILENT=1
+echo "test_sim: 8 ranks on $what, Qwen3-30B-A3B / $scale"
+
+rc=0
+"$smpirun" -np 8 -platform "$platform" -hostfile "$hostfile" "${cfg[@]}" \
+  "$app" run --preset Qwen3-30B-A3B --scale "$scale" --dispatch all --repeat 1 \
+  --csv "$work/sim.csv" >"$work/run.log" 2>&1 || rc=$?
+grep -v 'xbt_cfg/INFO\|ker_lmm/WARNING\|surf_parse/INFO\|smpi_config/INFO\|simgrid_update_xml\|thread_level_support\|^$' \
+  "$work/run.log" || true
+if [ "$rc" -ne 0 ]; then
+  echo "test_sim: FAIL: starpu_smpirun exited with $rc (log: $work/run.log)" >&2
+  exit 1
+fi
+[ -s "$work/sim.csv" ] || { echo "test_sim: FAIL: no CSV written" >&2; exit 1; }
+# Columns: dispatch,...,fwd_ms (9),bwd_ms (10),...
+awk -F, -v want="ring a2a token" '
+  NR == 1 { next }
+  {
+    seen[$1] = 1
+    ok = ($9 + 0 > 0) && ($10 + 0 > 0) && ($9 !~ /nan|inf/) && ($10 !~ /nan|inf/)
+    printf "test_sim: %-5s forward %s ms, backward %s ms simulated: %s\n", $1, $9, $10, ok ? "ok" : "BAD"
+    if (!ok) bad = 1
+  }
+  END {
+    n = split(want, w, " ")
+    for (i = 1; i <= n; i++)
+      if (!(w[i] in seen)) { printf "test_sim: no row for %s\n", w[i]; bad = 1 }
+    exit bad
+  }' "$work/sim.csv" || { echo "test_sim: FAIL" >&2; exit 1; }
+echo "test_sim: PASS ($(( $(date +%s) - start )) s wall)"
