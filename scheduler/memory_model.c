@@ -110,7 +110,9 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	o->resident_backward = resident + 2 * T * H * s;
 	o->weights_and_inputs = 4 * H * E + W * s + (Fs > 0 ? 3 * H * Fs * s : 0) + T * H * s;
 
-	/* The shared expert runs first, outside the ring: work [T,3Fs], out or dx [T,H]. */
+	/* The shared expert runs first, alone (layer.c waits for it before the
+	 * dispatch posts anything): work [T,3Fs], out or dx [T,H]. Its phase
+	 * and the dispatch's never overlap: the peak is the larger. */
 	const int64_t shared = Fs > 0 ? T * (3 * Fs + H) * s : 0;
 	int64_t fwd = 0, bwd = 0, largest = max2(Fs > 0 ? T * 3 * Fs * s : 0, T * H * s);
 	switch (d) {
@@ -126,8 +128,8 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		int64_t gbufs = N > 1 ? 2 : 0;
 		int64_t relay_f = rbufs * W * s;
 		int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
-		fwd = relay_f + max2(shared, r * (2 * H + 3 * F) * s);
-		bwd = relay_b + max2(shared, r * (2 * H + 4 * F) * s);
+		fwd = max2(shared, relay_f + r * (2 * H + 3 * F) * s);
+		bwd = max2(shared, relay_b + r * (2 * H + 4 * F) * s);
 		o->fixed_backward = o->resident_backward + relay_b;
 		o->per_row_backward = (2 * H + 4 * F) * s;
 		largest = max2(largest, max2(N > 1 ? W * s : 0, r * max2(H, 4 * F) * s));
@@ -142,8 +144,8 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
 		int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
 		int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
-		fwd = travel_f + max2(shared, part_f + r * (2 * H + 3 * F) * s);
-		bwd = travel_b + max2(shared, part_b + r * (2 * H + 4 * F) * s);
+		fwd = max2(shared, travel_f + part_f + r * (2 * H + 3 * F) * s);
+		bwd = max2(shared, travel_b + part_b + r * (2 * H + 4 * F) * s);
 		o->fixed_backward = o->resident_backward + travel_b + part_b;
 		o->per_row_backward = (2 * H + 4 * F) * s;
 		largest = max2(largest, r * max2(H, 4 * F) * s);
