@@ -11,24 +11,57 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __GLIBC__
+
+#include "rmoe_config.h"
+/* Not in the simulation: smpicc defines malloc as a macro, which <malloc.h>
+ * cannot be read after; a simulated process's RSS means nothing anyway. */
+#if defined(__GLIBC__) && !defined(RMOE_SIMGRID)
 #include <malloc.h>
 #endif
 
 #include "rmoe_codelets.h"
-#include "rmoe_config.h"
 #include "rmoe_graph.h"
 #include "rmoe_memory_model.h"
 
 /* ---- small helpers -------------------------------------------------------- */
 
+/* Under simulation no kernel runs and the layer's large buffers hold no
+ * meaning: they are folded (StarPU maps one small area over and over; under
+ * SMPI, SMPI's shared malloc), so that 64 simulated ranks fit in one host's
+ * memory. Small ones stay real: the host writes and sends the synthetic
+ * expert counts. */
+#ifdef STARPU_SIMGRID
+#define FOLD_MIN_BYTES ((size_t)1 << 20)
+#endif
+
 static void *alloc_floats(int64_t n, size_t elsize)
 {
 	void *p = NULL;
 	size_t bytes = (size_t)(n > 0 ? n : 1) * elsize;
+#ifdef STARPU_SIMGRID
+	if (bytes >= FOLD_MIN_BYTES)
+		return starpu_malloc_flags(&p, bytes, STARPU_MALLOC_SIMULATION_FOLDED) == 0 ? p : NULL;
+#endif
 	if (posix_memalign(&p, 64, bytes) != 0)
 		return NULL;
 	return p;
+}
+
+static void free_floats(void *p, int64_t n, size_t elsize)
+{
+	if (!p)
+		return;
+#ifdef STARPU_SIMGRID
+	size_t bytes = (size_t)(n > 0 ? n : 1) * elsize;
+	if (bytes >= FOLD_MIN_BYTES) {
+		starpu_free_flags(p, bytes, STARPU_MALLOC_SIMULATION_FOLDED);
+		return;
+	}
+#else
+	(void)n;
+	(void)elsize;
+#endif
+	free(p);
 }
 
 static starpu_data_handle_t reg_vector(void *ptr, int64_t n, size_t elsize)
@@ -268,6 +301,12 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 	if (rc)
 		return rc;
 	memcpy(all + (int64_t)me * L->E, L->expert_counts, (size_t)L->E * sizeof(int32_t));
+#ifdef STARPU_SIMGRID
+	/* What was sent is synthetic; each rank draws every rank's counts
+	 * itself, so the plans agree whatever the transfers carried. */
+	for (int q = 0; q < N; q++)
+		rmoe_sim_expert_counts(L->T, L->K, L->E, q, all + (int64_t)q * L->E);
+#endif
 	return 0;
 }
 
@@ -421,19 +460,20 @@ static void layer_free(struct rmoe_layer *L)
 			starpu_data_unregister(*hs[i]);
 			*hs[i] = NULL;
 		}
-	free(L->w_router);
-	free(L->dw_router);
-	free(L->w_part);
-	free(L->dw_part);
-	free(L->ws);
-	free(L->dws);
-	free(L->x_saved);
-	free(L->probs);
-	free(L->topk_w);
-	free(L->dg);
-	free(L->topk_idx);
-	free(L->pair_order);
-	free(L->expert_counts);
+	const int64_t HE = L->H * L->E, TK = L->T * L->K, WS = 3 * L->H * L->Fs;
+	free_floats(L->w_router, HE, sizeof(float));
+	free_floats(L->dw_router, HE, sizeof(float));
+	free_floats(L->w_part, L->part_floats, sizeof(float));
+	free_floats(L->dw_part, L->part_floats, sizeof(float));
+	free_floats(L->ws, WS, sizeof(float));
+	free_floats(L->dws, WS, sizeof(float));
+	free_floats(L->x_saved, L->T * L->H, sizeof(float));
+	free_floats(L->probs, L->T * L->E, sizeof(float));
+	free_floats(L->topk_w, TK, sizeof(float));
+	free_floats(L->dg, TK, sizeof(float));
+	free_floats(L->topk_idx, TK, sizeof(int32_t));
+	free_floats(L->pair_order, TK, sizeof(int32_t));
+	free_floats(L->expert_counts, L->E, sizeof(int32_t));
 	free(L->expert_offsets);
 	free(L->ring);
 	free(L);
@@ -944,7 +984,7 @@ int rmoe_layer_check_finite(rmoe_layer *L, const float *x, const float *dy)
  * peak even after a larger one in the same process; getrusage otherwise. */
 static void rss_reset(void)
 {
-#ifdef __GLIBC__
+#if defined(__GLIBC__) && !defined(RMOE_SIMGRID)
 	/* Freed heap pages of an earlier pass still count in RSS until trimmed. */
 	malloc_trim(0);
 #endif
@@ -1000,9 +1040,18 @@ static int submit_router_fwd(struct rmoe_layer *L)
  * synchronisation point of a forward (Megatron's dispatcher has the same). */
 static int read_counts(struct rmoe_layer *L)
 {
+#ifdef STARPU_SIMGRID
+	/* The router did not run: synthetic counts (sim_routing.c), written
+	 * into the handle so the counts exchange carries them. */
+	int rc = acquire_bounded(L->h_counts, STARPU_RW, "the expert counts");
+	if (rc)
+		return rc;
+	rmoe_sim_expert_counts(L->T, L->K, L->E, L->ctx->rank, L->expert_counts);
+#else
 	int rc = acquire_bounded(L->h_counts, STARPU_R, "the expert counts");
 	if (rc)
 		return rc;
+#endif
 	L->expert_offsets[0] = 0;
 	for (int64_t e = 0; e < L->E; e++)
 		L->expert_offsets[e + 1] = L->expert_offsets[e] + L->expert_counts[e];
