@@ -10,7 +10,8 @@
 # (`relaymoe run --dispatch all`), Qwen3-30B-A3B at 0.25x, 0.5x, 2x its tokens
 # at EP=4, the peer at EP=1 (3 alternated rounds), into
 # bench/results/memory*.{csv,png,md}.
-# --quick: S=32, R=1; Qwen3-30B-A3B at EP = 2, 4, 8 and MoE-K16 at EP=8,
+# --quick: S=32, R=1; Qwen3-30B-A3B at EP = 2, 4, 8, MoE-K16 at EP=8 and
+# Qwen2-57B-A14B (shared expert) at EP=4,
 # into DIR/bench-memory-quick (DIR: the build tree).
 # Fails (exit 1) when the model is more than 10% off any measured peak, or
 # the PyTorch layer disagrees with relaymoe's dumped outputs.
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift ;;
     --out) out=$2; shift ;;
     --no-torch) torch=0 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -93,6 +94,8 @@ point() {  # point PRESET RANKS TOKEN_FACTOR DISPATCH [run options]
 if [ $quick -eq 1 ]; then
   for np in 2 4 8; do point Qwen3-30B-A3B $np 1 all; done
   point MoE-K16 8 1 all
+  # The one shape with a shared expert: its phase against the dispatch's.
+  point Qwen2-57B-A14B 4 1 all
   peers=(Qwen3-30B-A3B)
 else
   shapes=(Qwen3-30B-A3B Qwen3.5-35B-A3B Qwen2-57B-A14B MoE-E64 MoE-E384
