@@ -90,6 +90,7 @@ export STARPU_SILENT=1 OPENBLAS_NUM_THREADS=1
 export STARPU_HOME=$work/starpu-home
 mkdir -p "$STARPU_HOME"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
+load0=$(cut -d' ' -f1 /proc/loadavg)
 
 echo "sim/check_real.sh: calibrating this machine ($cores cores)"
 gcc -O2 -Wall "$root/bench/sim/cpu_rates.c" -o "$work/cpu_rates" $(pkg-config --cflags --libs openblas)
@@ -164,11 +165,12 @@ EOF
   done
 done
 
+load1=$(cut -d' ' -f1 /proc/loadavg)
 rc=0
-"$py" - "$rows" "$links" "$out" "$tol" "$cores" "$gflops" "$gbs" "$floor_us" "$started" "$layer" "$repeat" \
+"$py" - "$rows" "$links" "$out" "$tol" "$cores" "$gflops" "$gbs" "$floor_us" "$started" "$layer" "$repeat" "$load0" "$load1" \
   "bench/sim/check_real.sh --ranks \"$ranks\" --dispatch \"$dispatches\" --layer \"$layer\" --repeat $repeat --tol $tol --floor-us $floor_us${sched:+ --sched $sched}" <<'EOF' || rc=$?
 import csv, json, sys
-rows_p, links_p, out, tol, cores, gflops, gbs, floor_us, date, layer, repeat, cmd = sys.argv[1:]
+rows_p, links_p, out, tol, cores, gflops, gbs, floor_us, date, layer, repeat, load0, load1, cmd = sys.argv[1:]
 tol = float(tol) / 100
 runs = list(csv.DictReader(open(rows_p)))
 links = list(csv.DictReader(open(links_p)))
@@ -212,7 +214,8 @@ for l in links:
 errs = [abs(float(r["rel_err"])) for r in out_rows if r["rel_err"]]
 raws = [abs(float(r["rel_err_raw"])) for r in out_rows if r["rel_err_raw"]]
 text = [
-    "Command: `%s` (%s, %s cores)." % (cmd, date, cores),
+    "Command: `%s` (%s, %s cores; 1-minute load average %s at the start and %s at the end: other jobs "
+    "shared the machine, and the real runs and the calibration measured it as it was)." % (cmd, date, cores, load0, load1),
     "",
     "- Layer: `%s`, real medians of %s repetitions after a warm-up (`scripts/mpirun.sh`, one StarPU CPU "
     "worker per rank), simulated once (deterministic) on `scripts/sim/platform.py --cpu`." % (layer, repeat),
