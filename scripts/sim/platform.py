@@ -36,7 +36,10 @@ take the planner's built-in numbers, as the planner does).
                         the memory nodes (RAM, CUDA0). StarPU 1.3 in simgrid
                         mode reads the platform, bandwidth and latency files;
                         config and affinity are written as a real calibration
-                        would, for its tools. HOST is STARPU_HOSTNAME.
+                        would, for its tools. HOST is STARPU_HOSTNAME. Every
+                        rank gets this description: ranks that share a device
+                        (ranks_per_node > devices_per_node) are linked by the
+                        same_device link but each simulates a whole GPU.
   OUTDIR/env.sh         `. OUTDIR/env.sh` sets STARPU_PERF_MODEL_DIR,
                         STARPU_HOSTNAME, STARPU_NCUDA, STARPU_NCPU,
                         STARPU_NOPENCL, and RMOE_SIM_PLATFORM, RMOE_SIM_HOSTFILE,
