@@ -50,8 +50,10 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
                       struct rmoe_mem_estimate *out);
 
 /* Memory cap (ring dispatch): the largest chunk (rows per chunk of a hop)
- * whose backward peak stays within cap bytes. 0, or RMOE_EINVAL when even one
- * row does not fit, naming what the layer needs at least. */
+ * whose modelled peak stays within cap bytes less 1/RMOE_CAP_HEADROOM of
+ * them (memory_model.c says why). 0, or RMOE_EINVAL when even one row does
+ * not fit, naming what the layer needs at least. */
+#define RMOE_CAP_HEADROOM 64
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows);
 
