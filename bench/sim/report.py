@@ -427,17 +427,6 @@ def write_md(out):
              "(`scripts/sim/platform.py`); `scripts/sim/probe/check.sh` checks them with a StarPU-MPI probe "
              "(simulated bandwidth of every rank pair equal to the file's, latency plus StarPU-MPI's ~3 us "
              "per message).", ""]
-    probe = os.path.join(out, "sim_probe.txt")
-    if os.path.exists(probe):
-        lines += ["## Platform check", "",
-                  "`scripts/sim/probe/check.sh --report bench/results/sim_probe.txt`: a StarPU-MPI probe "
-                  "(scripts/sim/probe/ring.c) on the platforms written from both cluster files. Fitted "
-                  "bandwidth against the file's link per rank pair; the fitted intercept minus the file's "
-                  "latency is StarPU-MPI's own cost per message in the simulation; then a ring of 1 ms GPU "
-                  "tasks whose data crosses PCIe both ways at every hop.", "", "```"]
-        with open(probe) as f:
-            lines += [l.rstrip("\n") for l in f]
-        lines += ["```", ""]
     summary = []
     for name in ["sim_ep"] + sorted(f[:-len(".meta.json")] for f in os.listdir(out)
                                     if f.startswith("sim_ep_") and f.endswith(".meta.json")):
@@ -453,6 +442,17 @@ def write_md(out):
         lines += ["Summary, ring (expert routing) over all-to-all, forward+backward, on the simulated MareNostrum 5 "
                   "ACC: " + "; ".join(summary) + ". The direction of the trend with EP depends on how large a hop "
                   "is against the ring's fixed per-hop costs (details below).", ""]
+    probe = os.path.join(out, "sim_probe.txt")
+    if os.path.exists(probe):
+        lines += ["## Platform check", "",
+                  "`scripts/sim/probe/check.sh --report bench/results/sim_probe.txt`: a StarPU-MPI probe "
+                  "(scripts/sim/probe/ring.c) on the platforms written from both cluster files. Fitted "
+                  "bandwidth against the file's link per rank pair; the fitted intercept minus the file's "
+                  "latency is StarPU-MPI's own cost per message in the simulation; then a ring of 1 ms GPU "
+                  "tasks whose data crosses PCIe both ways at every hop.", "", "```"]
+        with open(probe) as f:
+            lines += [l.rstrip("\n") for l in f]
+        lines += ["```", ""]
     md_ep(out, lines)
     for extra in sorted(f[:-len(".meta.json")] for f in os.listdir(out) if f.startswith("sim_ep_") and f.endswith(".meta.json")):
         m = load_json(os.path.join(out, extra + ".meta.json")) or {}
