@@ -76,7 +76,11 @@ get() {  # value of option $1 in the layer arguments
   done
   die "--layer must give $1"
 }
-H=$(get --hidden) F=$(get --ffn) E=$(get --experts) K=$(get --topk) T=$(get --tokens)
+H=$(get --hidden) || exit 2
+F=$(get --ffn) || exit 2
+E=$(get --experts) || exit 2
+K=$(get --topk) || exit 2
+T=$(get --tokens) || exit 2
 [ -x "$real_app" ] || die "no real build at $real_app (scripts/build.sh)"
 [ -x "$sim_app" ] || die "no simulation build at $sim_app (cmake -DRMOE_SIMGRID=ON, see README)"
 [ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
