@@ -189,16 +189,32 @@ class Trace:
             x.offset = ((x.tag & 0xFFFFFFFF) - first) & 0xFFFFFFFF
             x.block = x.offset // block
             blocks.setdefault(x.block, []).append(x)
-        for b, xs in sorted(blocks.items()):
-            lo = min(x.start for x in xs)
-            hi = max(max(x.end, x.start) for x in xs)
-            best, best_overlap = None, 0.0
-            for p in self.passes:
+        # Layer calls take consecutive blocks and the ring passes are a
+        # subsequence of them (all-to-all calls have blocks but no hop
+        # tasks): each pass, in order, takes the later block nearest to it in
+        # time, by overlap or else by the gap (a pass's first transfer may end
+        # before its first hop task starts). Blocks no pass takes are
+        # all-to-all calls.
+        span = {}
+        for b, xs in blocks.items():
+            span[b] = (min(x.start for x in xs), max(max(x.end, x.start) for x in xs))
+        owner = {}
+        last = None
+        for p in self.passes:
+            best, best_score = None, None
+            for b in sorted(span):
+                if last is not None and b <= last:
+                    continue
+                lo, hi = span[b]
                 ov = min(hi, p.end) - max(lo, p.start)
-                if ov > best_overlap or (best is None and ov >= 0):
-                    best, best_overlap = p, ov
+                if best_score is None or ov > best_score:
+                    best, best_score = b, ov
             if best is not None:
-                best.blocks.append(b)
+                owner[best] = p
+                p.blocks.append(best)
+                last = best
+        for b, xs in sorted(blocks.items()):
+            best = owner.get(b)
             for x in xs:
                 x.pass_index = best.index if best is not None else None
                 name_transfer(x, x.offset % block, n, best)
