@@ -32,6 +32,7 @@ static int comm_size(MPI_Comm comm)
 	return comm == SIM_SELF ? 1 : starpu_mpi_world_size();
 }
 
+/* 0 for a datatype the simulated collectives do not know (MPI_ERR_TYPE). */
 static size_t type_size(MPI_Datatype t)
 {
 	if (t == MPI_INT || t == MPI_INT32_T || t == MPI_FLOAT || t == MPI_UINT32_T)
@@ -40,46 +41,44 @@ static size_t type_size(MPI_Datatype t)
 		return 8;
 	if (t == MPI_BYTE || t == MPI_CHAR || t == MPI_SIGNED_CHAR || t == MPI_UNSIGNED_CHAR)
 		return 1;
-	fprintf(stderr, "relaymoe (simulation): an MPI datatype the simulated collectives do not know\n");
-	abort();
+	return 0;
 }
 
-/* Blocking transfer of a host buffer with StarPU-MPI. */
-static void xfer(void *buf, size_t bytes, int peer, int64_t tag, int send)
+/* Blocking transfer of a host buffer with StarPU-MPI; an MPI error code. */
+static int xfer(void *buf, size_t bytes, int peer, int64_t tag, int send)
 {
 	if (bytes == 0)
-		return;
+		return MPI_SUCCESS;
 	starpu_data_handle_t h;
 	starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)bytes, 1);
 	int ret = send ? starpu_mpi_send(h, peer, tag, MPI_COMM_WORLD)
 	               : starpu_mpi_recv(h, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 	starpu_data_unregister(h);
-	if (ret) {
-		fprintf(stderr, "relaymoe (simulation): StarPU-MPI %s of a collective failed (%d)\n",
-		        send ? "send" : "receive", ret);
-		abort();
-	}
+	return ret ? MPI_ERR_OTHER : MPI_SUCCESS;
 }
 
 /* Every rank's bytes of in, in rank order, into all (n * bytes) on every
  * rank: the one primitive of the collectives. Before StarPU runs (a check
  * of the context's set-up) there is no transport: each rank sees its own. */
-static void allgather_bytes(const void *in, size_t bytes, void *all, MPI_Comm comm)
+static int allgather_bytes(const void *in, size_t bytes, void *all, MPI_Comm comm)
 {
 	const int n = comm_size(comm), me = comm == SIM_SELF ? 0 : world_rank();
 	int64_t tag = SIM_TAG_BASE + sim_seq++;
+	int rc = MPI_SUCCESS;
 	memmove((char *)all + (size_t)me * bytes, in, bytes);
 	if (n == 1 || !starpu_is_initialized())
-		return;
+		return rc;
 	if (me == 0) {
-		for (int q = 1; q < n; q++)
-			xfer((char *)all + (size_t)q * bytes, bytes, q, tag, 0);
-		for (int q = 1; q < n; q++)
-			xfer(all, (size_t)n * bytes, q, tag, 1);
+		for (int q = 1; q < n && rc == MPI_SUCCESS; q++)
+			rc = xfer((char *)all + (size_t)q * bytes, bytes, q, tag, 0);
+		for (int q = 1; q < n && rc == MPI_SUCCESS; q++)
+			rc = xfer(all, (size_t)n * bytes, q, tag, 1);
 	} else {
-		xfer((char *)all + (size_t)me * bytes, bytes, 0, tag, 1);
-		xfer(all, (size_t)n * bytes, 0, tag, 0);
+		rc = xfer((char *)all + (size_t)me * bytes, bytes, 0, tag, 1);
+		if (rc == MPI_SUCCESS)
+			rc = xfer(all, (size_t)n * bytes, 0, tag, 0);
 	}
+	return rc;
 }
 
 #define REDUCE_AS(T)                                                                      \
@@ -94,10 +93,8 @@ static void allgather_bytes(const void *in, size_t bytes, void *all, MPI_Comm co
 					v += w;                                           \
 				else if (op == MPI_MAX)                                   \
 					v = w > v ? w : v;                                \
-				else if (op == MPI_MIN)                                   \
-					v = w < v ? w : v;                                \
 				else                                                      \
-					abort();                                          \
+					v = w < v ? w : v;                                \
 			}                                                                 \
 			o[i] = v;                                                         \
 		}                                                                         \
@@ -107,10 +104,18 @@ int rmoe_sim_MPI_Allreduce(const void *in, void *out, int count, MPI_Datatype ty
 {
 	const int n = comm_size(comm);
 	const size_t es = type_size(type), bytes = es * (size_t)count;
+	if (es == 0)
+		return MPI_ERR_TYPE;
+	if (op != MPI_SUM && op != MPI_MAX && op != MPI_MIN)
+		return MPI_ERR_OP;
 	void *all = malloc((size_t)n * bytes + 1);
 	if (!all)
-		abort();
-	allgather_bytes(in == MPI_IN_PLACE ? out : in, bytes, all, comm);
+		return MPI_ERR_NO_MEM;
+	int rc = allgather_bytes(in == MPI_IN_PLACE ? out : in, bytes, all, comm);
+	if (rc != MPI_SUCCESS) {
+		free(all);
+		return rc;
+	}
 	if (!starpu_is_initialized() && n > 1) {
 		memmove(out, (char *)all + (size_t)world_rank() * bytes, bytes);
 	} else if (type == MPI_INT || type == MPI_INT32_T) {
@@ -123,10 +128,8 @@ int rmoe_sim_MPI_Allreduce(const void *in, void *out, int count, MPI_Datatype ty
 		REDUCE_AS(uint64_t);
 	} else if (type == MPI_DOUBLE) {
 		REDUCE_AS(double);
-	} else if (type == MPI_FLOAT) {
-		REDUCE_AS(float);
 	} else {
-		abort();
+		REDUCE_AS(float);
 	}
 	free(all);
 	return MPI_SUCCESS;
@@ -137,12 +140,12 @@ int rmoe_sim_MPI_Reduce(const void *in, void *out, int count, MPI_Datatype type,
 {
 	void *tmp = malloc(type_size(type) * (size_t)count + 1);
 	if (!tmp)
-		abort();
-	rmoe_sim_MPI_Allreduce(in == MPI_IN_PLACE ? out : in, tmp, count, type, op, comm);
-	if (out && (comm == SIM_SELF || world_rank() == root))
+		return MPI_ERR_NO_MEM;
+	int rc = rmoe_sim_MPI_Allreduce(in == MPI_IN_PLACE ? out : in, tmp, count, type, op, comm);
+	if (rc == MPI_SUCCESS && out && (comm == SIM_SELF || world_rank() == root))
 		memcpy(out, tmp, type_size(type) * (size_t)count);
 	free(tmp);
-	return MPI_SUCCESS;
+	return rc;
 }
 
 int rmoe_sim_MPI_Allgather(const void *in, int scount, MPI_Datatype stype, void *out, int rcount,
@@ -150,8 +153,9 @@ int rmoe_sim_MPI_Allgather(const void *in, int scount, MPI_Datatype stype, void 
 {
 	(void)rcount;
 	(void)rtype;
-	allgather_bytes(in, type_size(stype) * (size_t)scount, out, comm);
-	return MPI_SUCCESS;
+	if (type_size(stype) == 0)
+		return MPI_ERR_TYPE;
+	return allgather_bytes(in, type_size(stype) * (size_t)scount, out, comm);
 }
 
 int rmoe_sim_MPI_Gather(const void *in, int scount, MPI_Datatype stype, void *out, int rcount,
@@ -160,14 +164,16 @@ int rmoe_sim_MPI_Gather(const void *in, int scount, MPI_Datatype stype, void *ou
 	(void)rcount;
 	(void)rtype;
 	size_t bytes = type_size(stype) * (size_t)scount;
+	if (bytes == 0 && scount > 0)
+		return MPI_ERR_TYPE;
 	void *all = malloc((size_t)comm_size(comm) * bytes + 1);
 	if (!all)
-		abort();
-	allgather_bytes(in, bytes, all, comm);
-	if (out && (comm == SIM_SELF || world_rank() == root))
+		return MPI_ERR_NO_MEM;
+	int rc = allgather_bytes(in, bytes, all, comm);
+	if (rc == MPI_SUCCESS && out && (comm == SIM_SELF || world_rank() == root))
 		memcpy(out, all, (size_t)comm_size(comm) * bytes);
 	free(all);
-	return MPI_SUCCESS;
+	return rc;
 }
 
 int rmoe_sim_MPI_Bcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm)
@@ -175,16 +181,19 @@ int rmoe_sim_MPI_Bcast(void *buf, int count, MPI_Datatype type, int root, MPI_Co
 	const int n = comm_size(comm);
 	const size_t bytes = type_size(type) * (size_t)count;
 	int64_t tag = SIM_TAG_BASE + sim_seq++;
+	if (bytes == 0 && count > 0)
+		return MPI_ERR_TYPE;
 	if (n == 1 || !starpu_is_initialized())
 		return MPI_SUCCESS;
+	int rc = MPI_SUCCESS;
 	if (world_rank() == root) {
-		for (int q = 0; q < n; q++)
+		for (int q = 0; q < n && rc == MPI_SUCCESS; q++)
 			if (q != root)
-				xfer(buf, bytes, q, tag, 1);
+				rc = xfer(buf, bytes, q, tag, 1);
 	} else {
-		xfer(buf, bytes, root, tag, 0);
+		rc = xfer(buf, bytes, root, tag, 0);
 	}
-	return MPI_SUCCESS;
+	return rc;
 }
 
 int rmoe_sim_MPI_Barrier(MPI_Comm comm)
