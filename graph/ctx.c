@@ -140,29 +140,6 @@ static struct {
 	int had[TRACE_NENV];
 } tracing;
 
-#ifdef RMOE_STARPU_HAS_FXT
-/* mkdir -p: every rank may race to create the same folder. */
-static int make_dirs(const char *dir)
-{
-	char path[4096];
-	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
-		return ENAMETOOLONG;
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(path, 0777) != 0 && errno != EEXIST)
-			return errno;
-		*p = '/';
-	}
-	if (mkdir(path, 0777) != 0 && errno != EEXIST)
-		return errno;
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return errno;
-	return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-}
-#endif
 
 static void trace_restore_env(void)
 {
@@ -215,7 +192,7 @@ static int trace_prepare(rmoe_ctx *ctx, const char *dir, int starpu_running)
 	if (strlen(dir) > 200)
 		return rmoe_error(RMOE_EINVAL, "trace '%s': a folder name of at most 200 characters is expected",
 		                  dir);
-	int err = make_dirs(dir);
+	int err = rmoe_mkdir_p(dir);
 	if (err)
 		return rmoe_error(RMOE_EIO, "trace: cannot create the folder '%s' (%s)", dir, strerror(err));
 	tracing.dir = strdup(dir);

@@ -18,6 +18,11 @@ int rmoe_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 
 const char *rmoe_last_error_message(void);
 void rmoe_error_clear(void);
 
+/* ---- files ----------------------------------------------------------------- */
+/* mkdir -p: 0, or the errno of the part that failed (ENOTDIR: a file is
+ * there). */
+int rmoe_mkdir_p(const char *dir);
+
 /* ---- configuration ------------------------------------------------------ */
 
 /* Checks every value of cfg for a group of nranks ranks; 0 or RMOE_EINVAL /

@@ -23,6 +23,7 @@
 
 #include "app.h"
 #include "checkpoint.h"
+#include "rmoe_scheduler.h"
 
 #define HEADER_BYTES 128
 #define ORDER_MARK 0x0102030405060708ULL
@@ -106,27 +107,6 @@ static void put64(struct sink *s, const void *v)
 	put(s, v, 8);
 }
 
-static int mkdir_p(const char *dir)
-{
-	char path[4096];
-	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
-		return ENAMETOOLONG;
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(path, 0777) != 0 && errno != EEXIST)
-			return errno;
-		*p = '/';
-	}
-	if (mkdir(path, 0777) != 0 && errno != EEXIST)
-		return errno;
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return errno;
-	return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-}
-
 static int64_t payload_bytes(int64_t records, int64_t rep_n, int64_t exp_n)
 {
 	return (int64_t)NFIELDS * 8 + 16 + records * RECORD_BYTES + 3 * (rep_n + exp_n) * 4;
@@ -137,7 +117,7 @@ int rmoe_ckpt_write_local(const char *dir, int rank, int nranks, const struct rm
                           const struct rmoe_adamw *o, char *tmp, size_t tmplen, char *msg, size_t msglen)
 {
 	tmp[0] = '\0';
-	int err = mkdir_p(dir);
+	int err = rmoe_mkdir_p(dir);
 	if (err) {
 		snprintf(msg, msglen, "--checkpoint-dir %s: cannot create the directory (%s)", dir, strerror(err));
 		return RMOE_EIO;
