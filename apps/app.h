@@ -52,6 +52,13 @@ int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p);
 void rmoe_results_free(struct rmoe_results *r);
 int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, rmoe_layer *layer);
 
+/* One layer of cfg on ctx with p's tensors: create, apply, forward,
+ * backward, collect into r (allocated here; the caller frees it, whatever
+ * the outcome), its statistics into st (may be NULL), destroy. Every step
+ * agreed over the ranks; 0 or the first RMOE_E* code. */
+int rmoe_problem_run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct rmoe_problem *p,
+                     struct rmoe_results *r, struct rmoe_layer_stats *st);
+
 /* Largest relative norm difference between two runs' tensors, over ranks. */
 double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
                                  const struct rmoe_problem *p, const char **worst);

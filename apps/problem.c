@@ -224,6 +224,28 @@ int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
 	return 0;
 }
 
+int rmoe_problem_run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct rmoe_problem *p,
+                     struct rmoe_results *r, struct rmoe_layer_stats *st)
+{
+	rmoe_layer *layer = NULL;
+	memset(r, 0, sizeof(*r));
+	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, cfg));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_problem_apply(p, layer));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_results_alloc(r, p));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_layer_forward(layer, p->x, r->y));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_layer_backward(layer, p->dy, r->dx));
+	if (!rc)
+		rc = rmoe_app_agree(rmoe_results_collect(r, p, layer));
+	if (!rc && st)
+		rmoe_layer_get_stats(layer, st);
+	rmoe_layer_destroy(layer);
+	return rc;
+}
+
 void rmoe_results_free(struct rmoe_results *r)
 {
 	free(r->y);

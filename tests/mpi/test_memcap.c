@@ -26,32 +26,18 @@ static void expect(int ok, const char *what)
 static int run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct rmoe_problem *prob,
                double *peak, double *err, int64_t *chunk)
 {
-	rmoe_layer *layer = NULL;
 	struct rmoe_results res;
-	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, cfg));
-	if (rc)
-		return rc;
-	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_alloc(&res, prob));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_forward(layer, prob->x, res.y));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_backward(layer, prob->dy, res.dx));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_collect(&res, prob, layer));
+	struct rmoe_layer_stats st;
+	int rc = rmoe_problem_run(ctx, cfg, prob, &res, &st);
 	if (!rc) {
-		struct rmoe_layer_stats st;
-		rmoe_layer_get_stats(layer, &st);
 		double p = fmax((double)st.peak_forward_bytes, (double)st.peak_backward_bytes);
 		MPI_Allreduce(&p, peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 		*chunk = st.chunk_rows;
 		const char *worst;
 		int64_t ties;
 		*err = rmoe_results_check(&res, prob, &worst, &ties);
-		rmoe_results_free(&res);
 	}
-	rmoe_layer_destroy(layer);
+	rmoe_results_free(&res);
 	return rc;
 }
 

@@ -17,21 +17,9 @@ static void expect(int ok, const char *what, double got, double bound)
 static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_problem *prob,
                struct rmoe_layer_stats *st)
 {
-	rmoe_layer *layer = NULL;
 	struct rmoe_results res;
-	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, &cfg));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_alloc(&res, prob));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_forward(layer, prob->x, res.y));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_backward(layer, prob->dy, res.dx));
-	if (!rc)
-		rmoe_layer_get_stats(layer, st);
+	int rc = rmoe_problem_run(ctx, &cfg, prob, &res, st);
 	rmoe_results_free(&res);
-	rmoe_layer_destroy(layer);
 	return rc;
 }
 

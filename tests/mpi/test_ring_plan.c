@@ -30,21 +30,9 @@ static void expect(int ok, const char *what)
 static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_problem *prob,
                struct rmoe_results *res)
 {
-	rmoe_layer *layer = NULL;
-	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, &cfg));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_alloc(res, prob));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_forward(layer, prob->x, res->y));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_backward(layer, prob->dy, res->dx));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_collect(res, prob, layer));
+	int rc = rmoe_problem_run(ctx, &cfg, prob, res, NULL);
 	if (rc)
 		rmoe_app_error("%s: %s", rmoe_dispatch_name(cfg.dispatch), rmoe_strerror(rc));
-	rmoe_layer_destroy(layer);
 	return rc;
 }
 
