@@ -30,6 +30,7 @@ struct run_opts {
 	int no_prio;
 	int check, no_norm_topk, no_overlap, quiet;
 	int check_finite;
+	int deterministic;
 	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_shared;
 };
 
@@ -82,10 +83,11 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"trace", RMOE_OPT_STRING, &r->trace, 0, 0, "DIR", "record an FxT trace of every rank, converted into DIR", NULL},
 		{"sched", RMOE_OPT_STRING, &r->sched, 0, 0, "POLICY", "StarPU scheduling policy (lws, prio, ws, dmdas, eager, ...)", NULL},
 		{"no-prio", RMOE_OPT_FLAG, &r->no_prio, 0, 0, NULL, "give every task and transfer the same priority", NULL},
+		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 24
+#define NOPTS 25
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -128,6 +130,7 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	cfg->chunk_rows = r->chunk_rows;
 	cfg->mem_cap = r->mem_cap;
 	cfg->check_finite = r->check_finite;
+	cfg->deterministic = r->deterministic;
 	return 0;
 }
 
