@@ -15,10 +15,6 @@
 #include "rmoe_memory_model.h"
 #include "rmoe_plan.h"
 
-/* Tokens per rank of a preset before --scale: B*S/(SP*CP) of the paper's
- * memory profile (§2: micro-batch 24, sequence 16384, SP=2, CP=4). */
-#define PRESET_TOKENS 49152
-
 struct plan_opts {
 	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks, budget, mem_cap;
 	int64_t layers, heads, kv_heads, head_dim, model_state, dp;
@@ -84,43 +80,25 @@ static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
 }
 #define NOPTS 26
 
-/* The routing problem from the options; 0 or RMOE_EINVAL with msg. */
-static int make_problem(struct plan_opts *r, int nranks, struct rmoe_routing_problem *p, char *msg,
-                        size_t len)
+/* The layer and its routing problem from the options; 0 or RMOE_EINVAL with
+ * msg. */
+static int make_problem(struct plan_opts *r, int nranks, struct rmoe_layer_config *cfg,
+                        struct rmoe_routing_problem *p, char *msg, size_t len)
 {
-	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	memset(p, 0, sizeof(*p));
-	p->hidden = cfg.hidden;
-	p->ffn = cfg.ffn;
-	p->experts = cfg.experts;
-	p->topk = cfg.topk;
-	p->tokens = cfg.tokens;
+	rmoe_layer_config_init(cfg);
 	if (r->preset) {
-		const struct rmoe_preset *ps = rmoe_preset_find(r->preset);
-		if (!ps) {
-			size_t n;
-			const struct rmoe_preset *all = rmoe_preset_list(&n);
-			int used = snprintf(msg, len, "--preset '%s' is not a known shape; expected one of", r->preset);
-			for (size_t i = 0; i < n && used > 0 && (size_t)used < len; i++)
-				used += snprintf(msg + used, len - (size_t)used, " %s", all[i].name);
+		if (rmoe_preset_apply(r->preset, r->scale, cfg, msg, len))
 			return RMOE_EINVAL;
-		}
-		p->hidden = (int64_t)llround((double)ps->hidden / r->scale);
-		p->ffn = (int64_t)llround((double)ps->ffn / r->scale);
-		p->tokens = (int64_t)llround(PRESET_TOKENS / r->scale);
-		p->experts = ps->experts;
-		p->topk = ps->topk;
 		if (!r->g_shared)
-			r->shared_ffn = (int64_t)llround((double)ps->shared_ffn / r->scale);
+			r->shared_ffn = cfg->shared_ffn;
 	} else if (r->scale != 1.0) {
 		snprintf(msg, len, "--scale %g needs --preset", r->scale);
 		return RMOE_EINVAL;
 	}
-	if (r->g_hidden) p->hidden = r->hidden;
-	if (r->g_ffn) p->ffn = r->ffn;
-	if (r->g_experts) p->experts = r->experts;
-	if (r->g_topk) p->topk = r->topk;
+	if (r->g_hidden) cfg->hidden = r->hidden;
+	if (r->g_ffn) cfg->ffn = r->ffn;
+	if (r->g_experts) cfg->experts = r->experts;
+	if (r->g_topk) cfg->topk = r->topk;
 	if (r->g_tokens && r->g_seq) {
 		snprintf(msg, len, "--tokens and --seq both given: expected one way to say tokens per rank");
 		return RMOE_EINVAL;
@@ -130,7 +108,7 @@ static int make_problem(struct plan_opts *r, int nranks, struct rmoe_routing_pro
 		return RMOE_EINVAL;
 	}
 	if (r->g_tokens)
-		p->tokens = r->tokens;
+		cfg->tokens = r->tokens;
 	if (r->g_seq) {
 		int64_t bs, spcp;
 		if (__builtin_mul_overflow(r->micro_batch, r->seq, &bs) || __builtin_mul_overflow(r->sp, r->cp, &spcp)) {
@@ -143,23 +121,22 @@ static int make_problem(struct plan_opts *r, int nranks, struct rmoe_routing_pro
 			         (long long)r->micro_batch, (long long)r->seq, (long long)r->sp, (long long)r->cp);
 			return RMOE_EINVAL;
 		}
-		p->tokens = bs / spcp;
+		cfg->tokens = bs / spcp;
 	}
-	p->ep = nranks;
-	p->etp = r->etp;
 	if (strcmp(r->dtype, "bf16") == 0) {
-		p->dtype = RMOE_DTYPE_BF16;
+		cfg->dtype = RMOE_DTYPE_BF16;
 	} else if (strcmp(r->dtype, "f32") == 0) {
-		p->dtype = RMOE_DTYPE_F32;
+		cfg->dtype = RMOE_DTYPE_F32;
 	} else {
 		snprintf(msg, len, "--dtype '%s': expected bf16 or f32", r->dtype);
 		return RMOE_EINVAL;
 	}
-	if (p->hidden < 1 || p->ffn < 1 || p->tokens < 1) {
-		snprintf(msg, len, "--scale %g leaves hidden=%lld ffn=%lld tokens=%lld: expected each at least 1",
-		         r->scale, (long long)p->hidden, (long long)p->ffn, (long long)p->tokens);
-		return RMOE_EINVAL;
-	}
+	/* What the plan is made for: auto dispatch (the routing choice), the
+	 * cap's chunking when asked. */
+	cfg->shared_ffn = r->shared_ffn;
+	cfg->dispatch = RMOE_DISPATCH_AUTO;
+	cfg->mem_cap = r->mem_cap;
+	*p = rmoe_routing_problem_of(cfg, nranks, r->etp);
 	int rc = rmoe_routing_check(p);
 	if (rc)
 		snprintf(msg, len, "%s", rmoe_strerror(rc));
@@ -233,57 +210,24 @@ struct plan_view {
 	int live;
 };
 
-/* The memory model's view of the plan (scheduler/memory_model.c): peaks of
- * the three dispatchers at the planned tokens, the largest local token count
- * each fits in the budget, and the ring's chunking under a cap. */
-struct plan_memory {
-	int64_t budget;
-	struct rmoe_mem_estimate est[3];
-	int64_t max_tokens[3];
-	int64_t cap_chunk;            /* 0: no cap asked */
-	int cap_rc;
-	char cap_msg[512];
-	double cap_chunks_per_hop, cap_extra_tasks;
-};
-
-static const enum rmoe_dispatch mem_modes[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
-                                                RMOE_DISPATCH_ALLTOALL};
-
-/* Per-task cost used to price chunking: about 40 us per StarPU task on a
- * GPU (../shared/notes/starpu-cuda.md), three tasks per backward chunk. */
+/* What the memory cap's chunking costs: chunks per hop and the tasks they
+ * add, priced at about 40 us per StarPU task on a GPU
+ * (../shared/notes/starpu-cuda.md), three tasks per backward chunk. */
 #define TASK_SECONDS 40e-6
 
-static void plan_memory(const struct plan_view *v, struct plan_memory *m)
+struct cap_cost {
+	double chunks_per_hop, extra_tasks;
+};
+
+static struct cap_cost cap_cost(const struct plan_view *v)
 {
-	memset(m, 0, sizeof(*m));
-	const struct rmoe_routing_problem *p = v->p;
-	struct rmoe_mem_config mc;
-	rmoe_mem_config_init(&mc);
-	mc.tokens = p->tokens;
-	mc.hidden = p->hidden;
-	mc.ffn = p->ffn;
-	mc.experts = p->experts;
-	mc.topk = p->topk;
-	mc.nranks = p->ep;
-	mc.etp = p->etp;
-	mc.dtype_bytes = p->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
-	mc.shared_ffn = v->opts->shared_ffn;
-	m->budget = v->opts->budget > 0 ? v->opts->budget : v->t->memory_bytes;
-	for (int i = 0; i < 3; i++) {
-		rmoe_memory_model(mem_modes[i], &mc, &m->est[i]);
-		m->max_tokens[i] = rmoe_memory_max_tokens(mem_modes[i], &mc, m->budget);
-	}
-	if (v->opts->mem_cap > 0) {
-		enum rmoe_dispatch d = v->plan->routing.mode;
-		struct rmoe_mem_config worst = mc;
-		worst.skew = (double)p->ep;
-		m->cap_rc = rmoe_memory_cap_chunk(d, &worst, v->opts->mem_cap, &m->cap_chunk);
-		if (m->cap_rc)
-			snprintf(m->cap_msg, sizeof(m->cap_msg), "%s", rmoe_strerror(m->cap_rc));
-		double rows = v->plan->routing.pairs_per_hop;
-		m->cap_chunks_per_hop = m->cap_rc ? 0 : ceil(rows / (double)m->cap_chunk);
-		m->cap_extra_tasks = m->cap_rc ? 0 : (m->cap_chunks_per_hop - 1) * 3 * (double)p->ep;
-	}
+	struct cap_cost c = {0, 0};
+	const struct rmoe_plan *plan = v->plan;
+	if (plan->cap_rc || plan->chunk_rows <= 0)
+		return c;
+	c.chunks_per_hop = ceil(plan->routing.pairs_per_hop / (double)plan->chunk_rows);
+	c.extra_tasks = (c.chunks_per_hop - 1) * 3 * (double)v->p->ep;
+	return c;
 }
 
 static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
@@ -302,7 +246,7 @@ struct plan_attention {
 	int estimated_state;
 };
 
-static void plan_attention(const struct plan_view *v, const struct plan_memory *mem, struct plan_attention *a)
+static void plan_attention(const struct plan_view *v, struct plan_attention *a)
 {
 	memset(a, 0, sizeof(*a));
 	const struct plan_opts *r = v->opts;
@@ -321,6 +265,7 @@ static void plan_attention(const struct plan_view *v, const struct plan_memory *
 	in->cp = r->cp;
 	in->ep = p->ep;
 	in->dtype_bytes = p->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
+	const struct rmoe_plan_memory *mem = &v->plan->memory;
 	in->device_bytes = mem->budget;
 	in->moe_ffn = p->ffn;
 	in->moe_topk = p->topk;
@@ -418,33 +363,32 @@ static void print_text(struct text *o, const struct plan_view *v)
 	put(o, "expected overlap (%s routing): %.0f%% of each forward hop's transfer and %.0f%% of each "
 	       "backward hop's hidden behind compute\n",
 	    mode_name(rc->mode), 100.0 * c[0].hidden_fraction, 100.0 * c[1].hidden_fraction);
-	struct plan_memory mem;
-	plan_memory(v, &mem);
+	const struct rmoe_plan_memory *mem = &plan->memory;
 	const double GiB = 1024.0 * 1024 * 1024;
 	put(o, "\nmemory per rank (scheduler/memory_model.c, even routing):\n");
 	put(o, "  %-7s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
 	for (int i = 0; i < 3; i++)
-		put(o, "  %-7s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(mem_modes[i]),
-		    mem.est[i].peak_forward / GiB, mem.est[i].peak_backward / GiB, (long long)mem.max_tokens[i]);
+		put(o, "  %-7s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_plan_dispatchers[i]),
+		    mem->est[i].peak_forward / GiB, mem->est[i].peak_backward / GiB, (long long)mem->max_tokens[i]);
 	put(o, "  max tokens: the largest local token count whose peak fits %.2f GiB%s; ring/a2a "
 	       "%.2fx, token/a2a %.2fx\n",
-	    mem.budget / GiB, v->opts->budget > 0 ? "" : " (the device's memory)",
-	    mem.max_tokens[2] ? (double)mem.max_tokens[0] / (double)mem.max_tokens[2] : 0.0,
-	    mem.max_tokens[2] ? (double)mem.max_tokens[1] / (double)mem.max_tokens[2] : 0.0);
+	    mem->budget / GiB, v->opts->budget > 0 ? "" : " (the device's memory)",
+	    mem->max_tokens[2] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[2] : 0.0,
+	    mem->max_tokens[2] ? (double)mem->max_tokens[1] / (double)mem->max_tokens[2] : 0.0);
 	if (v->opts->mem_cap > 0) {
-		if (mem.cap_rc)
-			put(o, "  memory cap: %s\n", mem.cap_msg);
+		struct cap_cost cc = cap_cost(v);
+		if (plan->cap_rc)
+			put(o, "  memory cap: %s\n", plan->cap_msg);
 		else
 			put(o, "  memory cap %.2f GiB (%s routing): chunks of %lld rows, %.0f per hop; about %.0f "
 			       "more tasks per pass, %.1f ms at %.0f us each\n",
-			    (double)v->opts->mem_cap / GiB, mode_name(rc->mode), (long long)mem.cap_chunk,
-			    mem.cap_chunks_per_hop, mem.cap_extra_tasks, mem.cap_extra_tasks * TASK_SECONDS * 1e3,
-			    TASK_SECONDS * 1e6);
+			    (double)v->opts->mem_cap / GiB, mode_name(rc->mode), (long long)plan->chunk_rows,
+			    cc.chunks_per_hop, cc.extra_tasks, cc.extra_tasks * TASK_SECONDS * 1e3, TASK_SECONDS * 1e6);
 	}
 	if (!v->opts->attention)
 		return;
 	struct plan_attention at;
-	plan_attention(v, &mem, &at);
+	plan_attention(v, &at);
 	put(o, "\nattention recomputation (§3.4): %lld layers, %lld heads (%lld KV) of %lld, sequence %lld, "
 	       "micro-batch %lld, TP=SP %lld, CP %lld; model state %.1f GiB%s\n",
 	    (long long)at.in.layers, (long long)at.in.heads, (long long)at.in.kv_heads,
@@ -537,25 +481,24 @@ static void print_json(struct text *o, const struct plan_view *v)
 	put_json_string(o, rc->reason);
 	put(o, "},\n  \"overlap\": {\"forward_hidden_fraction\": %.6g, \"backward_hidden_fraction\": %.6g},\n",
 	    c[0].hidden_fraction, c[1].hidden_fraction);
-	struct plan_memory mem;
-	plan_memory(v, &mem);
+	const struct rmoe_plan_memory *mem = &plan->memory;
 	put(o, "  \"memory\": {\"modelled\": true, \"budget_bytes\": %lld, \"dispatchers\": {",
-	    (long long)mem.budget);
+	    (long long)mem->budget);
 	for (int i = 0; i < 3; i++)
 		put(o, "%s\"%s\": {\"peak_forward_bytes\": %lld, \"peak_backward_bytes\": %lld, "
 		       "\"resident_forward_bytes\": %lld, \"resident_backward_bytes\": %lld, "
 		       "\"weights_and_inputs_bytes\": %lld, \"largest_buffer_bytes\": %lld, "
 		       "\"largest_trainable_tokens\": %lld}",
-		    i ? ", " : "", rmoe_dispatch_name(mem_modes[i]), (long long)mem.est[i].peak_forward,
-		    (long long)mem.est[i].peak_backward, (long long)mem.est[i].resident_forward,
-		    (long long)mem.est[i].resident_backward, (long long)mem.est[i].weights_and_inputs,
-		    (long long)mem.est[i].largest_buffer, (long long)mem.max_tokens[i]);
+		    i ? ", " : "", rmoe_dispatch_name(rmoe_plan_dispatchers[i]), (long long)mem->est[i].peak_forward,
+		    (long long)mem->est[i].peak_backward, (long long)mem->est[i].resident_forward,
+		    (long long)mem->est[i].resident_backward, (long long)mem->est[i].weights_and_inputs,
+		    (long long)mem->est[i].largest_buffer, (long long)mem->max_tokens[i]);
 	put(o, "}");
 	if (v->opts->mem_cap > 0) {
 		put(o, ", \"mem_cap\": {\"bytes\": %lld, \"chunk_rows\": %lld, \"error\": ",
-		    (long long)v->opts->mem_cap, (long long)mem.cap_chunk);
-		if (mem.cap_rc)
-			put_json_string(o, mem.cap_msg);
+		    (long long)v->opts->mem_cap, plan->cap_rc ? 0LL : (long long)plan->chunk_rows);
+		if (plan->cap_rc)
+			put_json_string(o, plan->cap_msg);
 		else
 			put(o, "null");
 		put(o, "}");
@@ -563,7 +506,7 @@ static void print_json(struct text *o, const struct plan_view *v)
 	put(o, "}");
 	if (v->opts->attention) {
 		struct plan_attention at;
-		plan_attention(v, &mem, &at);
+		plan_attention(v, &at);
 		put(o, ",\n  \"attention\": {\"model_state_bytes\": %lld", (long long)at.model_state);
 		const char *labels[2] = {"ring", "a2a"};
 		for (int i = 0; i < 2; i++) {
@@ -576,6 +519,32 @@ static void print_json(struct text *o, const struct plan_view *v)
 		put(o, "}");
 	}
 	put(o, "\n}\n");
+}
+
+/* The live topology: every rank's host name and GPUs, gathered. */
+static int live_topology(const struct rmoe_cluster *cluster, struct rmoe_topology *topo)
+{
+	int size = 1, len = 0;
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	char name[MPI_MAX_PROCESSOR_NAME + 1] = "";
+	if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0)
+		snprintf(name, sizeof(name), "unnamed");
+	name[MPI_MAX_PROCESSOR_NAME] = '\0';
+	struct rmoe_rank_info me, *all = calloc((size_t)size, sizeof(*all));
+	struct rmoe_local_hw hw;
+	rmoe_rank_info_local(name, &me, &hw);
+	int rc = rmoe_app_agree(all ? 0 : RMOE_ENOMEM);
+	if (!rc && MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, all, (int)sizeof(me), MPI_BYTE, MPI_COMM_WORLD) !=
+	                   MPI_SUCCESS)
+		rc = rmoe_error(RMOE_EMPI, "MPI_Allgather of host names failed");
+	for (int q = 0; !rc && q < size; q++)
+		all[q].host[RMOE_HOST_MAX - 1] = '\0';
+	if (!rc)
+		rc = rmoe_topology_from_ranks(all, size, cluster, topo);
+	if (!rc)
+		topo->local = hw;
+	free(all);
+	return rc;
 }
 
 /* Rank 0 reports; every rank has reached the same verdict. */
@@ -595,19 +564,16 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];
-	int prc = rmoe_opts_parse(opts, NOPTS, argc, argv, first, msg, sizeof(msg));
-	if (prc == 1) {
-		char help[4096];
-		rmoe_opts_help(opts, NOPTS, help, sizeof(help));
-		rmoe_app_say("%s%s%s", usage_head, help, usage_tail);
+	int prc = rmoe_app_options(opts, NOPTS, argc, argv, first, usage_head, usage_tail, msg, sizeof(msg));
+	if (prc == 1)
 		return 0;
-	}
 	int size = 1;
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	int nranks = r.g_ranks ? (int)r.ranks : size;
 	struct rmoe_routing_problem prob;
+	struct rmoe_layer_config cfg;
 	if (!prc)
-		prc = make_problem(&r, nranks, &prob, msg, sizeof(msg));
+		prc = make_problem(&r, nranks, &cfg, &prob, msg, sizeof(msg));
 	if (prc) {
 		say_error(msg);
 		return 2;
@@ -626,7 +592,7 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	struct rmoe_topology topo;
 	int live = nranks == size;
 	if (live) {
-		rc = rmoe_topology_discover(MPI_COMM_WORLD, r.cluster ? &cluster : NULL, &topo);
+		rc = live_topology(r.cluster ? &cluster : NULL, &topo);
 	} else {
 		struct rmoe_local_hw hw;
 		int have_hw = !r.cluster && rmoe_local_hw_probe(&hw) == 0;
@@ -634,8 +600,9 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	}
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));
+	struct rmoe_plan_request req = {.layer = &cfg, .etp = r.etp, .budget = r.budget};
 	if (!rc)
-		rc = rmoe_plan_make(&topo, &prob, &plan);
+		rc = rmoe_plan_make(&req, &topo, &plan);
 	int code = 0;
 	if (rmoe_app_agree(rc)) {
 		say_error(rc ? rmoe_strerror(rc) : "another rank failed to plan");

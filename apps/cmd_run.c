@@ -12,9 +12,6 @@
 #include "rmoe_memory_model.h"
 #include "rmoe_scheduler.h"
 
-/* Tokens per rank of a preset before --scale: B*S/(SP*CP) of the paper's
- * memory profile (§2: micro-batch 24, sequence 16384, SP=2, CP=4). */
-#define PRESET_TOKENS 49152
 #define CHECK_TOLERANCE 1e-5
 #ifdef RMOE_SIMGRID
 #define RMOE_SIMULATED 1
@@ -94,27 +91,8 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 {
 	rmoe_layer_config_init(cfg);
 	if (r->preset) {
-		const struct rmoe_preset *p = rmoe_preset_find(r->preset);
-		if (!p) {
-			size_t n;
-			const struct rmoe_preset *all = rmoe_preset_list(&n);
-			int used = snprintf(msg, len, "--preset '%s' is not a known shape; expected one of", r->preset);
-			for (size_t i = 0; i < n && used > 0 && (size_t)used < len; i++)
-				used += snprintf(msg + used, len - (size_t)used, " %s", all[i].name);
+		if (rmoe_preset_apply(r->preset, r->scale, cfg, msg, len))
 			return RMOE_EINVAL;
-		}
-		cfg->hidden = (int64_t)llround((double)p->hidden / r->scale);
-		cfg->ffn = (int64_t)llround((double)p->ffn / r->scale);
-		cfg->tokens = (int64_t)llround(PRESET_TOKENS / r->scale);
-		cfg->shared_ffn = (int64_t)llround((double)p->shared_ffn / r->scale);
-		cfg->experts = p->experts;
-		cfg->topk = p->topk;
-		if (cfg->hidden < 1 || cfg->ffn < 1 || cfg->tokens < 1) {
-			snprintf(msg, len, "--scale %g leaves %s with hidden=%lld ffn=%lld tokens=%lld: expected a "
-			         "scale that keeps each at least 1", r->scale, p->name, (long long)cfg->hidden,
-			         (long long)cfg->ffn, (long long)cfg->tokens);
-			return RMOE_EINVAL;
-		}
 	} else if (r->scale != 1.0) {
 		snprintf(msg, len, "--scale %g needs --preset", r->scale);
 		return RMOE_EINVAL;
@@ -313,43 +291,154 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
+/* The dispatchers --dispatch names, ring first: ratios are against it. */
+static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
+{
+	int n = 0;
+	int ring = !strcmp(d, "ring") || !strcmp(d, "both") || !strcmp(d, "all");
+	int a2a = !strcmp(d, "a2a") || !strcmp(d, "both") || !strcmp(d, "all");
+	int token = !strcmp(d, "token") || !strcmp(d, "all");
+	if (!strcmp(d, "auto"))
+		which[n++] = RMOE_DISPATCH_AUTO;
+	if (ring)
+		which[n++] = RMOE_DISPATCH_RING_EXPERT;
+	if (a2a)
+		which[n++] = RMOE_DISPATCH_ALLTOALL;
+	if (token)
+		which[n++] = RMOE_DISPATCH_RING_TOKEN;
+	if (!n)
+		snprintf(msg, len, "--dispatch '%s': expected ring, token, a2a, auto, both or all", d);
+	return n;
+}
+
+/* The context, with the trace and scheduler settings of the options. */
+static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
+{
+	struct rmoe_ctx_config ccfg;
+	rmoe_ctx_config_init(&ccfg);
+	ccfg.trace = r->trace;
+	if (r->sched) {
+		/* STARPU_SCHED would win over the configuration's policy. */
+		setenv("STARPU_SCHED", r->sched, 1);
+		ccfg.sched = r->sched;
+	}
+	if (r->no_prio) {
+		/* The ring's tasks all clamp to one level (tasks given no priority
+		 * stay at 0), and StarPU-MPI sends in submission order. Not min =
+		 * max: dmda-family policies divide by max - min. */
+		setenv("STARPU_MIN_PRIO", "0", 1);
+		setenv("STARPU_MAX_PRIO", "1", 1);
+		setenv("STARPU_MPI_PRIORITIES", "0", 1);
+	}
+	int rc = rmoe_app_agree(rmoe_ctx_create(ctx, &ccfg));
+	if (rc) {
+		rmoe_app_error("%s", rmoe_strerror(rc));
+		if (*ctx)
+			rmoe_ctx_destroy(*ctx);
+		*ctx = NULL;
+	}
+	return rc;
+}
+
+/* The comparison printed after the table: a2a over each ring mode, the
+ * model against the measured peaks, the dispatchers against each other. */
+static void print_comparisons(const struct outcome *out, const struct rmoe_results *res, int ndisp,
+                              const struct rmoe_problem *prob)
+{
+	int ia = -1;
+	for (int i = 0; i < ndisp; i++)
+		if (out[i].d == RMOE_DISPATCH_ALLTOALL)
+			ia = i;
+	for (int i = 0; i < ndisp && ia >= 0; i++) {
+		if (i == ia)
+			continue;
+		const struct outcome *ring = &out[i], *a2a = &out[ia];
+		double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
+		rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward time %.2fx\n",
+		             rmoe_dispatch_name(ring->d), pa / pr, (pa - a2a->resident) / (pr - ring->resident),
+		             (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
+	}
+	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
+		rmoe_app_say("model %-5s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB (%+.1f%%) "
+		             "against the measured\n",
+		             rmoe_dispatch_name(out[i].d), out[i].skew, out[i].model_fwd / MiB,
+		             100.0 * (out[i].model_fwd / out[i].peak_fwd - 1.0), out[i].model_bwd / MiB,
+		             100.0 * (out[i].model_bwd / out[i].peak_bwd - 1.0));
+	for (int i = 1; i < ndisp && !RMOE_SIMULATED; i++) {
+		const char *worst;
+		double diff = rmoe_results_max_rel_diff(&res[0], &res[i], prob, &worst);
+		rmoe_app_say("largest relative difference %s vs %s: %.2e (%s)\n", rmoe_dispatch_name(out[0].d),
+		             rmoe_dispatch_name(out[i].d), diff, worst);
+	}
+}
+
+/* The table and what follows it; --check, --dump and --csv. Returns the
+ * exit code. */
+static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg, const struct outcome *out,
+                  const struct rmoe_results *res, int ndisp, const struct rmoe_problem *prob)
+{
+	int exit_code = 0;
+	rmoe_app_say("\n%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "fwd ms", "bwd ms", "peak fwd", "peak bwd",
+	             "exec peak", "peak RSS", "sent");
+	rmoe_app_say("%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB", "MiB",
+	             "MiB/rank");
+	for (int i = 0; i < ndisp; i++)
+		print_outcome(&out[i]);
+	for (int i = 0; i < ndisp; i++)
+		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL)
+			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
+			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, (long long)out[i].chunk_rows,
+			             fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
+#ifdef RMOE_SIMGRID
+	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
+	             "(model), no task samples memory in a simulation; exec peak = peak above the %.1f MiB "
+	             "resident; peak RSS is the simulator's whole process)\n",
+	             out[0].resident / MiB);
+#else
+	rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak = peak "
+	             "above the %.1f MiB resident: weights, gradients, inputs, routing)\n",
+	             out[0].resident / MiB);
+#endif
+	print_comparisons(out, res, ndisp, prob);
+	for (int i = 0; i < ndisp && r->check; i++) {
+		const char *worst;
+		int64_t ties;
+		double err = rmoe_results_check(&res[i], prob, &worst, &ties);
+		int ok = err <= CHECK_TOLERANCE;
+		rmoe_app_say("check %s vs reference: largest relative error %.2e (%s), %lld near-tie routing "
+		             "choice(s); tolerance %.0e: %s\n",
+		             rmoe_dispatch_name(out[i].d), err, worst, (long long)ties, CHECK_TOLERANCE,
+		             ok ? "PASS" : "FAIL");
+		if (!ok)
+			exit_code = 1;
+	}
+	if (exit_code == 0 && r->dump) {
+		if (rmoe_results_dump(&res[0], prob, r->dump))
+			exit_code = 1;
+		else
+			rmoe_app_say("wrote inputs and %s outputs to %s/\n", rmoe_dispatch_name(out[0].d), r->dump);
+	}
+	if (exit_code == 0 && r->csv && rmoe_app_agree(write_csv(r->csv, cfg, prob->nranks, out, ndisp)))
+		exit_code = 1;
+	return exit_code;
+}
+
 int rmoe_cmd_run(int argc, char **argv, int first)
 {
 	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both"};
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];
-	int prc = rmoe_opts_parse(opts, NOPTS, argc, argv, first, msg, sizeof(msg));
-	if (prc == 1) {
-		char help[4096];
-		rmoe_opts_help(opts, NOPTS, help, sizeof(help));
-		rmoe_app_say("%s%s%s", usage_head, help, usage_tail);
+	int prc = rmoe_app_options(opts, NOPTS, argc, argv, first, usage_head, usage_tail, msg, sizeof(msg));
+	if (prc == 1)
 		return 0;
-	}
 	struct rmoe_layer_config cfg;
-	if (!prc)
-		prc = make_config(&r, &cfg, msg, sizeof(msg));
 	enum rmoe_dispatch which[3];
 	int ndisp = 0;
-	if (!prc) {
-		/* The ring (expert routing) always comes first: ratios are against it. */
-		int ring = !strcmp(r.dispatch, "ring") || !strcmp(r.dispatch, "both") || !strcmp(r.dispatch, "all");
-		int a2a = !strcmp(r.dispatch, "a2a") || !strcmp(r.dispatch, "both") || !strcmp(r.dispatch, "all");
-		int token = !strcmp(r.dispatch, "token") || !strcmp(r.dispatch, "all");
-		if (!strcmp(r.dispatch, "auto"))
-			which[ndisp++] = RMOE_DISPATCH_AUTO;
-		if (ring)
-			which[ndisp++] = RMOE_DISPATCH_RING_EXPERT;
-		if (a2a)
-			which[ndisp++] = RMOE_DISPATCH_ALLTOALL;
-		if (token)
-			which[ndisp++] = RMOE_DISPATCH_RING_TOKEN;
-		if (!ndisp) {
-			snprintf(msg, sizeof(msg), "--dispatch '%s': expected ring, token, a2a, auto, both or all",
-			         r.dispatch);
-			prc = RMOE_EINVAL;
-		}
-	}
+	if (!prc)
+		prc = make_config(&r, &cfg, msg, sizeof(msg));
+	if (!prc && !(ndisp = parse_dispatch(r.dispatch, which, msg, sizeof(msg))))
+		prc = RMOE_EINVAL;
 #ifdef RMOE_SIMGRID
 	if (!prc && (r.check || r.load || r.dump || r.trace)) {
 		snprintf(msg, sizeof(msg), "--check, --load, --dump and --trace need real kernels: this is the "
@@ -357,145 +446,43 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		prc = RMOE_EINVAL;
 	}
 #endif
+	int nranks;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	/* The configuration is checked before anything starts (same check as
+	 * the layer's, so a bad value fails here on every rank alike). */
+	if (!prc && (prc = rmoe_config_check(&cfg, nranks, 1)))
+		snprintf(msg, sizeof(msg), "%s", rmoe_strerror(prc));
 	if (prc) {
 		rmoe_app_say("relaymoe run: %s\n", msg);
 		return 2;
 	}
-
-	int nranks, rank;
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	/* The configuration is checked before anything starts (same check as
-	 * the layer's, so a bad value fails here on every rank alike). */
-	int rc = rmoe_config_check(&cfg, nranks, 1);
-	if (rc) {
-		rmoe_app_say("relaymoe run: %s\n", rmoe_strerror(rc));
-		return 2;
-	}
-
-	struct rmoe_ctx_config ccfg;
-	rmoe_ctx_config_init(&ccfg);
-	ccfg.trace = r.trace;
-	if (r.sched) {
-		/* STARPU_SCHED would win over the configuration's policy. */
-		setenv("STARPU_SCHED", r.sched, 1);
-		ccfg.sched = r.sched;
-	}
-	if (r.no_prio) {
-		/* The ring's tasks all clamp to one level (rmoe_clamp_prio; tasks
-		 * given no priority stay at 0), and StarPU-MPI sends in submission
-		 * order. Not min = max: dmda-family policies divide by max - min. */
-		setenv("STARPU_MIN_PRIO", "0", 1);
-		setenv("STARPU_MAX_PRIO", "1", 1);
-		setenv("STARPU_MPI_PRIORITIES", "0", 1);
-	}
 	rmoe_ctx *ctx = NULL;
-	rc = rmoe_app_agree(rmoe_ctx_create(&ctx, &ccfg));
-	if (rc) {
-		rmoe_app_error("%s", rmoe_strerror(rc));
-		if (ctx)
-			rmoe_ctx_destroy(ctx);
+	if (make_context(&r, &ctx))
 		return 1;
-	}
 	struct rmoe_problem prob;
-	rc = rmoe_problem_init(&prob, &cfg, (uint64_t)r.seed, r.load);
-	if (rc) {
+	if (rmoe_problem_init(&prob, &cfg, (uint64_t)r.seed, r.load)) {
 		rmoe_problem_free(&prob);
 		rmoe_ctx_destroy(ctx);
 		return 1;
 	}
-
-	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, "
-	             "shared FFN %lld, seed %lld, %lld timed repetition(s)\n",
-	             nranks, (long long)cfg.hidden, (long long)cfg.ffn, (long long)cfg.experts,
-	             (long long)cfg.topk, (long long)cfg.tokens, r.preset ? ", preset " : "",
-	             r.preset ? r.preset : "", (long long)cfg.shared_ffn, (long long)r.seed,
-	             (long long)r.repeat);
+	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, shared FFN "
+	             "%lld, seed %lld, %lld timed repetition(s)\n",
+	             nranks, (long long)cfg.hidden, (long long)cfg.ffn, (long long)cfg.experts, (long long)cfg.topk,
+	             (long long)cfg.tokens, r.preset ? ", preset " : "", r.preset ? r.preset : "",
+	             (long long)cfg.shared_ffn, (long long)r.seed, (long long)r.repeat);
 	if (r.preset && r.scale != 1.0)
 		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
 
 	struct rmoe_results res[3];
 	struct outcome out[3];
 	memset(res, 0, sizeof(res));
+	int rc = 0;
 	for (int i = 0; i < ndisp && !rc; i++) {
 		rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
 		if (!rc)
 			rc = run_one(ctx, &prob, which[i], r.repeat, r.quiet, &res[i], &out[i]);
 	}
-
-	int exit_code = rc ? 1 : 0;
-	if (!rc) {
-		rmoe_app_say("\n%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "fwd ms", "bwd ms", "peak fwd",
-		             "peak bwd", "exec peak", "peak RSS", "sent");
-		rmoe_app_say("%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "(median)", "(median)", "MiB",
-		             "MiB", "MiB", "MiB", "MiB/rank");
-		for (int i = 0; i < ndisp; i++)
-			print_outcome(&out[i]);
-		for (int i = 0; i < ndisp; i++)
-			if (cfg.mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL)
-				rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak "
-				             "%.1f MiB\n",
-				             rmoe_dispatch_name(out[i].d), (double)cfg.mem_cap / MiB,
-				             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
-#ifdef RMOE_SIMGRID
-		rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the "
-		             "memory model's (model), no task samples memory in a simulation; exec peak = "
-		             "peak above the %.1f MiB resident; peak RSS is the simulator's whole process)\n",
-		             out[0].resident / MiB);
-#else
-		rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak "
-		             "= peak above the %.1f MiB resident: weights, gradients, inputs, routing)\n",
-		             out[0].resident / MiB);
-#endif
-		/* Ratios of the all-to-all over each ring mode, then agreement. */
-		int ia = -1;
-		for (int i = 0; i < ndisp; i++)
-			if (out[i].d == RMOE_DISPATCH_ALLTOALL)
-				ia = i;
-		for (int i = 0; i < ndisp && ia >= 0; i++) {
-			if (i == ia)
-				continue;
-			const struct outcome *ring = &out[i], *a2a = &out[ia];
-			double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
-			rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward "
-			             "time %.2fx\n",
-			             rmoe_dispatch_name(ring->d), pa / pr,
-			             (pa - a2a->resident) / (pr - ring->resident),
-			             (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
-		}
-		for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
-			rmoe_app_say("model %-5s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB "
-			             "(%+.1f%%) against the measured\n",
-			             rmoe_dispatch_name(out[i].d), out[i].skew, out[i].model_fwd / MiB,
-			             100.0 * (out[i].model_fwd / out[i].peak_fwd - 1.0), out[i].model_bwd / MiB,
-			             100.0 * (out[i].model_bwd / out[i].peak_bwd - 1.0));
-		for (int i = 1; i < ndisp && !RMOE_SIMULATED; i++) {
-			const char *worst;
-			double diff = rmoe_results_max_rel_diff(&res[0], &res[i], &prob, &worst);
-			rmoe_app_say("largest relative difference %s vs %s: %.2e (%s)\n",
-			             rmoe_dispatch_name(out[0].d), rmoe_dispatch_name(out[i].d), diff, worst);
-		}
-		for (int i = 0; i < ndisp && r.check; i++) {
-			const char *worst;
-			int64_t ties;
-			double err = rmoe_results_check(&res[i], &prob, &worst, &ties);
-			int ok = err <= CHECK_TOLERANCE;
-			rmoe_app_say("check %s vs reference: largest relative error %.2e (%s), %lld near-tie "
-			             "routing choice(s); tolerance %.0e: %s\n",
-			             rmoe_dispatch_name(out[i].d), err, worst, (long long)ties, CHECK_TOLERANCE,
-			             ok ? "PASS" : "FAIL");
-			if (!ok)
-				exit_code = 1;
-		}
-		if (exit_code == 0 && r.dump) {
-			if (rmoe_results_dump(&res[0], &prob, r.dump))
-				exit_code = 1;
-			else
-				rmoe_app_say("wrote inputs and %s outputs to %s/\n", rmoe_dispatch_name(out[0].d), r.dump);
-		}
-		if (exit_code == 0 && r.csv && rmoe_app_agree(write_csv(r.csv, &cfg, nranks, out, ndisp)))
-			exit_code = 1;
-	}
+	int exit_code = rc ? 1 : report(&r, &cfg, out, res, ndisp, &prob);
 	for (int i = 0; i < 3; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
@@ -505,8 +492,8 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		rmoe_app_error("%s", rmoe_strerror(drc));
 		exit_code = 1;
 	} else if (r.trace && exit_code == 0) {
-		rmoe_app_say("trace of %d rank(s) in %s/ (paje.trace, tasks.rec, dag.dot, relaymoe-trace.txt)\n",
-		             nranks, r.trace);
+		rmoe_app_say("trace of %d rank(s) in %s/ (paje.trace, tasks.rec, dag.dot, relaymoe-trace.txt)\n", nranks,
+		             r.trace);
 	}
 	return exit_code;
 }

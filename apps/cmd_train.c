@@ -233,13 +233,9 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];
-	int prc = rmoe_opts_parse(opts, NOPTS, argc, argv, first, msg, sizeof(msg));
-	if (prc == 1) {
-		char help[8192];
-		rmoe_opts_help(opts, NOPTS, help, sizeof(help));
-		rmoe_app_say("%s%s%s", usage_head, help, usage_tail);
+	int prc = rmoe_app_options(opts, NOPTS, argc, argv, first, usage_head, usage_tail, msg, sizeof(msg));
+	if (prc == 1)
 		return 0;
-	}
 	int nranks, rank;
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -10,9 +10,22 @@
 
 #include "app.h"
 #include "npy.h"
-#include "reference.h"
+#include "opts.h"
+#include "rmoe_reference.h"
 #include "rmoe_config.h"
 #include "seeded.h"
+
+int rmoe_app_options(const struct rmoe_opt *opts, int nopts, int argc, char **argv, int first, const char *head,
+                     const char *tail, char *msg, size_t len)
+{
+	int rc = rmoe_opts_parse(opts, (size_t)nopts, argc, argv, first, msg, len);
+	if (rc == 1) {
+		char help[8192];
+		rmoe_opts_help(opts, (size_t)nopts, help, sizeof(help));
+		rmoe_app_say("%s%s%s", head, help, tail);
+	}
+	return rc;
+}
 
 int rmoe_app_agree(int rc)
 {
@@ -342,20 +355,10 @@ struct global {
 
 static void global_free(struct global *g)
 {
-	free(g->x);
-	free(g->dy);
-	free(g->y);
-	free(g->dx);
-	free(g->w_gate);
-	free(g->w_up);
-	free(g->w_down);
-	free(g->dw_gate);
-	free(g->dw_up);
-	free(g->dw_down);
-	free(g->dw_router);
-	for (int i = 0; i < 3; i++)
-		free(g->dws[i]);
-	free(g->idx);
+	void *all[] = {g->x,      g->dy,     g->y,       g->dx,     g->w_gate, g->w_up,   g->w_down, g->dw_gate,
+	               g->dw_up,  g->dw_down, g->dw_router, g->dws[0], g->dws[1], g->dws[2], g->idx};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		free(all[i]);
 }
 
 static int global_gather(const struct rmoe_results *r, const struct rmoe_problem *p, struct global *g)

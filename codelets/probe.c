@@ -2,7 +2,7 @@
  * codelet on entry, with a running maximum (StarPU 1.3 keeps no peak). */
 #include <stdatomic.h>
 
-#include "rmoe_codelets.h"
+#include "codelet.h"
 
 static _Atomic int64_t rmoe_probe_peak_bytes;
 

@@ -13,12 +13,11 @@
  *   RMOE_SIM_GPU_TFLOPS, RMOE_SIM_GPU_GBS, RMOE_SIM_GPU_FLOOR_US,
  *   RMOE_SIM_CPU_GFLOPS, RMOE_SIM_CPU_GBS, RMOE_SIM_CPU_FLOOR_US.
  * Compiled in every build (the real build keeps its history models and
- * never calls these); codelets/kernels.h picks them under STARPU_SIMGRID. */
+ * never calls these); codelets/codelet.h picks them under STARPU_SIMGRID. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels.h"
-#include "rmoe_codelets.h"
+#include "codelet.h"
 
 struct sim_rates {
 	double flops_per_us, bytes_per_us, floor_us;
@@ -110,13 +109,23 @@ double rmoe_sim_cost_dispatch_map(struct starpu_task *task, struct starpu_perfmo
 /* Gather and scatter-add move count rows of H floats (the scatter reads and
  * writes its destination rows); the pair indices and weights are small.
  * The full [T*H] source or destination is not touched: only its rows. */
-double rmoe_sim_cost_rows(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
+static double rows_cost(struct starpu_task *task, struct starpu_perfmodel_arch *arch, int scatter)
 {
-	(void)nimpl;
 	const struct rmoe_rows_args *a = task->cl_arg;
 	double row = 4.0 * (double)a->count * (double)a->hidden;
-	int scatter = task->cl == &rmoe_cl_scatter_add;
 	return cost(task, arch, (double)a->count * a->hidden, (scatter ? 3.0 : 2.0) * row + 8.0 * a->count);
+}
+
+double rmoe_sim_cost_gather(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
+{
+	(void)nimpl;
+	return rows_cost(task, arch, 0);
+}
+
+double rmoe_sim_cost_scatter_add(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
+{
+	(void)nimpl;
+	return rows_cost(task, arch, 1);
 }
 
 /* unpermute-bwd: dy rows and returned rows read, dout rows written. */
@@ -152,7 +161,7 @@ double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmode
 	 * and dx rows; the workspace read and rewritten. Only the rows' dx,
 	 * not the whole [T*H] destination. */
 	double bytes = 4.0 * (weights * (a->accumulate ? 3.0 : 2.0) + 3.0 * m * H + 2.0 * m * 4.0 * F);
-	return cost(task, arch, rmoe_flops_expert_bwd(a->rows, a->hidden, a->ffn, a->mode), bytes);
+	return cost(task, arch, rmoe_flops_expert_bwd(a->rows, a->hidden, a->ffn), bytes);
 }
 
 /* accumulate reads src and reads and writes dst; zero writes dst. */
@@ -160,8 +169,14 @@ double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmode
 {
 	(void)nimpl;
 	const struct rmoe_accumulate_args *a = task->cl_arg;
-	int zero = task->cl == &rmoe_cl_zero;
-	return cost(task, arch, zero ? 0 : (double)a->count, (zero ? 1.0 : 3.0) * 4.0 * (double)a->count);
+	return cost(task, arch, (double)a->count, 3.0 * 4.0 * (double)a->count);
+}
+
+double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
+{
+	(void)nimpl;
+	const struct rmoe_accumulate_args *a = task->cl_arg;
+	return cost(task, arch, 0, 4.0 * (double)a->count);
 }
 
 /* sort-chunks: every row read once and written once. */

@@ -14,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rmoe_codelets.h"
-#include "rmoe_graph.h"
+#include "rmoe_dispatch.h"
 
 enum { TAG_COUNTS, TAG_DISPATCH, TAG_COMBINE, TAG_DOUT, TAG_DX };
 
@@ -30,13 +29,10 @@ struct a2a_plan {
 	int32_t *peer_counts;             /* [N * E] */
 };
 
+/* The int64 arrays share one allocation, send_first's. */
 static void plan_free(struct a2a_plan *p)
 {
 	free(p->send_first);
-	free(p->send_rows);
-	free(p->recv_rows);
-	free(p->chunk_rows);
-	free(p->rows_per_expert);
 	free(p->peer_counts);
 }
 
@@ -49,15 +45,14 @@ static int plan_build(struct rmoe_layer *L, struct rmoe_pass *pass, struct a2a_p
 	memset(p, 0, sizeof(*p));
 	p->N = N;
 	p->me = me;
-	p->send_first = calloc((size_t)N, sizeof(int64_t));
-	p->send_rows = calloc((size_t)N, sizeof(int64_t));
-	p->recv_rows = calloc((size_t)N, sizeof(int64_t));
-	p->chunk_rows = calloc((size_t)(N * el), sizeof(int64_t));
-	p->rows_per_expert = calloc((size_t)el, sizeof(int64_t));
+	p->send_first = calloc((size_t)(3 * N + N * el + el), sizeof(int64_t));
 	p->peer_counts = calloc((size_t)(N * L->E), sizeof(int32_t));
-	if (!p->send_first || !p->send_rows || !p->recv_rows || !p->chunk_rows || !p->rows_per_expert ||
-	    !p->peer_counts)
+	if (!p->send_first || !p->peer_counts)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+	p->send_rows = p->send_first + N;
+	p->recv_rows = p->send_rows + N;
+	p->chunk_rows = p->recv_rows + N;
+	p->rows_per_expert = p->chunk_rows + N * el;
 
 	int rc = rmoe_exchange_counts(L, pass, pass->tag_base + TAG_COUNTS, p->peer_counts);
 	if (rc)
@@ -77,49 +72,19 @@ static int plan_build(struct rmoe_layer *L, struct rmoe_pass *pass, struct a2a_p
 	return 0;
 }
 
-static int submit_sort(struct rmoe_layer *L, const struct a2a_plan *p, int direction,
+static int submit_sort(struct rmoe_layer *L, const struct a2a_plan *p, enum rmoe_sort_direction direction,
                        starpu_data_handle_t *per_peer, starpu_data_handle_t sorted, const char *name)
 {
-	struct rmoe_sort_args *a = malloc(rmoe_sort_args_size(p->N, L->e_local));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	a->hidden = L->H;
-	a->n_peers = p->N;
-	a->n_experts = L->e_local;
-	a->direction = direction;
-	memcpy(a->counts, p->chunk_rows, (size_t)(p->N * L->e_local) * sizeof(int64_t));
-	struct starpu_data_descr *d = calloc((size_t)p->N + 1, sizeof(*d));
-	if (!d) {
-		free(a);
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	}
-	int nb = 0;
-	if (direction == RMOE_UNSORT_TO_PEERS)
-		d[nb++] = (struct starpu_data_descr){sorted, STARPU_R};
-	for (int q = 0; q < p->N; q++)
-		if (p->recv_rows[q] > 0)
-			d[nb++] = (struct starpu_data_descr){per_peer[q],
-			                                     direction == RMOE_SORT_BY_EXPERT ? STARPU_R : STARPU_W};
-	if (direction == RMOE_SORT_BY_EXPERT)
-		d[nb++] = (struct starpu_data_descr){sorted, STARPU_W};
-	int ret = starpu_task_insert(&rmoe_cl_sort_chunks, STARPU_DATA_MODE_ARRAY, d, nb, STARPU_CL_ARGS, a,
-	                             rmoe_sort_args_size(p->N, L->e_local), STARPU_NAME, name, 0);
-	free(d);
-	return ret ? rmoe_error(RMOE_ESTARPU, "submitting %s failed (%d)", name, ret) : 0;
+	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+	return rmoe_insert_sort_chunks(&o, direction, L->H, p->N, L->e_local, p->chunk_rows, per_peer, sorted);
 }
 
 static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, starpu_data_handle_t back,
                                 int64_t first, int64_t count, starpu_data_handle_t dout)
 {
-	struct rmoe_rows_args *a = malloc(sizeof(*a));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	*a = (struct rmoe_rows_args){.first = first, .count = count, .hidden = L->H, .topk = L->K};
-	int ret = starpu_task_insert(&rmoe_cl_unpermute_bwd, STARPU_R, dy, STARPU_R, back, STARPU_R,
-	                             L->h_pair_order, STARPU_R, L->h_topk_w, STARPU_W, dout,
-	                             STARPU_RW | STARPU_COMMUTE, L->h_dg, STARPU_CL_ARGS, a, sizeof(*a),
-	                             STARPU_NAME, "unpermute-bwd", 0);
-	return ret ? rmoe_error(RMOE_ESTARPU, "submitting unpermute-bwd failed (%d)", ret) : 0;
+	struct rmoe_task_opts o = rmoe_opts(L, "unpermute-bwd", 0);
+	struct rmoe_pair_slice s = {first, count, L->H, L->K};
+	return rmoe_insert_unpermute_bwd(&o, &s, dy, back, L->h_pair_order, L->h_topk_w, dout, L->h_dg);
 }
 
 /* Point-to-point all-to-all of per-peer row buffers: out[q] (rows_out[q])
@@ -168,7 +133,7 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 			out[q] = NULL;
 		} else if (rows_in[q] > 0) {
 			in[q] = rmoe_temp_vector(pass, rows_in[q] * L->H, sizeof(float));
-			rc = rmoe_recv(L, pass, in[q], q, pass->tag_base + phase);
+			rc = rmoe_recv(L, in[q], q, pass->tag_base + phase);
 		}
 	}
 	for (int q = 0; q < p->N && !rc; q++)
@@ -176,14 +141,9 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 			starpu_pthread_mutex_lock(&done.lock);
 			done.pending++;
 			starpu_pthread_mutex_unlock(&done.lock);
-			int ret = starpu_mpi_isend_detached_prio(out[q], q, pass->tag_base + phase, 1, L->ctx->comm,
-			                                         send_done, &done);
-			if (ret) {
+			rc = rmoe_send(L, pass, out[q], q, pass->tag_base + phase, 1, send_done, &done);
+			if (rc)
 				send_done(&done);
-				rc = rmoe_error(RMOE_ESTARPU, "starpu_mpi_isend_detached to rank %d failed (%d)", q, ret);
-			} else {
-				pass->bytes_sent += (int64_t)starpu_data_get_size(out[q]);
-			}
 			starpu_data_unregister_submit(out[q]);
 			out[q] = NULL;
 		}
@@ -230,7 +190,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 	for (int q = 0; q < N && !rc; q++)
 		if (p->send_rows[q] > 0) {
 			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * L->H, sizeof(float));
-			rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
+			rc = rmoe_pass_gather(L, pass, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
 			                        "permute");
 		}
 	if (!rc)
@@ -244,7 +204,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 		work = rmoe_temp_vector(pass, p->M * 3 * L->F, sizeof(float));
 		outs = rmoe_temp_vector(pass, p->M * L->H, sizeof(float));
 		if (!rc)
-			rc = rmoe_submit_expert_ffn(L, NULL, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
+			rc = rmoe_pass_expert_ffn(L, NULL, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
 			                            p->M, work, outs, 0, "expert-ffn");
 		if (keep_sorted) {
 			*keep_sorted = sorted;
@@ -283,7 +243,7 @@ int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_d
 	/* combine postprocess: weighted unpermute into y */
 	for (int q = 0; q < L->N && !rc; q++)
 		if (p.send_rows[q] > 0)
-			rc = rmoe_submit_scatter_add(L, &L->own, back[q], p.send_first[q], p.send_rows[q], 1, y, 0,
+			rc = rmoe_pass_scatter_add(L, &L->own, back[q], p.send_first[q], p.send_rows[q], 1, y, 0,
 			                             "unpermute");
 	if (back)
 		release_all(back, L->N);
@@ -327,10 +287,11 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 		rc = submit_sort(L, &p, RMOE_SORT_BY_EXPERT, drecv, dsorted, "sort-by-expert");
 		release_all(drecv, N);
 		starpu_data_handle_t dxs = rmoe_temp_vector(pass, p.M * L->H, sizeof(float));
+		struct rmoe_task_opts o = rmoe_opts(L, "expert-bwd", 0);
+		struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p.M, p.rows_per_expert};
 		if (!rc)
-			rc = rmoe_submit_expert_bwd_preweighted(L, sorted, dsorted, L->h_w_part, L->e_local, L->F,
-			                                        p.rows_per_expert, p.M, work, dxs, L->h_dw_part,
-			                                        0, "expert-bwd");
+			rc = rmoe_insert_expert_bwd_preweighted(&o, &es, 0, sorted, dsorted, L->h_w_part, work, dxs,
+			                                        L->h_dw_part);
 		starpu_data_unregister_submit(dsorted);
 		for (int q = 0; q < N; q++)
 			if (p.recv_rows[q] > 0)
@@ -339,7 +300,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort");
 		starpu_data_unregister_submit(dxs);
 	} else if (!rc) {
-		rc = rmoe_submit_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	}
 	if (sorted)
 		starpu_data_unregister_submit(sorted);
@@ -352,7 +313,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	/* dispatch preprocess backward: unpermute (sum over k) into dx */
 	for (int q = 0; q < N && !rc; q++)
 		if (p.send_rows[q] > 0)
-			rc = rmoe_submit_scatter_add(L, &L->own, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
+			rc = rmoe_pass_scatter_add(L, &L->own, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
 			                             "unpermute-dx");
 	if (dxsend)
 		release_all(dxsend, N);

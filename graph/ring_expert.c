@@ -19,8 +19,7 @@
  * partition: one gradient-only transfer returns it to its owner. */
 #include <stdlib.h>
 
-#include "rmoe_codelets.h"
-#include "rmoe_graph.h"
+#include "rmoe_dispatch.h"
 
 /* Partition held at hop h by this rank. */
 static int visiting(const struct rmoe_layer *L, int h)
@@ -42,23 +41,8 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 	if (n < 0)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	int prio = rmoe_prio_hop(h, L->N), rc = 0;
-	for (int64_t c = 0; c < n && !rc; c++) {
-		int64_t rows = chunks[c].rows;
-		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
-		starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, chunks[c].first, rows, 0, xg, prio,
-		                        rmoe_task_name("gather", h));
-		if (!rc)
-			rc = rmoe_submit_expert_ffn(L, pass, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
-			                            rows, work, out, prio, rmoe_task_name("expert-ffn", h));
-		if (!rc)
-			rc = rmoe_submit_scatter_add(L, &L->own, out, chunks[c].first, rows, 1, y, prio,
-			                             rmoe_task_name("scatter-add", h));
-		starpu_data_unregister_submit(xg);
-		starpu_data_unregister_submit(work);
-		starpu_data_unregister_submit(out);
-	}
+	for (int64_t c = 0; c < n && !rc; c++)
+		rc = rmoe_chunk_forward(L, pass, &L->own, L->h_x, weights, &chunks[c], y, prio, h);
 	rmoe_chunks_free(chunks, n);
 	return rc;
 }
@@ -77,17 +61,17 @@ int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % 2] : NULL;
 		int64_t tag = pass->tag_base + h;
 		if (next && overlap) {
-			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1);
+			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1, NULL, NULL);
 			if (!rc)
-				rc = rmoe_recv(L, pass, next, L->left, tag);
+				rc = rmoe_recv(L, next, L->left, tag);
 		}
 		if (!rc)
 			rc = forward_hop(L, pass, h, hold, y);
 		if (!rc && next && !overlap) {
 			starpu_task_wait_for_all();
-			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1);
+			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1, NULL, NULL);
 			if (!rc)
-				rc = rmoe_recv(L, pass, next, L->left, tag);
+				rc = rmoe_recv(L, next, L->left, tag);
 			if (!rc)
 				rc = rmoe_wait_data(next);
 		}
@@ -112,26 +96,8 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 		return 0;
 	}
 	int prio = rmoe_prio_hop(h, L->N);
-	for (int64_t c = 0; c < n && !*rc; c++) {
-		int64_t rows = chunks[c].rows;
-		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
-		*rc = rmoe_submit_gather(L, pass, &L->own, L->h_x, chunks[c].first, rows, 0, xg, prio,
-		                         rmoe_task_name("gather", h));
-		if (!*rc)
-			*rc = rmoe_submit_gather(L, pass, &L->own, dy, chunks[c].first, rows, 0, dyg, prio,
-			                         rmoe_task_name("gather-dy", h));
-		if (!*rc)
-			*rc = rmoe_submit_expert_ffn(L, NULL, xg, weights, L->e_local, L->F, chunks[c].rows_per_expert,
-			                             rows, work, NULL, prio, rmoe_task_name("recompute", h));
-		if (!*rc)
-			*rc = rmoe_submit_expert_bwd_pairs(L, pass, &L->own, xg, dyg, weights, &chunks[c], work, dx,
-			                                   partial, c > 0, prio, rmoe_task_name("expert-bwd", h));
-		starpu_data_unregister_submit(xg);
-		starpu_data_unregister_submit(dyg);
-		starpu_data_unregister_submit(work);
-	}
+	for (int64_t c = 0; c < n && !*rc; c++)
+		*rc = rmoe_chunk_backward(L, pass, &L->own, L->h_x, dy, weights, &chunks[c], dx, partial, c > 0, prio, h);
 	rmoe_chunks_free(chunks, n);
 	return n;
 }
@@ -155,13 +121,13 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		/* G of the visiting partition; with one rank, the owner's gradient. */
 		starpu_data_handle_t acc = N == 1 ? L->h_dw_part : gb[h % 2];
 		if (next && overlap) {
-			rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1);
+			rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1, NULL, NULL);
 			if (!rc)
-				rc = rmoe_recv(L, pass, next, L->left, tag_w + h);
+				rc = rmoe_recv(L, next, L->left, tag_w + h);
 		}
 		/* Posted before the hop's compute: it arrives while we compute. */
 		if (!rc && h >= 1 && overlap)
-			rc = rmoe_recv(L, pass, acc, L->left, tag_g + h);
+			rc = rmoe_recv(L, acc, L->left, tag_g + h);
 		if (rc)
 			break;
 
@@ -170,9 +136,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		starpu_data_handle_t partial = h == 0 ? acc : rmoe_temp_vector(pass, L->part_floats, sizeof(float));
 		int64_t nchunks = backward_hop(L, pass, h, hold, dy, dx, partial, &rc);
 		if (!rc && nchunks == 0 && h == 0)
-			rc = rmoe_submit_zero(NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
+			rc = rmoe_pass_zero(NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
 		if (!rc && nchunks > 0 && h >= 1)
-			rc = rmoe_submit_accumulate(pass, partial, acc, L->part_floats, prio,
+			rc = rmoe_pass_accumulate(pass, partial, acc, L->part_floats, prio,
 			                            rmoe_task_name("grad-accumulate", h));
 		if (h >= 1)
 			starpu_data_unregister_submit(partial);
@@ -182,21 +148,21 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		if (!overlap) {
 			starpu_task_wait_for_all();
 			if (next) {
-				rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1);
+				rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1, NULL, NULL);
 				if (!rc)
-					rc = rmoe_recv(L, pass, next, L->left, tag_w + h);
+					rc = rmoe_recv(L, next, L->left, tag_w + h);
 			}
 		}
 		if (!rc && h < N - 1) {
-			rc = rmoe_send(L, pass, acc, L->right, tag_g + h + 1, prio + 1);
+			rc = rmoe_send(L, pass, acc, L->right, tag_g + h + 1, prio + 1, NULL, NULL);
 			if (!rc && !overlap)
-				rc = rmoe_recv(L, pass, gb[(h + 1) % 2], L->left, tag_g + h + 1);
+				rc = rmoe_recv(L, gb[(h + 1) % 2], L->left, tag_g + h + 1);
 		} else if (!rc) {
 			/* The gradient-only return: rank at position i finishes the G of
 			 * position i+1's partition and hands it to its owner. */
-			rc = rmoe_send(L, pass, acc, L->right, tag_final, prio + 1);
+			rc = rmoe_send(L, pass, acc, L->right, tag_final, prio + 1, NULL, NULL);
 			if (!rc)
-				rc = rmoe_recv(L, pass, L->h_dw_part, L->left, tag_final);
+				rc = rmoe_recv(L, L->h_dw_part, L->left, tag_final);
 		}
 		if (!rc && !overlap && next) {
 			rc = rmoe_wait_data(next);

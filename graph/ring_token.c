@@ -14,7 +14,7 @@
  * expert routing (§3.1): a hop computes into a local partial without waiting
  * for the visiting accumulator, adds the partial in place once it has
  * arrived, and sends it on; the next hop's expert task waits for that
- * addition (the gate of submit.c), so one partial exists at a time.
+ * addition (the gate of pass.c), so one partial exists at a time.
  *
  * Backward carries x, dy and the routing with the accumulators dx and dg;
  * each hop reconstructs its intermediates (§3.3) and the weight gradient of
@@ -23,8 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rmoe_codelets.h"
-#include "rmoe_graph.h"
+#include "rmoe_dispatch.h"
 
 /* What travels with a token partition, one handle per kind. */
 enum kind { X, DY, ORDER, WEIGHTS, ACC, DG, NKINDS };
@@ -103,12 +102,12 @@ static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 		if (!last && overlap)
 			for (int i = 0; i < ninputs && !rc; i++) {
 				int k = inputs[i];
-				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1);
+				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1, NULL, NULL);
 				if (!rc)
-					rc = rmoe_recv(L, pass, R->buf[k][(h + 1) % 2], L->left, tag + k);
+					rc = rmoe_recv(L, R->buf[k][(h + 1) % 2], L->left, tag + k);
 			}
 		for (int i = 0; i < naccs && !rc && !last && overlap; i++)
-			rc = rmoe_recv(L, pass, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
+			rc = rmoe_recv(L, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
 		if (!rc)
 			rc = compute_hop(L, pass, h, held, &rt, dw_written);
 		if (rc || N == 1)
@@ -118,24 +117,24 @@ static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 		for (int i = 0; i < naccs && !rc; i++) {
 			int k = accs[i];
 			if (!last)
-				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1);
+				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1, NULL, NULL);
 			else {
 				/* The finished accumulators of position i+1 go home. */
 				int64_t ret_tag = tag0 + (int64_t)N * NKINDS + k;
-				rc = rmoe_send(L, pass, held[k], L->right, ret_tag, prio + 1);
+				rc = rmoe_send(L, pass, held[k], L->right, ret_tag, prio + 1, NULL, NULL);
 				if (!rc)
-					rc = rmoe_recv(L, pass, own[k], L->left, ret_tag);
+					rc = rmoe_recv(L, own[k], L->left, ret_tag);
 			}
 		}
 		if (!last && !overlap) {
 			for (int i = 0; i < ninputs && !rc; i++) {
 				int k = inputs[i];
-				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1);
+				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1, NULL, NULL);
 				if (!rc)
-					rc = rmoe_recv(L, pass, R->buf[k][(h + 1) % 2], L->left, tag + k);
+					rc = rmoe_recv(L, R->buf[k][(h + 1) % 2], L->left, tag + k);
 			}
 			for (int i = 0; i < naccs && !rc; i++)
-				rc = rmoe_recv(L, pass, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
+				rc = rmoe_recv(L, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
 			for (int i = 0; i < ninputs && !rc; i++)
 				rc = rmoe_wait_data(R->buf[inputs[i]][(h + 1) % 2]);
 			for (int i = 0; i < naccs && !rc; i++)
@@ -161,29 +160,13 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 	const int64_t TH = L->T * L->H;
 	if (h > 0 && n > 0) {
 		acc = rmoe_temp_vector(pass, TH, sizeof(float));
-		rc = rmoe_submit_zero(pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
+		rc = rmoe_pass_zero(pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
 	}
-	for (int64_t c = 0; c < n && !rc; c++) {
-		int64_t rows = chunks[c].rows;
-		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
-		starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		rc = rmoe_submit_gather(L, pass, rt, held[X], chunks[c].first, rows, 0, xg, prio,
-		                        rmoe_task_name("gather", h));
-		if (!rc)
-			rc = rmoe_submit_expert_ffn(L, pass, xg, L->h_w_part, L->e_local, L->F,
-			                            chunks[c].rows_per_expert, rows, work, out, prio,
-			                            rmoe_task_name("expert-ffn", h));
-		if (!rc)
-			rc = rmoe_submit_scatter_add(L, rt, out, chunks[c].first, rows, 1, acc, prio,
-			                             rmoe_task_name("scatter-add", h));
-		starpu_data_unregister_submit(xg);
-		starpu_data_unregister_submit(work);
-		starpu_data_unregister_submit(out);
-	}
+	for (int64_t c = 0; c < n && !rc; c++)
+		rc = rmoe_chunk_forward(L, pass, rt, held[X], L->h_w_part, &chunks[c], acc, prio, h);
 	if (acc != held[ACC]) {
 		if (!rc)
-			rc = rmoe_submit_accumulate(pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+			rc = rmoe_pass_accumulate(pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
 		starpu_data_unregister_submit(acc);
 	}
 	rmoe_chunks_free(chunks, n);
@@ -220,40 +203,22 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	if (h > 0 && n > 0) {
 		dx = rmoe_temp_vector(pass, TH, sizeof(float));
 		part.dg = rmoe_temp_vector(pass, TK, sizeof(float));
-		rc = rmoe_submit_zero(pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
+		rc = rmoe_pass_zero(pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
 		if (!rc)
-			rc = rmoe_submit_zero(pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
+			rc = rmoe_pass_zero(pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
 		rt = &part;
 	}
 	for (int64_t c = 0; c < n && !rc; c++) {
-		int64_t rows = chunks[c].rows;
-		starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-		starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
-		rc = rmoe_submit_gather(L, pass, rt, held[X], chunks[c].first, rows, 0, xg, prio,
-		                        rmoe_task_name("gather", h));
-		if (!rc)
-			rc = rmoe_submit_gather(L, pass, rt, held[DY], chunks[c].first, rows, 0, dyg, prio,
-			                        rmoe_task_name("gather-dy", h));
-		if (!rc)
-			rc = rmoe_submit_expert_ffn(L, NULL, xg, L->h_w_part, L->e_local, L->F,
-			                            chunks[c].rows_per_expert, rows, work, NULL, prio,
-			                            rmoe_task_name("recompute", h));
-		if (!rc)
-			rc = rmoe_submit_expert_bwd_pairs(L, pass, rt, xg, dyg, L->h_w_part, &chunks[c], work, dx,
-			                                  L->h_dw_part, *dw_written, prio,
-			                                  rmoe_task_name("expert-bwd", h));
+		rc = rmoe_chunk_backward(L, pass, rt, held[X], held[DY], L->h_w_part, &chunks[c], dx, L->h_dw_part,
+		                         *dw_written, prio, h);
 		*dw_written = 1;
-		starpu_data_unregister_submit(xg);
-		starpu_data_unregister_submit(dyg);
-		starpu_data_unregister_submit(work);
 	}
 	if (dx != held[ACC]) {
 		/* dg first: the gate goes to the larger dx addition. */
 		if (!rc)
-			rc = rmoe_submit_accumulate(NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
+			rc = rmoe_pass_accumulate(NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
 		if (!rc)
-			rc = rmoe_submit_accumulate(pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+			rc = rmoe_pass_accumulate(pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
 		starpu_data_unregister_submit(dx);
 		starpu_data_unregister_submit(part.dg);
 	}
@@ -271,12 +236,12 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int dw_written = 0;
 	/* Partials add into dg (dx starts zeroed by the layer): clear it. */
 	if (!rc)
-		rc = rmoe_submit_zero(NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
+		rc = rmoe_pass_zero(NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
-		rc = rmoe_submit_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	ring_free(pass, &R);
 	return rc;
 }

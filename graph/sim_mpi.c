@@ -202,7 +202,7 @@ int rmoe_sim_MPI_Barrier(MPI_Comm comm)
 	return rmoe_sim_MPI_Allreduce(&z, &all, 1, MPI_INT, MPI_SUM, comm);
 }
 
-/* The non-blocking ones complete at once (the bounded waits of layer.c
+/* The non-blocking ones complete at once (the bounded waits of collective.c
  * then find them done). */
 int rmoe_sim_MPI_Iallreduce(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                             MPI_Request *req)

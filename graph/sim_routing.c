@@ -12,15 +12,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "rmoe_graph.h"
+#include "rmoe_hash.h"
+#include "rmoe_pass.h"
 
-static uint64_t splitmix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts)
 {
@@ -38,11 +32,11 @@ void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int r
 		return;
 	/* Moves of up to width pairs between expert pairs keep the total; a
 	 * token picks an expert at most once, so no count passes T. */
-	uint64_t state = splitmix64(seed ^ splitmix64((uint64_t)rank + 0x5157ull));
+	uint64_t state = rmoe_splitmix64(seed ^ rmoe_splitmix64((uint64_t)rank + 0x5157ull));
 	for (int64_t e = 0; e < experts; e++) {
-		state = splitmix64(state);
+		state = rmoe_splitmix64(state);
 		int64_t to = (e + 1 + (int64_t)(state % (uint64_t)(experts - 1))) % experts;
-		state = splitmix64(state);
+		state = rmoe_splitmix64(state);
 		int64_t d = (int64_t)(state % (uint64_t)(2 * width + 1)) - width;
 		if (d > 0) {
 			d = d < counts[e] ? d : counts[e];

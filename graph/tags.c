@@ -5,7 +5,7 @@
  * the same order (every layer call is collective), so blocks agree without
  * communication. When the window is exhausted it wraps: a pass completes all
  * its transfers before returning, so an old block is free again. */
-#include "rmoe_graph.h"
+#include "rmoe_ctx.h"
 
 int rmoe_tags_reserve(rmoe_ctx *ctx, int64_t count, int64_t *base)
 {

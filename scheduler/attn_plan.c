@@ -152,6 +152,9 @@ static double next_ratio(const struct rmoe_attn_layer_cost *c, int level, int64_
 	return *bytes > 0 ? *flops / (double)*bytes : INFINITY;
 }
 
+/* Long: §3.4's greedy choice in its steps (input checks, per-layer costs,
+ * the budget left, the greedy fill, the predicted gain), kept together so
+ * that the order of the steps shows. */
 int rmoe_attn_plan(const struct rmoe_attn_plan_input *in, struct rmoe_attn_plan *p)
 {
 	int rc = check_input(in);

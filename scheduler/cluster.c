@@ -408,7 +408,9 @@ static int cmp_int(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* What the whole description must satisfy once every line is read. */
+/* What the whole description must satisfy once every line is read.
+ * Long: one check per rule of the format (rmoe_plan.h), each naming what is
+ * missing or inconsistent. */
 static int check_complete(const struct parser *ps)
 {
 	struct rmoe_cluster *c = ps->c;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rmoe_hash.h"
 #include "rmoe_scheduler.h"
 
 /* StarPU 1.3 vector handles count elements in 32 bits. */
@@ -77,6 +78,8 @@ static int check_elems(const char *what, int64_t a, int64_t b)
 	return 0;
 }
 
+/* Long: one check per field, in the order of the struct, each with the
+ * message that names its value: a list reads best whole. */
 int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cuda)
 {
 	if (!c)
@@ -174,32 +177,23 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 }
 
 /* FNV-1a over the fields that every rank must agree on. */
-static uint64_t fnv(uint64_t h, int64_t v)
-{
-	for (int i = 0; i < 8; i++) {
-		h ^= (uint64_t)((v >> (8 * i)) & 0xff);
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
 uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 {
-	uint64_t h = 14695981039346656037ULL;
-	h = fnv(h, c->hidden);
-	h = fnv(h, c->ffn);
-	h = fnv(h, c->experts);
-	h = fnv(h, c->topk);
-	h = fnv(h, c->tokens);
-	h = fnv(h, c->norm_topk);
-	h = fnv(h, c->shared_ffn);
-	h = fnv(h, c->dispatch);
-	h = fnv(h, c->dtype);
-	h = fnv(h, c->chunk_rows);
-	h = fnv(h, c->overlap);
-	h = fnv(h, c->deterministic);
-	h = fnv(h, c->mem_cap);
+	uint64_t h = rmoe_hash_init();
+	h = rmoe_hash_i64(h, c->hidden);
+	h = rmoe_hash_i64(h, c->ffn);
+	h = rmoe_hash_i64(h, c->experts);
+	h = rmoe_hash_i64(h, c->topk);
+	h = rmoe_hash_i64(h, c->tokens);
+	h = rmoe_hash_i64(h, c->norm_topk);
+	h = rmoe_hash_i64(h, c->shared_ffn);
+	h = rmoe_hash_i64(h, c->dispatch);
+	h = rmoe_hash_i64(h, c->dtype);
+	h = rmoe_hash_i64(h, c->chunk_rows);
+	h = rmoe_hash_i64(h, c->overlap);
+	h = rmoe_hash_i64(h, c->deterministic);
+	h = rmoe_hash_i64(h, c->mem_cap);
 	/* The finite check adds a collective to every pass: ranks must agree. */
-	h = fnv(h, c->check_finite);
+	h = rmoe_hash_i64(h, c->check_finite);
 	return h;
 }

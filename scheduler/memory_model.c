@@ -6,7 +6,7 @@
  * compute in the all-to-all (skew * P). s is the element size of activations
  * and weights; routing (indices, weights, probabilities) stays 4-byte.
  *
- * Resident, every dispatcher (graph/layer.c): router and its gradient (H*E),
+ * Resident, every dispatcher (graph/layer.c, forward_backward.c): router and its gradient (H*E),
  * the owned partition and its gradient (2W), the shared expert and its
  * gradient, the saved x (T*H), probabilities (T*E), routing weights and dg
  * (2P), top-k indices and pair order (2P int32), expert counts (E int32);
@@ -15,12 +15,12 @@
  * Temporaries (StarPU-allocated, the graphs in graph/):
  * - ring expert routing: two weight receive buffers (one with two ranks),
  *   backward also two gradient relay buffers and one partial gradient (the
- *   gate of submit.c); one hop's rows at a time (the window of submit.c):
+ *   gate of pass.c); one hop's rows at a time (the window of pass.c):
  *   forward gathered x, work [r,3F], out [r,H]; backward gathered x (consumed
  *   into dx), gathered dy, work [r,4F].
  * - ring token routing: two of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
- *   one partial of the accumulators (the gate of submit.c).
+ *   one partial of the accumulators (the gate of pass.c).
  * - all-to-all: the stages of graph/alltoall.c, each exchange a collective
  *   (receives posted once its inputs exist, sent buffers freed when it
  *   returns); backward keeps the recomputed sorted input, work and returned
@@ -86,6 +86,9 @@ static int check(const struct rmoe_mem_config *c)
 	return 0;
 }
 
+/* Long: the three dispatchers' buffers side by side, one case each, so that
+ * each term can be read against the others and against the graph it
+ * models. */
 int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
                       struct rmoe_mem_estimate *o)
 {
@@ -110,7 +113,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	o->resident_backward = resident + 2 * T * H * s;
 	o->weights_and_inputs = 4 * H * E + W * s + (Fs > 0 ? 3 * H * Fs * s : 0) + T * H * s;
 
-	/* The shared expert runs first, alone (layer.c waits for it before the
+	/* The shared expert runs first, alone (forward_backward.c waits for it before the
 	 * dispatch posts anything): work [T,3Fs], out or dx [T,H]. Its phase
 	 * and the dispatch's never overlap: the peak is the larger. */
 	const int64_t shared = Fs > 0 ? T * (3 * Fs + H) * s : 0;
@@ -120,7 +123,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		/* Receive buffers: with two ranks one is ever used, otherwise two.
 		 * Backward adds the gradient relay (the accumulator being summed and
 		 * the one still leaving for the right) and one partial gradient
-		 * (submit.c's gate). */
+		 * (pass.c's gate). */
 		int64_t rbufs = N > 2 ? 2 : N - 1;
 		/* gradient buffers: the one being summed and the one leaving for
 		 * the right (with two ranks the latter is freed once its transfer

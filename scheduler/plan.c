@@ -1,20 +1,19 @@
-/* The plan of a layer on a topology: ring order, its edges, the routing
- * choice. The memory part is left for the memory model. */
+/* The plan: every decision taken before a layer's graph is built, in one
+ * function, in the order they depend on each other: the ring (order and
+ * edges), the routing mode (§3.2), the chunk rows under a memory cap, the
+ * memory model's peaks, and whether the layer fits the memory of the device
+ * it runs on. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_plan.h"
 
-int rmoe_plan_make(const struct rmoe_topology *t, const struct rmoe_routing_problem *p, struct rmoe_plan *out)
+const enum rmoe_dispatch rmoe_plan_dispatchers[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
+                                                     RMOE_DISPATCH_ALLTOALL};
+
+static int plan_ring(const struct rmoe_topology *t, struct rmoe_plan *out)
 {
-	if (!out)
-		return rmoe_error(RMOE_EINVAL, "rmoe_plan_make: out is NULL");
-	memset(out, 0, sizeof(*out));
-	if (!t || !p || t->nranks < 1)
-		return rmoe_error(RMOE_EINVAL, "rmoe_plan_make: expected a topology and a routing problem");
-	if (p->ep != t->nranks)
-		return rmoe_error(RMOE_EINVAL, "EP = %lld but the topology has %d ranks: expected the same",
-		                  (long long)p->ep, t->nranks);
 	out->nranks = t->nranks;
 	out->order = malloc(sizeof(int) * (size_t)t->nranks);
 	out->edges = malloc(sizeof(*out->edges) * (size_t)t->nranks);
@@ -23,15 +22,148 @@ int rmoe_plan_make(const struct rmoe_topology *t, const struct rmoe_routing_prob
 		rc = rmoe_ring_order(t, out->order);
 	if (!rc)
 		rc = rmoe_ring_edges(t, out->order, out->edges);
-	if (!rc) {
+	if (!rc)
 		out->node_crossings = rmoe_ring_node_crossings(t, out->order);
-		double tflops = p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops;
-		rc = rmoe_routing_choose(p, out->edges, t->nranks, tflops, &out->routing);
-	}
-	out->memory.modelled = 0;
-	if (rc)
-		rmoe_plan_free(out);
 	return rc;
+}
+
+/* §3.2: with RMOE_DISPATCH_AUTO the mode with less exposed communication per
+ * hop over the planned ring's slowest edge, from Table 2's volumes, at the
+ * device's rate for the layer's element type. */
+static void plan_dispatch(const struct rmoe_layer_config *cfg, const struct rmoe_routing_problem *p,
+                          const struct rmoe_topology *t, struct rmoe_plan *out)
+{
+	double tflops = p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops;
+	int rc = rmoe_routing_choose(p, out->edges, t->nranks, tflops, &out->routing);
+	out->dispatch = cfg->dispatch;
+	if (cfg->dispatch != RMOE_DISPATCH_AUTO) {
+		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason), "%s requested",
+		         rmoe_dispatch_name(cfg->dispatch));
+	} else if (rc) {
+		out->dispatch = RMOE_DISPATCH_RING_EXPERT;
+		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason),
+		         "expert routing (the routing choice failed: %s)", rmoe_last_error_message());
+	} else {
+		out->dispatch = out->routing.mode;
+		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason), "%s", out->routing.reason);
+	}
+}
+
+/* Memory cap: the chunk size from the memory model, planned for the worst
+ * routing (every pair of a rank in one partition), since a chunk bounds a
+ * hop's rows whatever the skew. Smaller chunks asked for are kept. */
+static void plan_cap(const struct rmoe_layer_config *cfg, const struct rmoe_mem_config *mc, struct rmoe_plan *out)
+{
+	out->chunk_rows = cfg->chunk_rows;
+	if (cfg->mem_cap <= 0)
+		return;
+	struct rmoe_mem_config worst = *mc;
+	worst.chunk_rows = 0;
+	worst.skew = (double)mc->nranks;
+	int64_t c;
+	out->cap_rc = rmoe_memory_cap_chunk(out->dispatch, &worst, cfg->mem_cap, &c);
+	if (out->cap_rc) {
+		snprintf(out->cap_msg, sizeof(out->cap_msg), "%s", rmoe_last_error_message());
+		return;
+	}
+	if (out->chunk_rows <= 0 || out->chunk_rows > c)
+		out->chunk_rows = c;
+}
+
+static void plan_device(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out)
+{
+	struct rmoe_plan_device *d = &out->device;
+	d->rank = -1;
+	if (!req->devices) {
+		d->kind = t->device[0] >= 0 ? RMOE_DEVICE_CUDA : RMOE_DEVICE_CPU;
+		d->memory_bytes = t->memory_bytes;
+		snprintf(d->source, sizeof(d->source), "the device memory of the %s description", t->cluster);
+		return;
+	}
+	for (int r = 0; r < t->nranks; r++) {
+		const struct rmoe_device_info *i = &req->devices[r];
+		if (i->memory_bytes <= 0)
+			continue;
+		if (d->rank < 0 || i->memory_bytes < d->memory_bytes) {
+			d->rank = r;
+			d->kind = i->kind;
+			d->memory_bytes = i->memory_bytes;
+			snprintf(d->source, sizeof(d->source), "%s", i->source);
+		}
+	}
+	if (d->rank < 0) {
+		d->kind = req->devices[0].kind;
+		d->memory_bytes = 0;
+		snprintf(d->source, sizeof(d->source), "unknown on every rank");
+	}
+}
+
+/* A layer that cannot fit is refused at creation, on every rank, with what
+ * it needs: not later in a StarPU allocation, which 1.3 retries forever, or
+ * at the hands of the kernel's out-of-memory killer once pages are touched.
+ * The model's estimate with even routing is a lower bound of what a pass
+ * holds, so a refusal is never spurious. */
+static void plan_fit(const struct rmoe_plan_request *req, struct rmoe_plan *out)
+{
+	const struct rmoe_plan_device *d = &out->device;
+	const struct rmoe_mem_estimate *e = &out->memory.run;
+	if (d->memory_bytes <= 0 || e->peak <= d->memory_bytes)
+		return;
+	const double GiB = 1073741824.0;
+	char who[48];
+	if (d->rank >= 0 && req->devices)
+		snprintf(who, sizeof(who), "rank %d has", d->rank);
+	else
+		snprintf(who, sizeof(who), "a device has");
+	out->fit_rc = RMOE_ENOMEM;
+	snprintf(out->fit_msg, sizeof(out->fit_msg),
+	         "the layer needs at least %.2f GiB on each rank (memory model, %s dispatch: %.2f GiB resident, "
+	         "the rest a pass's temporaries) but %s %.2f GiB (%s): expected fewer tokens per rank, a smaller "
+	         "layer or more ranks",
+	         (double)e->peak / GiB, rmoe_dispatch_name(out->dispatch), (double)e->resident_backward / GiB, who,
+	         (double)d->memory_bytes / GiB, d->source);
+}
+
+static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_mem_config *mc, struct rmoe_plan *out)
+{
+	struct rmoe_plan_memory *m = &out->memory;
+	m->budget = req->budget > 0 ? req->budget : out->device.memory_bytes;
+	struct rmoe_mem_config even = *mc;
+	even.chunk_rows = 0;
+	for (int i = 0; i < 3; i++) {
+		rmoe_memory_model(rmoe_plan_dispatchers[i], &even, &m->est[i]);
+		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_plan_dispatchers[i], &even, m->budget) : 0;
+	}
+	struct rmoe_mem_config run = *mc;
+	run.chunk_rows = out->chunk_rows;
+	rmoe_memory_model(out->dispatch, &run, &m->run);
+}
+
+int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out)
+{
+	if (!out)
+		return rmoe_error(RMOE_EINVAL, "rmoe_plan_make: out is NULL");
+	memset(out, 0, sizeof(*out));
+	if (!req || !t || t->nranks < 1)
+		return rmoe_error(RMOE_EINVAL, "rmoe_plan_make: expected a request and a topology");
+	int rc = plan_ring(t, out);
+	if (rc || !req->layer) {
+		if (rc)
+			rmoe_plan_free(out);
+		return rc;
+	}
+	const struct rmoe_layer_config *cfg = req->layer;
+	struct rmoe_routing_problem p = rmoe_routing_problem_of(cfg, t->nranks, req->etp);
+	struct rmoe_mem_config mc;
+	rmoe_mem_config_from_layer(&mc, cfg, t->nranks);
+	mc.etp = p.etp;
+	out->have_layer = 1;
+	plan_dispatch(cfg, &p, t, out);
+	plan_cap(cfg, &mc, out);
+	plan_device(req, t, out);
+	plan_memory(req, &mc, out);
+	plan_fit(req, out);
+	return 0;
 }
 
 void rmoe_plan_free(struct rmoe_plan *plan)
@@ -43,4 +175,18 @@ void rmoe_plan_free(struct rmoe_plan *plan)
 	plan->order = NULL;
 	plan->edges = NULL;
 	plan->nranks = 0;
+}
+
+uint64_t rmoe_plan_digest(const struct rmoe_plan *plan)
+{
+	uint64_t h = rmoe_hash_init();
+	for (int i = 0; i < plan->nranks; i++)
+		h = rmoe_hash_i64(h, plan->order[i]);
+	if (!plan->have_layer)
+		return h;
+	h = rmoe_hash_i64(h, plan->dispatch);
+	h = rmoe_hash_i64(h, plan->chunk_rows);
+	h = rmoe_hash_i64(h, plan->cap_rc);
+	h = rmoe_hash_i64(h, plan->fit_rc);
+	return h;
 }

@@ -1,5 +1,7 @@
 /* Model shapes of the paper's Table 3 (hidden H, expert FFN F, experts E,
  * top-k K; L layers for full-model planning). */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -38,4 +40,29 @@ const struct rmoe_preset *rmoe_preset_find(const char *name)
 		if (name && strcasecmp(name, presets[i].name) == 0)
 			return &presets[i];
 	return NULL;
+}
+
+int rmoe_preset_apply(const char *name, double scale, struct rmoe_layer_config *cfg, char *msg, size_t len)
+{
+	const struct rmoe_preset *p = rmoe_preset_find(name);
+	if (!p) {
+		int used = snprintf(msg, len, "--preset '%s' is not a known shape; expected one of", name ? name : "");
+		for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]) && used > 0 && (size_t)used < len; i++)
+			used += snprintf(msg + used, len - (size_t)used, " %s", presets[i].name);
+		return RMOE_EINVAL;
+	}
+	cfg->hidden = (int64_t)llround((double)p->hidden / scale);
+	cfg->ffn = (int64_t)llround((double)p->ffn / scale);
+	cfg->tokens = (int64_t)llround(RMOE_PRESET_TOKENS / scale);
+	cfg->shared_ffn = (int64_t)llround((double)p->shared_ffn / scale);
+	cfg->experts = p->experts;
+	cfg->topk = p->topk;
+	if (cfg->hidden < 1 || cfg->ffn < 1 || cfg->tokens < 1) {
+		snprintf(msg, len,
+		         "--scale %g leaves %s with hidden=%lld ffn=%lld tokens=%lld: expected a scale that keeps each "
+		         "at least 1",
+		         scale, p->name, (long long)cfg->hidden, (long long)cfg->ffn, (long long)cfg->tokens);
+		return RMOE_EINVAL;
+	}
+	return 0;
 }

@@ -3,9 +3,10 @@
  * and the choice between expert and token routing from the per-hop volumes
  * of the paper's Table 2 (§3.2).
  *
- * Everything here is pure except rmoe_local_hw_probe (hwloc) and
- * rmoe_topology_discover (hwloc + MPI), so the rest is unit-testable without
- * MPI or StarPU and identical on every rank given the same inputs.
+ * Everything here is pure except rmoe_local_hw_probe (hwloc), so it is
+ * unit-testable without MPI or StarPU and identical on every rank given the
+ * same inputs: the context (graph/ctx.c) gathers what every rank sees over
+ * MPI and hands it here as plain data (rmoe_rank_info, rmoe_device_info).
  *
  * ---- Cluster description format -----------------------------------------
  *
@@ -47,10 +48,10 @@
 #ifndef RMOE_PLAN_H
 #define RMOE_PLAN_H
 
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rmoe_memory_model.h"
 #include "rmoe_scheduler.h"
 
 #ifdef __cplusplus
@@ -134,6 +135,12 @@ struct rmoe_rank_info {
 	int nvlink;                /* as rmoe_local_hw.nvlink */
 };
 
+/* This rank's report: its host name as MPI names it (given by the caller:
+ * MPI_Get_processor_name) and what hwloc sees on this machine, also
+ * returned in hw (no GPU and NVLink unknown when hwloc fails: the ring is
+ * still planned from the host names). */
+void rmoe_rank_info_local(const char *host, struct rmoe_rank_info *me, struct rmoe_local_hw *hw);
+
 struct rmoe_topology {
 	int nranks, nnodes;
 	int *node;                 /* [nranks]; nodes numbered by first appearance in rank order */
@@ -163,13 +170,6 @@ int rmoe_topology_from_ranks(const struct rmoe_rank_info *info, int nranks,
  * no GPU). Pure. */
 int rmoe_topology_simulated(const struct rmoe_cluster *cluster, const struct rmoe_local_hw *local,
                             int nranks, struct rmoe_topology *out);
-
-/* Collective over comm: probes this machine, gathers every rank's host name
- * and GPU count (MPI_Allgather), and builds the topology as
- * rmoe_topology_from_ranks does. cluster may be NULL. Every rank enters the
- * same collectives whatever fails, and returns the same code. */
-int rmoe_topology_discover(MPI_Comm comm, const struct rmoe_cluster *cluster,
-                           struct rmoe_topology *out);
 
 /* The link between ranks a and b. */
 enum rmoe_link_class rmoe_topology_link(const struct rmoe_topology *t, int a, int b);
@@ -211,6 +211,10 @@ struct rmoe_routing_problem {
 	int64_t ep, etp;           /* ring ranks (EP); expert tensor parallelism (divides F) */
 	enum rmoe_dtype dtype;     /* of activations and weights */
 };
+
+/* The routing problem of a layer configuration on ep ranks with expert
+ * tensor parallelism etp (<= 0: 1). */
+struct rmoe_routing_problem rmoe_routing_problem_of(const struct rmoe_layer_config *cfg, int64_t ep, int64_t etp);
 
 /* 0, or RMOE_EINVAL naming the value (sizes positive and bounded, K <= E,
  * E divisible by EP, F by ETP). */
@@ -271,28 +275,86 @@ int64_t rmoe_routing_crossover_tokens(const struct rmoe_routing_problem *p);
 
 /* ---- the plan --------------------------------------------------------------------- */
 
-/* Filled by the memory model (its own issue), not by this planner: peak
- * bytes per dispatcher and the largest tokens per rank that fit a budget. */
-struct rmoe_plan_memory {
-	int modelled;              /* 0: not modelled yet; the fields below are unset */
-	int64_t peak_bytes_ring_expert, peak_bytes_ring_token, peak_bytes_alltoall;
-	int64_t budget_bytes, largest_trainable_tokens;
+/* Where a rank's layer buffers live, as the context finds it when a layer is
+ * created (graph/), handed to the planner as plain data. */
+enum rmoe_device_kind {
+	RMOE_DEVICE_CPU = 0,       /* host memory */
+	RMOE_DEVICE_CUDA = 1,      /* a GPU's memory */
 };
 
+struct rmoe_device_info {
+	int kind;                  /* enum rmoe_device_kind */
+	int64_t memory_bytes;      /* what this rank may hold there; <= 0: unknown */
+	char source[160];          /* how memory_bytes was found, a phrase */
+};
+
+/* What the plan is made for. */
+struct rmoe_plan_request {
+	/* The layer (shape, dtype, the dispatch asked for, chunk rows, memory
+	 * cap); NULL plans the ring only, as a context does. */
+	const struct rmoe_layer_config *layer;
+	int64_t etp;               /* expert tensor parallelism, planning only (0: 1) */
+	int64_t budget;            /* bytes for the largest-tokens search; 0: the device's memory */
+	/* Each rank's device [topology nranks], as found on the live ranks; NULL:
+	 * the topology's device (a cluster description, or the built-in one). */
+	const struct rmoe_device_info *devices;
+};
+
+/* The memory model at the planned configuration (scheduler/memory_model.c). */
+struct rmoe_plan_memory {
+	/* The three dispatchers (RMOE_DISPATCH_RING_EXPERT, RING_TOKEN,
+	 * ALLTOALL, in that order), even routing, no chunking. */
+	struct rmoe_mem_estimate est[3];
+	int64_t max_tokens[3];     /* largest local token count whose peak fits budget */
+	int64_t budget;
+	/* The dispatch that runs, with its chunk rows, even routing: what the
+	 * fit check compares with the device's memory. */
+	struct rmoe_mem_estimate run;
+};
+
+/* The dispatchers of rmoe_plan_memory.est, in order. */
+extern const enum rmoe_dispatch rmoe_plan_dispatchers[3];
+
+/* The device the plan targets: the smallest memory over the ranks. */
+struct rmoe_plan_device {
+	int kind;                  /* enum rmoe_device_kind */
+	int64_t memory_bytes;      /* <= 0: unknown (no fit check) */
+	int rank;                  /* the rank with that memory; -1: the description's device */
+	char source[160];
+};
+
+/* Every decision taken before a layer's graph is built, made once by
+ * rmoe_plan_make from the configuration and the topology, the same on every
+ * rank (which compare its digest), used by the context (the ring) and by
+ * layer creation (everything), and printed by `relaymoe plan`. */
 struct rmoe_plan {
 	int nranks;
-	int *order;                /* [nranks] */
-	struct rmoe_ring_edge *edges;   /* [nranks] */
+	int *order;                /* [nranks]: the rank at each ring position */
+	struct rmoe_ring_edge *edges;   /* [nranks]: position i -> i + 1 */
 	int node_crossings;
-	struct rmoe_routing_choice routing;
+
+	int have_layer;            /* 0: ring only; the fields below are unset */
+	struct rmoe_routing_choice routing;   /* §3.2: expert vs token routing per hop */
+	enum rmoe_dispatch dispatch;          /* what runs: as asked, or the choice for auto */
+	char dispatch_reason[384];
+	int64_t chunk_rows;        /* rows per chunk of a hop: as asked, or fewer under the cap */
+	int cap_rc;                /* 0, or why the memory cap cannot be met (cap_msg) */
+	char cap_msg[512];
 	struct rmoe_plan_memory memory;
+	struct rmoe_plan_device device;
+	int fit_rc;                /* 0, or RMOE_ENOMEM: the layer does not fit (fit_msg) */
+	char fit_msg[512];
 };
 
-/* Ring order, its edges and the routing choice for p on t (p->ep must be
- * t->nranks). Pure. */
-int rmoe_plan_make(const struct rmoe_topology *t, const struct rmoe_routing_problem *p,
-                   struct rmoe_plan *out);
+/* The plan of req on t. Pure: no MPI, no StarPU, no I/O. 0, or an RMOE_E*
+ * code for inputs it cannot plan (the verdicts on the memory cap and on the
+ * fit are fields, so that a plan that fails them can still be printed).
+ * Free with rmoe_plan_free. */
+int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out);
 void rmoe_plan_free(struct rmoe_plan *plan);
+
+/* A digest of the plan's decisions, which every rank must share. */
+uint64_t rmoe_plan_digest(const struct rmoe_plan *plan);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,18 @@
-/* scheduler/: decisions taken before a graph is built, as pure functions
- * (no StarPU, no MPI), so they are unit-testable on their own: configuration
- * checks and presets, expert ownership, error reporting. */
+/* scheduler/ holds the decisions taken before a graph is built: the
+ * topology (hwloc, and what the context gathers over MPI, handed here as
+ * plain data), the ring order, the dispatch choice, the memory model, the
+ * memory cap's chunking, recompute planning (rmoe_plan.h,
+ * rmoe_memory_model.h, rmoe_attn_plan.h); and the ground every layer stands
+ * on: configuration checks and presets, error reporting, hashes, host
+ * probes. No StarPU and no MPI here, so all of it is unit-testable alone and
+ * the same on every rank given the same inputs. */
 #ifndef RMOE_SCHEDULER_H
 #define RMOE_SCHEDULER_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "relaymoe/relaymoe.h"
+#include "rmoe_hash.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +48,30 @@ struct rmoe_preset {
 };
 const struct rmoe_preset *rmoe_preset_find(const char *name);
 const struct rmoe_preset *rmoe_preset_list(size_t *count);
+
+/* Tokens per rank of a preset before scaling: B*S/(SP*CP) of the paper's
+ * memory profile (§2: micro-batch 24, sequence 16384, SP=2, CP=4). */
+#define RMOE_PRESET_TOKENS 49152
+
+/* A preset's shape into cfg: hidden, ffn, tokens (RMOE_PRESET_TOKENS) and
+ * shared_ffn divided by scale, experts and topk as they are. 0, or
+ * RMOE_EINVAL with msg naming an unknown preset (and the known ones) or a
+ * scale that leaves a size below 1. */
+int rmoe_preset_apply(const char *name, double scale, struct rmoe_layer_config *cfg, char *msg, size_t len);
+
+/* ---- host probes (Linux) -------------------------------------------------- */
+
+/* Bytes this rank can hold in host memory: the node's memory (or its
+ * cgroup's limit, as a batch system sets it for a job) shared by
+ * ranks_on_node ranks, and what the address-space limit (ulimit -v) leaves;
+ * -1 when none is known. why receives a phrase saying which bound holds. */
+double rmoe_host_memory_available(int ranks_on_node, char *why, size_t len);
+
+/* Process peak RSS since the last reset (VmHWM, reset through
+ * /proc/self/clear_refs on Linux >= 4.0, getrusage otherwise); -1 when
+ * unknown. */
+int64_t rmoe_host_peak_rss(void);
+void rmoe_host_peak_rss_reset(void);
 
 /* ---- ownership ------------------------------------------------------------ */
 

@@ -24,6 +24,13 @@ int64_t rmoe_routing_metadata_bytes(int64_t topk)
 	return topk * (int64_t)(sizeof(int32_t) + sizeof(float));
 }
 
+struct rmoe_routing_problem rmoe_routing_problem_of(const struct rmoe_layer_config *cfg, int64_t ep, int64_t etp)
+{
+	return (struct rmoe_routing_problem){.hidden = cfg->hidden, .ffn = cfg->ffn, .experts = cfg->experts,
+	                                     .topk = cfg->topk, .tokens = cfg->tokens, .ep = ep,
+	                                     .etp = etp > 0 ? etp : 1, .dtype = cfg->dtype};
+}
+
 int rmoe_routing_check(const struct rmoe_routing_problem *p)
 {
 	if (!p)

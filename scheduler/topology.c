@@ -1,6 +1,6 @@
 /* Topology: where every rank runs (node, device) and how two ranks are
- * linked. hwloc describes this machine; one MPI_Allgather tells every rank
- * what the others saw; the rest is pure, so every rank derives the same
+ * linked. hwloc describes this machine; the context gathers what every rank
+ * saw (graph/discover.c); the rest is pure, so every rank derives the same
  * topology from the same gathered bytes. A cluster description can replace
  * the live placement (simulated multi-node placements on one machine). */
 #include <hwloc.h>
@@ -64,6 +64,18 @@ int rmoe_local_hw_probe(struct rmoe_local_hw *hw)
 	}
 	hwloc_topology_destroy(topo);
 	return 0;
+}
+
+void rmoe_rank_info_local(const char *host, struct rmoe_rank_info *me, struct rmoe_local_hw *hw)
+{
+	if (rmoe_local_hw_probe(hw) != 0) {
+		memset(hw, 0, sizeof(*hw));
+		hw->nvlink = -1;
+	}
+	memset(me, 0, sizeof(*me));
+	snprintf(me->host, sizeof(me->host), "%s", host);
+	me->gpus = hw->gpus;
+	me->nvlink = hw->nvlink;
 }
 
 /* ---- pure construction ------------------------------------------------------ */
@@ -301,60 +313,6 @@ int rmoe_topology_simulated(const struct rmoe_cluster *cluster, const struct rmo
 	}
 	if (rc)
 		rmoe_topology_free(out);
-	return rc;
-}
-
-/* ---- the one collective ------------------------------------------------------------ */
-
-int rmoe_topology_discover(MPI_Comm comm, const struct rmoe_cluster *cluster, struct rmoe_topology *out)
-{
-	if (!out)
-		return rmoe_error(RMOE_EINVAL, "rmoe_topology_discover: out is NULL");
-	memset(out, 0, sizeof(*out));
-	int size = 0, rank = 0;
-	if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-		return rmoe_error(RMOE_EMPI, "MPI_Comm_size/MPI_Comm_rank failed on the topology communicator");
-
-	/* hwloc failing (a restricted container) leaves no GPU and NVLink
-	 * unknown: the ring is still planned from the host names. */
-	struct rmoe_local_hw hw;
-	if (rmoe_local_hw_probe(&hw) != 0) {
-		memset(&hw, 0, sizeof(hw));
-		hw.nvlink = -1;
-	}
-	struct rmoe_rank_info me;
-	memset(&me, 0, sizeof(me));
-	char name[MPI_MAX_PROCESSOR_NAME + 1] = "";
-	int len = 0;
-	if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0)
-		snprintf(name, sizeof(name), "rank-%d", rank);   /* its own node, which is safe */
-	name[MPI_MAX_PROCESSOR_NAME] = '\0';
-	snprintf(me.host, sizeof(me.host), "%s", name);
-	me.gpus = hw.gpus;
-	me.nvlink = hw.nvlink;
-
-	/* Agree that every rank can hold the gather before entering it. */
-	struct rmoe_rank_info *all = malloc(sizeof(*all) * (size_t)size);
-	int ok = all != NULL, all_ok = 0;
-	if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) {
-		free(all);
-		return rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while gathering the topology");
-	}
-	if (!all_ok) {
-		free(all);
-		return ok ? rmoe_error(RMOE_EPEER, "another rank ran out of memory gathering the topology")
-		          : rmoe_error(RMOE_ENOMEM, "out of host memory gathering the topology of %d ranks", size);
-	}
-	if (MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, all, (int)sizeof(me), MPI_BYTE, comm) != MPI_SUCCESS) {
-		free(all);
-		return rmoe_error(RMOE_EMPI, "MPI_Allgather of host names failed");
-	}
-	for (int r = 0; r < size; r++)
-		all[r].host[RMOE_HOST_MAX - 1] = '\0';
-	int rc = rmoe_topology_from_ranks(all, size, cluster, out);
-	if (!rc)
-		out->local = hw;
-	free(all);
 	return rc;
 }
 

@@ -4,27 +4,19 @@
  * agrees bit for bit. */
 #include <math.h>
 
+#include "rmoe_hash.h"
 #include "seeded.h"
-
-#define GOLDEN_GAMMA 0x9e3779b97f4a7c15ULL
-
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
 
 /* Mixing seed before stream keeps (seed, s) and (seed', s') apart when
  * seed ^ s == seed' ^ s'. */
 static uint64_t stream_state(uint64_t seed, uint64_t stream)
 {
-	return mix64(mix64(seed + GOLDEN_GAMMA) ^ (stream * GOLDEN_GAMMA));
+	return rmoe_mix64(rmoe_mix64(seed + RMOE_GOLDEN_GAMMA) ^ (stream * RMOE_GOLDEN_GAMMA));
 }
 
 static uint64_t draw(uint64_t state, uint64_t index)
 {
-	return mix64(state + (index + 1) * GOLDEN_GAMMA);
+	return rmoe_mix64(state + (index + 1) * RMOE_GOLDEN_GAMMA);
 }
 
 uint64_t rmoe_seeded_u64(uint64_t seed, uint64_t stream, uint64_t index)

@@ -8,7 +8,7 @@ and relaymoe-trace.txt (ranks, ring order, first tag of the context).
 Tasks carry the method's names, "op hN" for the ops of ring hop N. A
 transfer carries only its tag; its pass and hop come from the tag layout of
 graph/: every pass (one forward or backward of one layer) reserves a block
-of TAG_BLOCK(N) = 8N+8 consecutive tags (graph/layer.c) and each dispatcher
+of TAG_BLOCK(N) = 8N+8 consecutive tags (graph/forward_backward.c) and each dispatcher
 numbers its transfers inside the block:
 
   expert ring (graph/ring_expert.c)  forward:  h           weights sent during hop h

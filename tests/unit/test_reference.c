@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference.h"
+#include "rmoe_reference.h"
 #include "seeded.h"
 
 #define SEED 20240611u

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference.h"
+#include "rmoe_reference.h"
 
 /* The interface has no error return: a checker that cannot allocate, or is
  * handed a routing that names no expert, has nothing sensible to compare, so
@@ -276,12 +276,9 @@ static void work_init(struct swiglu_work *s, int64_t hidden, int64_t ffn)
 
 static void work_free(struct swiglu_work *s)
 {
-	free(s->x);
-	free(s->dy);
-	free(s->a);
-	free(s->u);
-	free(s->act);
-	free(s->r);
+	double *all[] = {s->x, s->dy, s->a, s->u, s->act, s->r};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		free(all[i]);
 }
 
 /* a = x w_gate, u = x w_up, act = silu(a) * u, from s->x. */

@@ -1,0 +1,177 @@
+/* The StarPU side of the codelets, private to codelets/: the argument
+ * structs tasks carry (STARPU_CL_ARGS, freed by StarPU), the one unpack and
+ * check prologue every codelet function starts with, the one way a task is
+ * submitted, and what differs between the real and the simulated build. */
+#ifndef RMOE_CODELET_H
+#define RMOE_CODELET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <starpu.h>
+
+#include "rmoe_codelets.h"
+#include "rmoe_kernels.h"
+#include "rmoe_scheduler.h"
+
+/* ---- argument structs ---------------------------------------------------------- */
+
+struct rmoe_router_args {
+	int64_t tokens, hidden, experts, topk;
+	int norm_topk;
+};
+
+struct rmoe_dispatch_map_args {
+	int64_t tokens, topk, experts;
+};
+
+/* gather, scatter-add, unpermute-bwd */
+struct rmoe_rows_args {
+	int64_t first, count, hidden, topk;
+	int weighted;
+};
+
+enum rmoe_expert_bwd_mode {
+	RMOE_BWD_PAIR_WEIGHTED = 0,     /* ring, §3.3: routing weights applied in the kernel */
+	RMOE_BWD_PREWEIGHTED = 1,       /* all-to-all, shared expert */
+};
+
+/* expert-ffn, recompute, expert-bwd */
+struct rmoe_expert_args {
+	int64_t hidden, ffn, n_experts, rows;
+	int mode;                       /* expert-bwd: enum rmoe_expert_bwd_mode */
+	int accumulate;                 /* expert-bwd: 1 = dweights added to */
+	int64_t first, topk;            /* pair-weighted backward: slice of pair_order */
+	int64_t rows_per_expert[];      /* n_experts entries, summing to rows */
+};
+
+/* accumulate, zero */
+struct rmoe_accumulate_args {
+	int64_t count;
+};
+
+struct rmoe_sort_args {
+	int64_t hidden, n_peers, n_experts;
+	int direction;
+	int64_t counts[];               /* n_peers * n_experts */
+};
+
+size_t rmoe_expert_args_size(int64_t n_experts);
+/* A malloc'ed argument struct of an expert task of shape s (mode 0, no
+ * accumulation), or NULL. */
+struct rmoe_expert_args *rmoe_expert_args_from(const struct rmoe_expert_shape *s);
+size_t rmoe_sort_args_size(int64_t n_peers, int64_t n_experts);
+
+/* ---- the prologue ------------------------------------------------------------------ */
+
+/* What buffer i of a task must be: n elements (one of two counts when alt
+ * >= 0, e.g. a workspace of either layout), named for the message. */
+struct rmoe_cl_buffer {
+	const char *what;
+	int64_t n, alt;
+};
+#define RMOE_CL_BUF(what, n) {(what), (n), -1}
+
+/* Every codelet function starts here: samples the memory probe, checks that
+ * the running task has exactly nspec buffers of the sizes spec says, and
+ * returns their pointers in ptr (device pointers on a device). 0, or -1
+ * after reporting which buffer and what was expected: a task that does not
+ * match is a bug in the graph that built it, and the function returns
+ * without reading or writing out of bounds (STARPU_ASSERT_MSG aborts first
+ * in builds with assertions). */
+int rmoe_cl_unpack(const char *op, void *buffers[], const struct rmoe_cl_buffer *spec, int nspec, void **ptr);
+
+/* Reports a bad argument or buffer of op (as above); returns -1. */
+int rmoe_cl_fail(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The prologue of the row codelets (gather, scatter-add, unpermute-bwd),
+ * whose buffers are, in the order roles spells them: 'T' a [T*H] token
+ * matrix, 'R' the slice's [count*H] rows, 'P' the pair order [T*K] (int32),
+ * 'W' or 'G' a [T*K] vector (routing weights, their gradient); names name
+ * them. Checks the arguments, a pair order of a multiple of K pairs holding
+ * the slice, then the buffers as rmoe_cl_unpack; on the CPU (host != 0)
+ * also that every pair of the slice is a pair of the order, which a device
+ * kernel could not report. 0 or -1 after reporting. */
+int rmoe_cl_rows_unpack(const char *op, void *buffers[], const struct rmoe_rows_args *a, const char *roles,
+                        const char *const *names, int host, void **ptr);
+
+/* A dimension CBLAS takes (int). */
+int rmoe_cl_dim_ok(int64_t n);
+
+/* The shape of a grouped expert task: non-negative sizes that CBLAS takes,
+ * and rows_per_expert summing to rows. 0, or -1 after reporting. */
+int rmoe_expert_args_check(const char *op, const struct rmoe_expert_args *a);
+
+/* Memory probe (probe.c): called by rmoe_cl_unpack. */
+void rmoe_probe_sample(void);
+
+/* ---- submission --------------------------------------------------------------------- */
+
+/* The one way a task of the library is inserted: cl on the nd buffers of d
+ * (their access modes given here, also for codelets that fix them), the
+ * argument struct args of argsize bytes (malloc'ed; StarPU frees it; NULL
+ * means its allocation failed), flops (0: unknown), with what o asks:
+ * name, priority, trace colour, a task to wait for, a task kept. 0, or an
+ * RMOE_E* code naming the codelet; args is freed on failure. */
+int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, struct starpu_data_descr *d, int nd,
+                   void *args, size_t argsize, double flops);
+
+/* Access mode of an accumulator written by tasks of several hops. */
+static inline enum starpu_data_access_mode rmoe_cl_acc_mode(const struct rmoe_task_opts *o)
+{
+	return o->deterministic ? STARPU_RW : STARPU_RW | STARPU_COMMUTE;
+}
+
+/* A copy of an argument struct for STARPU_CL_ARGS (StarPU frees it). */
+void *rmoe_cl_args_dup(const void *args, size_t size);
+
+/* ---- real and simulated builds -------------------------------------------------------- */
+
+/* Analytic cost models (sim_cost.c), in microseconds for one task on the
+ * arch: floor + max(flops / rate, bytes / bandwidth). Compiled in every
+ * build; only the simulation uses them. */
+void rmoe_sim_cost_init(void);
+double rmoe_sim_time_us(int gpu, double flops, double bytes);
+double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_router_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_dispatch_map(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_gather(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_scatter_add(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+
+/* A codelet definition: its StarPU name, CPU function, perfmodel (symbol
+ * sym, simulated by rmoe_sim_cost_<op>) and buffer count (modes come with
+ * each insertion, rmoe_cl_insert). */
+#define RMOE_CODELET(var, label, cpu, sym, op, nbuf)                                                 \
+	static struct starpu_perfmodel var##_model = RMOE_PERFMODEL(sym, op);                           \
+	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(cpu).nbuffers = (nbuf),      \
+	                                    .model = &var##_model}
+
+/* The one place the codelets differ between builds.
+ *
+ * Perfmodels: the real build records history-based models (the dm*
+ * policies place work with them); the simulation (StarPU's SimGrid mode)
+ * runs no kernel, and a task lasts what the analytic cost model of its
+ * operation says.
+ *
+ * Implementations: a codelet offers its CPU function, and a device function
+ * where the build has a device to run it on. StarPU lets a task go to a
+ * worker only if the codelet has a function for that worker's kind; the
+ * simulated GPUs of the SimGrid build run nothing, so there the operation's
+ * CPU function stands as its implementation on the simulated device (never
+ * called: the cost model gives the duration). */
+#ifdef STARPU_SIMGRID
+#define RMOE_PERFMODEL(sym, op) {.type = STARPU_PER_ARCH, .arch_cost_function = rmoe_sim_cost_##op, .symbol = (sym)}
+#define RMOE_CL_FUNCS(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cpu},
+#else
+#define RMOE_PERFMODEL(sym, op) {.type = STARPU_HISTORY_BASED, .symbol = (sym)}
+#define RMOE_CL_FUNCS(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu},
+#endif
+
+#endif /* RMOE_CODELET_H */

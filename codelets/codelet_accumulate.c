@@ -1,0 +1,48 @@
+/* Accumulation (dst += src) and zeroing: the ring's partial weight
+ * gradients (G_j += S, §3.1) and the empty contribution of a partition. */
+#include "codelet.h"
+
+/* buffers: src and dst (accumulate), dst (zero); count floats each. */
+static int accumulate_unpack(const char *op, void *buffers[], const struct rmoe_accumulate_args *a, int nbuf,
+                             void **p)
+{
+	if (a->count < 0)
+		return rmoe_cl_fail(op, "count %lld", (long long)a->count);
+	const struct rmoe_cl_buffer spec[] = {RMOE_CL_BUF(nbuf == 2 ? "src" : "dst", a->count),
+	                                      RMOE_CL_BUF("dst", a->count)};
+	return rmoe_cl_unpack(op, buffers, spec, nbuf, p);
+}
+
+static void rmoe_accumulate_cpu(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_accumulate_args *a = cl_arg;
+	void *p[2];
+	if (!accumulate_unpack("grad-accumulate", buffers, a, 2, p))
+		rmoe_kernel_accumulate(a->count, p[0], p[1]);
+}
+
+static void rmoe_zero_cpu(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_accumulate_args *a = cl_arg;
+	void *p[1];
+	if (!accumulate_unpack("zero", buffers, a, 1, p))
+		rmoe_kernel_zero(a->count, p[0]);
+}
+
+RMOE_CODELET(rmoe_cl_accumulate, "grad-accumulate", rmoe_accumulate_cpu, "rmoe_accumulate_v1", accumulate, 2);
+RMOE_CODELET(rmoe_cl_zero, "zero", rmoe_zero_cpu, "rmoe_zero_v1", zero, 1);
+
+int rmoe_insert_accumulate(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t src,
+                           starpu_data_handle_t dst)
+{
+	struct rmoe_accumulate_args a = {count};
+	struct starpu_data_descr d[2] = {{src, STARPU_R}, {dst, STARPU_RW}};
+	return rmoe_cl_insert(o, &rmoe_cl_accumulate, d, 2, rmoe_cl_args_dup(&a, sizeof(a)), sizeof(a), 0);
+}
+
+int rmoe_insert_zero(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t dst)
+{
+	struct rmoe_accumulate_args a = {count};
+	struct starpu_data_descr d[1] = {{dst, STARPU_W}};
+	return rmoe_cl_insert(o, &rmoe_cl_zero, d, 1, rmoe_cl_args_dup(&a, sizeof(a)), sizeof(a), 0);
+}

@@ -1,0 +1,35 @@
+/* The dispatch map: pairs sorted by expert, with the counts the host reads
+ * to size every hop. */
+#include "codelet.h"
+
+/* buffers: 0 topk_idx, 1 pair_order, 2 expert_counts */
+static void rmoe_dispatch_map_cpu(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_dispatch_map_args *a = cl_arg;
+	void *p[3];
+	const int64_t P = a->tokens * a->topk;
+	const struct rmoe_cl_buffer spec[] = {RMOE_CL_BUF("topk_idx", P), RMOE_CL_BUF("pair_order", P),
+	                                      RMOE_CL_BUF("expert_counts", a->experts)};
+	if (!(a->tokens >= 0 && a->topk >= 1 && a->experts >= 1 && P <= INT32_MAX)) {
+		rmoe_cl_fail("dispatch-map", "bad shape T=%lld K=%lld E=%lld", (long long)a->tokens, (long long)a->topk,
+		             (long long)a->experts);
+		return;
+	}
+	if (rmoe_cl_unpack("dispatch-map", buffers, spec, 3, p))
+		return;
+	int64_t bad = rmoe_kernel_dispatch_map(P, a->experts, p[0], p[1], p[2]);
+	if (bad >= 0)
+		rmoe_cl_fail("dispatch-map", "topk_idx[%lld] = %d, not an expert of %lld", (long long)bad,
+		             (int)((const int32_t *)p[0])[bad], (long long)a->experts);
+}
+
+RMOE_CODELET(rmoe_cl_dispatch_map, "dispatch-map", rmoe_dispatch_map_cpu, "rmoe_dispatch_map_v1", dispatch_map, 3);
+
+int rmoe_insert_dispatch_map(const struct rmoe_task_opts *o, int64_t tokens, int64_t topk, int64_t experts,
+                             starpu_data_handle_t topk_idx, starpu_data_handle_t pair_order,
+                             starpu_data_handle_t expert_counts)
+{
+	struct rmoe_dispatch_map_args a = {tokens, topk, experts};
+	struct starpu_data_descr d[3] = {{topk_idx, STARPU_R}, {pair_order, STARPU_W}, {expert_counts, STARPU_W}};
+	return rmoe_cl_insert(o, &rmoe_cl_dispatch_map, d, 3, rmoe_cl_args_dup(&a, sizeof(a)), sizeof(a), 0);
+}

@@ -1,0 +1,65 @@
+/* The gather and its inverse, the scatter-add. The gather copies the rows
+ * of one slice of the pair order from a [T, H] token matrix into a
+ * contiguous [count, H] block (optionally weighted): a hop's (or chunk's)
+ * matched rows. The scatter-add adds such a block of expert outputs into
+ * the [T, H] rows of its pairs' tokens (optionally weighted): the combine of
+ * one hop, §3.1's in-place accumulation. */
+#include "codelet.h"
+
+/* gather buffers: 0 src, 1 pair_order, 2 rows, (3 topk_w when weighted);
+ * scatter-add buffers: 0 rows, 1 pair_order, 2 dst, (3 topk_w). */
+static void rows_cpu(void *buffers[], const struct rmoe_rows_args *a, int scatter)
+{
+	static const char *const names[2][4] = {{"src", "pair_order", "rows", "topk_w"},
+	                                         {"rows", "pair_order", "dst", "topk_w"}};
+	static const char *const roles[2][2] = {{"TPR", "TPRW"}, {"RPT", "RPTW"}};
+	const char *op = scatter ? "scatter-add" : "gather";
+	void *p[4] = {NULL};
+	if (rmoe_cl_rows_unpack(op, buffers, a, roles[scatter][a->weighted != 0], names[scatter], 1, p))
+		return;
+	if (scatter)
+		rmoe_kernel_scatter_add(a->hidden, a->topk, a->first, a->count, p[0], p[1], p[3], p[2]);
+	else
+		rmoe_kernel_gather(a->hidden, a->topk, a->first, a->count, p[0], p[1], p[3], p[2]);
+}
+
+static void rmoe_gather_cpu(void *buffers[], void *cl_arg)
+{
+	rows_cpu(buffers, cl_arg, 0);
+}
+
+static void rmoe_scatter_add_cpu(void *buffers[], void *cl_arg)
+{
+	rows_cpu(buffers, cl_arg, 1);
+}
+
+/* Three or four buffers (topk_w only when weighted). */
+RMOE_CODELET(rmoe_cl_gather, "gather", rmoe_gather_cpu, "rmoe_gather_v1", gather, STARPU_VARIABLE_NBUFFERS);
+RMOE_CODELET(rmoe_cl_scatter_add, "scatter-add", rmoe_scatter_add_cpu, "rmoe_scatter_add_v1", scatter_add,
+             STARPU_VARIABLE_NBUFFERS);
+
+static int insert_rows(const struct rmoe_task_opts *o, struct starpu_codelet *cl, const struct rmoe_pair_slice *s,
+                       struct starpu_data_descr *d, int weighted)
+{
+	struct rmoe_rows_args a = {s->first, s->count, s->hidden, s->topk, weighted};
+	return rmoe_cl_insert(o, cl, d, weighted ? 4 : 3, rmoe_cl_args_dup(&a, sizeof(a)), sizeof(a), 0);
+}
+
+int rmoe_insert_gather(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s, starpu_data_handle_t src,
+                       starpu_data_handle_t pair_order, starpu_data_handle_t topk_w, starpu_data_handle_t rows)
+{
+	struct starpu_data_descr d[4] = {
+		{src, STARPU_R}, {pair_order, STARPU_R}, {rows, STARPU_W}, {topk_w, STARPU_R}};
+	return insert_rows(o, &rmoe_cl_gather, s, d, topk_w != NULL);
+}
+
+int rmoe_insert_scatter_add(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s,
+                            starpu_data_handle_t rows, starpu_data_handle_t pair_order, starpu_data_handle_t topk_w,
+                            starpu_data_handle_t dst)
+{
+	/* Contributions of different hops commute unless bit-reproducible sums
+	 * are asked for. */
+	struct starpu_data_descr d[4] = {
+		{rows, STARPU_R}, {pair_order, STARPU_R}, {dst, rmoe_cl_acc_mode(o)}, {topk_w, STARPU_R}};
+	return insert_rows(o, &rmoe_cl_scatter_add, s, d, topk_w != NULL);
+}

@@ -1,0 +1,81 @@
+/* The router: softmax and top-k forward, and its backward. */
+#include "codelet.h"
+
+/* Sane arguments, then the buffers: x, w_router, probs, topk_idx, topk_w,
+ * and for the backward dg, dx, dw_router and optionally dprobs. */
+static int router_unpack(const char *op, void *buffers[], const struct rmoe_router_args *a, int nbuf, void **p)
+{
+	if (!(rmoe_cl_dim_ok(a->tokens) && rmoe_cl_dim_ok(a->hidden) && a->experts >= 1 && rmoe_cl_dim_ok(a->experts) &&
+	      a->topk >= 1 && a->topk <= a->experts))
+		return rmoe_cl_fail(op, "bad shape T=%lld H=%lld E=%lld K=%lld", (long long)a->tokens,
+		                    (long long)a->hidden, (long long)a->experts, (long long)a->topk);
+	const int64_t T = a->tokens, H = a->hidden, E = a->experts, K = a->topk;
+	const struct rmoe_cl_buffer spec[] = {
+		RMOE_CL_BUF("x", T * H),      RMOE_CL_BUF("w_router", H * E), RMOE_CL_BUF("probs", T * E),
+		RMOE_CL_BUF("topk_idx", T * K), RMOE_CL_BUF("topk_w", T * K), RMOE_CL_BUF("dg", T * K),
+		RMOE_CL_BUF("dx", T * H),     RMOE_CL_BUF("dw_router", H * E), RMOE_CL_BUF("dprobs", T * E)};
+	return rmoe_cl_unpack(op, buffers, spec, nbuf, p);
+}
+
+static void rmoe_router_fwd_cpu(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_router_args *a = cl_arg;
+	void *p[5];
+	if (!router_unpack("router-fwd", buffers, a, 5, p))
+		rmoe_kernel_router_fwd(a->tokens, a->hidden, a->experts, a->topk, a->norm_topk, p[0], p[1], p[2], p[3],
+		                       p[4]);
+}
+
+static void rmoe_router_bwd_cpu(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_router_args *a = cl_arg;
+	struct starpu_task *task = starpu_task_get_current();
+	void *p[9] = {NULL};
+	if (router_unpack("router-bwd", buffers, a, task && STARPU_TASK_GET_NBUFFERS(task) > 8 ? 9 : 8, p))
+		return;
+	const int32_t *idx = p[3];
+	for (int64_t i = 0; i < a->tokens * a->topk; i++)
+		if (idx[i] < 0 || idx[i] >= a->experts) {
+			rmoe_cl_fail("router-bwd", "topk_idx[%lld] = %d, not an expert of %lld", (long long)i, (int)idx[i],
+			             (long long)a->experts);
+			return;
+		}
+	if (rmoe_kernel_router_bwd(a->tokens, a->hidden, a->experts, a->topk, a->norm_topk, p[0], p[1], p[2], p[3],
+	                           p[4], p[5], p[8], p[6], p[7]))
+		rmoe_cl_fail("router-bwd", "no memory for the dlogits of %lld experts", (long long)a->experts);
+}
+
+RMOE_CODELET(rmoe_cl_router_fwd, "router-fwd", rmoe_router_fwd_cpu, "rmoe_router_fwd_v1", router_fwd, 5);
+/* 8 buffers, or 9 with dprobs. */
+RMOE_CODELET(rmoe_cl_router_bwd, "router-bwd", rmoe_router_bwd_cpu, "rmoe_router_bwd_v1", router_bwd,
+             STARPU_VARIABLE_NBUFFERS);
+
+static void *router_args(const struct rmoe_router_shape *s)
+{
+	struct rmoe_router_args a = {s->tokens, s->hidden, s->experts, s->topk, s->norm_topk};
+	return rmoe_cl_args_dup(&a, sizeof(a));
+}
+
+int rmoe_insert_router_fwd(const struct rmoe_task_opts *o, const struct rmoe_router_shape *s,
+                           starpu_data_handle_t x, starpu_data_handle_t w_router, starpu_data_handle_t probs,
+                           starpu_data_handle_t topk_idx, starpu_data_handle_t topk_w)
+{
+	struct starpu_data_descr d[5] = {
+		{x, STARPU_R}, {w_router, STARPU_R}, {probs, STARPU_W}, {topk_idx, STARPU_W}, {topk_w, STARPU_W}};
+	return rmoe_cl_insert(o, &rmoe_cl_router_fwd, d, 5, router_args(s), sizeof(struct rmoe_router_args),
+	                      rmoe_flops_router(s->tokens, s->hidden, s->experts));
+}
+
+int rmoe_insert_router_bwd(const struct rmoe_task_opts *o, const struct rmoe_router_shape *s,
+                           starpu_data_handle_t x, starpu_data_handle_t w_router, starpu_data_handle_t probs,
+                           starpu_data_handle_t topk_idx, starpu_data_handle_t topk_w, starpu_data_handle_t dg,
+                           starpu_data_handle_t dprobs, starpu_data_handle_t dx, starpu_data_handle_t dw_router)
+{
+	struct starpu_data_descr d[9] = {
+		{x, STARPU_R},      {w_router, STARPU_R}, {probs, STARPU_R},     {topk_idx, STARPU_R},
+		{topk_w, STARPU_R}, {dg, STARPU_R},       {dx, STARPU_RW},       {dw_router, STARPU_W},
+		{dprobs, STARPU_R},
+	};
+	return rmoe_cl_insert(o, &rmoe_cl_router_bwd, d, dprobs ? 9 : 8, router_args(s), sizeof(struct rmoe_router_args),
+	                      2 * rmoe_flops_router(s->tokens, s->hidden, s->experts));
+}

@@ -1,0 +1,155 @@
+/* codelets/: the operations of one MoE layer as StarPU codelets, and the one
+ * way the library inserts them: an insert function per operation (as
+ * Chameleon's INSERT_TASK_*). graph/ builds its task graphs from these; it
+ * never names a codelet, a kernel or an argument struct. Every buffer is a
+ * StarPU vector handle of float32 (int32 for indices); matrices are
+ * row-major; shapes and layouts are those of codelets/kernels/rmoe_kernels.h.
+ * Knows StarPU and (through the kernels) BLAS; never MPI. */
+#ifndef RMOE_CODELETS_H
+#define RMOE_CODELETS_H
+
+#include <stdint.h>
+#include <starpu.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What every insert function takes besides the operation's own data. */
+struct rmoe_task_opts {
+	const char *name;            /* STARPU_NAME and the trace colour; must outlive the task */
+	int prio;                    /* clamped into the policy's range */
+	int deterministic;           /* accumulations in submission order (no STARPU_COMMUTE) */
+	struct starpu_task *after;   /* a task this one waits for, or NULL */
+	/* With kept != NULL the task is not destroyed when it ends (destroy =
+	 * 0) and *kept receives it: the caller destroys it, after using it as a
+	 * dependency anchor. */
+	struct starpu_task **kept;
+};
+
+/* ---- router ---------------------------------------------------------------- */
+
+struct rmoe_router_shape {
+	int64_t tokens, hidden, experts, topk;
+	int norm_topk;
+};
+
+/* buffers: x [T*H], w_router [H*E] -> probs [T*E], topk_idx [T*K] int32,
+ * topk_w [T*K]. */
+int rmoe_insert_router_fwd(const struct rmoe_task_opts *o, const struct rmoe_router_shape *s,
+                           starpu_data_handle_t x, starpu_data_handle_t w_router, starpu_data_handle_t probs,
+                           starpu_data_handle_t topk_idx, starpu_data_handle_t topk_w);
+
+/* dx [T*H] is added to; dw_router [H*E] overwritten; dprobs [T*E] may be
+ * NULL. */
+int rmoe_insert_router_bwd(const struct rmoe_task_opts *o, const struct rmoe_router_shape *s,
+                           starpu_data_handle_t x, starpu_data_handle_t w_router, starpu_data_handle_t probs,
+                           starpu_data_handle_t topk_idx, starpu_data_handle_t topk_w, starpu_data_handle_t dg,
+                           starpu_data_handle_t dprobs, starpu_data_handle_t dx, starpu_data_handle_t dw_router);
+
+/* topk_idx [T*K] -> pair_order [T*K] int32, expert_counts [E] int32. */
+int rmoe_insert_dispatch_map(const struct rmoe_task_opts *o, int64_t tokens, int64_t topk, int64_t experts,
+                             starpu_data_handle_t topk_idx, starpu_data_handle_t pair_order,
+                             starpu_data_handle_t expert_counts);
+
+/* ---- rows of a slice of the pair order --------------------------------------- */
+
+/* Pairs [first, first + count) of a pair order over tokens of hidden
+ * floats, topk pairs per token. */
+struct rmoe_pair_slice {
+	int64_t first, count, hidden, topk;
+};
+
+/* rows [count*H] = the slice's token rows of src [T*H] (times the routing
+ * weight when topk_w is not NULL). */
+int rmoe_insert_gather(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s, starpu_data_handle_t src,
+                       starpu_data_handle_t pair_order, starpu_data_handle_t topk_w, starpu_data_handle_t rows);
+
+/* dst [T*H] += rows (times the routing weight when topk_w is not NULL) at
+ * each pair's token: §3.1's in-place accumulation, commutative across hops
+ * unless o->deterministic. */
+int rmoe_insert_scatter_add(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s,
+                            starpu_data_handle_t rows, starpu_data_handle_t pair_order, starpu_data_handle_t topk_w,
+                            starpu_data_handle_t dst);
+
+/* All-to-all combine backward: dout [count*H] = g dy of each pair's token,
+ * and the slice's pairs of dg [T*K] = <dy, back>. */
+int rmoe_insert_unpermute_bwd(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s,
+                              starpu_data_handle_t dy, starpu_data_handle_t back, starpu_data_handle_t pair_order,
+                              starpu_data_handle_t topk_w, starpu_data_handle_t dout, starpu_data_handle_t dg);
+
+/* ---- experts: one task per partition (grouped GEMM) --------------------------- */
+
+/* rows rows grouped by expert: rows_per_expert[e] for local expert e. */
+struct rmoe_expert_shape {
+	int64_t hidden, ffn, n_experts, rows;
+	const int64_t *rows_per_expert;
+};
+
+/* SwiGLU FFN: rows [m*H], the partition's weights -> work [m*3F] and out
+ * [m*H]; with out NULL, the §3.3 recompute that stops at the SwiGLU output
+ * (work may then be the [m*4F] workspace of the pair-weighted backward). */
+int rmoe_insert_expert_ffn(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,
+                           starpu_data_handle_t rows, starpu_data_handle_t weights, starpu_data_handle_t work,
+                           starpu_data_handle_t out);
+
+/* Pair-weighted backward (ring, §3.3) of the pairs [first, first + rows) of
+ * pair_order: x rows consumed into the rows' dx, added into dx [T*H]; dg
+ * [T*K] written for the slice's pairs; dweights overwritten, or added to
+ * when accumulate. work [m*4F] as the recompute left it. */
+int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,
+                                 int64_t first, int64_t topk, int accumulate, starpu_data_handle_t xrows,
+                                 starpu_data_handle_t dyrows, starpu_data_handle_t weights,
+                                 starpu_data_handle_t pair_order, starpu_data_handle_t topk_w,
+                                 starpu_data_handle_t work, starpu_data_handle_t dx, starpu_data_handle_t dg,
+                                 starpu_data_handle_t dweights);
+
+/* Preweighted backward (all-to-all, shared expert): dout rows carry the
+ * routing weight; work [m*3F] holds the forward's intermediates; dx rows
+ * [m*H] written; dweights overwritten, or added to when accumulate. */
+int rmoe_insert_expert_bwd_preweighted(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,
+                                       int accumulate, starpu_data_handle_t xrows, starpu_data_handle_t doutrows,
+                                       starpu_data_handle_t weights, starpu_data_handle_t work,
+                                       starpu_data_handle_t dxrows, starpu_data_handle_t dweights);
+
+/* ---- small ops -------------------------------------------------------------------- */
+
+/* dst += src (count floats): the ring's G_j += S. */
+int rmoe_insert_accumulate(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t src,
+                           starpu_data_handle_t dst);
+/* dst = 0 (count floats): an empty contribution. */
+int rmoe_insert_zero(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t dst);
+
+enum rmoe_sort_direction {
+	RMOE_SORT_BY_EXPERT = 0,     /* per-peer rows -> sorted by (local expert, peer) */
+	RMOE_UNSORT_TO_PEERS = 1,    /* and back */
+};
+/* The all-to-all's sort by local expert: counts[q*n_experts + e] rows of
+ * local expert e from peer q; per_peer[q] is NULL for a peer with no rows. */
+int rmoe_insert_sort_chunks(const struct rmoe_task_opts *o, enum rmoe_sort_direction direction, int64_t hidden,
+                            int64_t n_peers, int64_t n_experts, const int64_t *counts,
+                            const starpu_data_handle_t *per_peer, starpu_data_handle_t sorted);
+
+/* ---- set-up, flops, memory probe ---------------------------------------------------- */
+
+/* One-time set-up of the kernels' environment (BLAS threads: one per worker,
+ * since StarPU owns the cores; the simulation's cost rates). Idempotent. */
+void rmoe_codelets_init(void);
+
+/* Flop counts, for STARPU_FLOPS and the benchmarks. */
+double rmoe_flops_expert_ffn(int64_t rows, int64_t hidden, int64_t ffn, int with_down);
+double rmoe_flops_expert_bwd(int64_t rows, int64_t hidden, int64_t ffn);
+double rmoe_flops_router(int64_t tokens, int64_t hidden, int64_t experts);
+
+/* Every codelet samples, on entry (when all its buffers are allocated), the
+ * bytes StarPU holds in main memory; the graph reads the running maximum.
+ * StarPU 1.3 has no peak counter, hence sampling. */
+void rmoe_probe_reset(void);
+int64_t rmoe_probe_peak(void);
+int64_t rmoe_probe_current(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMOE_CODELETS_H */

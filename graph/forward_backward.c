@@ -1,0 +1,263 @@
+/* A layer's two passes: the router, the shared expert, then the planned
+ * dispatch graph; the pass's peak memory and time recorded. */
+#include <string.h>
+
+#include "rmoe_dispatch.h"
+
+/* ---- the router -------------------------------------------------------------------- */
+
+static struct rmoe_router_shape router_shape(const struct rmoe_layer *L)
+{
+	return (struct rmoe_router_shape){L->T, L->H, L->E, L->K, L->cfg.norm_topk};
+}
+
+/* Router and dispatch map first: everything else waits for their counts. */
+static int submit_router_fwd(struct rmoe_layer *L)
+{
+	const int top = starpu_sched_get_max_priority();
+	struct rmoe_router_shape s = router_shape(L);
+	struct rmoe_task_opts o = rmoe_opts(L, "router-fwd", top);
+	int rc = rmoe_insert_router_fwd(&o, &s, L->h_x, L->h_w_router, L->h_probs, L->h_topk_idx, L->h_topk_w);
+	o = rmoe_opts(L, "dispatch-map", top);
+	if (!rc)
+		rc = rmoe_insert_dispatch_map(&o, L->T, L->K, L->E, L->h_topk_idx, L->h_pair_order, L->h_counts);
+	return rc;
+}
+
+static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx, starpu_data_handle_t dprobs)
+{
+	struct rmoe_router_shape s = router_shape(L);
+	struct rmoe_task_opts o = rmoe_opts(L, "router-bwd", 0);
+	return rmoe_insert_router_bwd(&o, &s, L->h_x, L->h_w_router, L->h_probs, L->h_topk_idx, L->h_topk_w, L->h_dg,
+	                              dprobs, dx, L->h_dw_router);
+}
+
+/* The host needs the per-expert counts to size the hops' buffers: the one
+ * synchronisation point of a forward (Megatron's dispatcher has the same). */
+static int read_counts(struct rmoe_layer *L)
+{
+#ifdef STARPU_SIMGRID
+	/* The router did not run: synthetic counts (sim_routing.c), written
+	 * into the handle so the counts exchange carries them. */
+	int rc = rmoe_acquire_bounded(L->h_counts, STARPU_MAIN_RAM, STARPU_RW, "the expert counts");
+	if (rc)
+		return rc;
+	rmoe_sim_expert_counts(L->T, L->K, L->E, L->ctx->rank, L->expert_counts);
+#else
+	int rc = rmoe_acquire_bounded(L->h_counts, STARPU_MAIN_RAM, STARPU_R, "the expert counts");
+	if (rc)
+		return rc;
+#endif
+	L->expert_offsets[0] = 0;
+	for (int64_t e = 0; e < L->E; e++)
+		L->expert_offsets[e + 1] = L->expert_offsets[e] + L->expert_counts[e];
+	starpu_data_release(L->h_counts);
+	if (L->expert_offsets[L->E] != L->T * L->K)
+		return rmoe_error(RMOE_ESTARPU, "dispatch map counted %lld pairs, expected %lld",
+		                  (long long)L->expert_offsets[L->E], (long long)(L->T * L->K));
+	return 0;
+}
+
+/* ---- the shared expert: all of this rank's tokens, outside the ring ------------------- */
+
+static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
+{
+	int64_t rows = L->T;
+	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
+	starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0, "shared-ffn");
+	if (!rc)
+		/* The pass waits for the shared expert before the dispatch starts
+		 * (rmoe_layer_forward): the two never hold buffers at once. */
+		rc = rmoe_pass_accumulate(pass, out, y, rows * L->H, 0, "shared-add");
+	starpu_data_unregister_submit(work);
+	starpu_data_unregister_submit(out);
+	return rc;
+}
+
+static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                             starpu_data_handle_t dx)
+{
+	int64_t rows = L->T;
+	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
+	starpu_data_handle_t dxs = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, NULL, 0,
+	                              "shared-recompute");
+	struct rmoe_task_opts o = rmoe_opts(L, "shared-bwd", 0);
+	struct rmoe_expert_shape s = {L->H, L->Fs, 1, rows, &rows};
+	if (!rc)
+		rc = rmoe_insert_expert_bwd_preweighted(&o, &s, 0, L->h_x, dy, L->h_ws, work, dxs, L->h_dws);
+	if (!rc)
+		rc = rmoe_pass_accumulate(pass, dxs, dx, rows * L->H, 0, "shared-dx");
+	starpu_data_unregister_submit(work);
+	starpu_data_unregister_submit(dxs);
+	return rc;
+}
+
+/* ---- recording ----------------------------------------------------------------------- */
+
+static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_base, double t0)
+{
+	double secs = (starpu_timing_now() - t0) * 1e-6;
+	int64_t dyn = rmoe_probe_peak() - dyn_base;
+	if (dyn < 0)
+		dyn = 0;
+	int64_t resident = L->resident_bytes + pass->resident;
+	if (pass->backward) {
+		L->stats.backward_seconds = secs;
+		L->stats.peak_backward_bytes = resident + dyn;
+		L->stats.bytes_sent_backward = pass->bytes_sent;
+	} else {
+		L->stats.forward_seconds = secs;
+		L->stats.peak_forward_bytes = resident + dyn;
+		L->stats.bytes_sent_forward = pass->bytes_sent;
+	}
+	L->stats.resident_bytes = resident;
+	if (pass->largest_temporary > L->stats.largest_temporary_bytes)
+		L->stats.largest_temporary_bytes = pass->largest_temporary;
+	/* forward and backward together: the larger of the two passes */
+	int64_t rss = rmoe_host_peak_rss();
+	if (!pass->backward || rss > L->stats.peak_rss_bytes)
+		L->stats.peak_rss_bytes = rss;
+	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
+	L->stats.chunk_rows = L->cfg.chunk_rows;
+}
+
+/* Starts a pass's measurement: the probe's peak and the process's. */
+static int64_t measure_start(void)
+{
+	rmoe_probe_reset();
+	rmoe_host_peak_rss_reset();
+	return rmoe_probe_current();
+}
+
+/* A pass begins once every rank's checks agree (checked collectively: a
+ * rank that returned alone would leave the others waiting for it inside the
+ * pass): its start time and its block of tags. */
+static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, const char *what, double *t0)
+{
+	if ((rc = rmoe_agree_first(L->ctx->comm, rc, what)))
+		return rc;
+	*t0 = starpu_timing_now();
+	return rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass->tag_base);
+}
+
+/* ---- the passes ---------------------------------------------------------------------------- */
+
+/* The planned dispatch graph of a pass: dy NULL for the forward (out = y),
+ * the output gradient for the backward (out = dx). */
+static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy, starpu_data_handle_t out)
+{
+	switch (L->dispatch) {
+	case RMOE_DISPATCH_ALLTOALL:
+		return dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+	case RMOE_DISPATCH_RING_TOKEN:
+		return dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);
+	default:
+		return dy ? rmoe_ring_expert_backward(L, pass, dy, out) : rmoe_ring_expert_forward(L, pass, out);
+	}
+}
+
+int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer must not be NULL");
+	rmoe_wait_timeout_set(L->cfg.wait_timeout);
+	int rc = 0;
+	if (!x || !y)
+		rc = rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: x and y must not be NULL");
+	else if (L->Fs > 0 && !L->have_shared_weights)
+		rc = rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
+		                "(rmoe_layer_set_shared)", (long long)L->Fs);
+	else if (L->cfg.check_finite)
+		rc = rmoe_layer_find_nonfinite(L, x, NULL, NULL, 1);
+	double t0;
+	struct rmoe_pass pass = {0};
+	if ((rc = pass_begin(L, &pass, rc, "the forward's checks", &t0)))
+		return rc;
+	/* §3.3: the forward keeps x (a copy: the caller may reuse its buffer)
+	 * and the routing; nothing else survives to the backward. */
+	if ((rc = rmoe_copy_handle(L->h_x, L->x_saved, x, (size_t)(L->T * L->H) * sizeof(float), 1)))
+		return rc;
+	memset(y, 0, (size_t)(L->T * L->H) * sizeof(float));
+	starpu_data_handle_t hy = rmoe_host_vector(&pass, y, L->T * L->H, sizeof(float));
+
+	int64_t dyn_base = measure_start();
+	rc = submit_router_fwd(L);
+	if (!rc && L->Fs > 0)
+		rc = submit_shared_fwd(L, &pass, hy);
+	/* The shared expert runs alone, before the dispatch posts its first
+	 * receives: its buffers and the relay's never coexist, so the peak is
+	 * the larger of the two phases, whatever the timing (memory_model.c). */
+	if (!rc && L->Fs > 0)
+		rc = rmoe_wait_tasks("the shared expert");
+	if (!rc)
+		rc = read_counts(L);
+	if (!rc)
+		rc = dispatch(L, &pass, NULL, hy);
+	/* After RMOE_EPEER tasks may still hold y: nothing more is waited for. */
+	if (rc != RMOE_EPEER) {
+		int frc = rmoe_pass_finish(L, &pass, &hy, 1);
+		if (frc == RMOE_EPEER)
+			return frc;
+		starpu_data_unregister(hy);
+	}
+	if (rc)
+		return rc;
+	L->have_forward = 1;
+	record(L, &pass, dyn_base, t0);
+	return 0;
+}
+
+int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
+{
+	return rmoe_layer_backward_ex(L, dy, NULL, dx);
+}
+
+int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, float *dx)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer must not be NULL");
+	rmoe_wait_timeout_set(L->cfg.wait_timeout);
+	int rc = 0;
+	if (!dy || !dx)
+		rc = rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: dy and dx must not be NULL");
+	else if (!L->have_forward)
+		rc = rmoe_error(RMOE_ESTATE, "rmoe_layer_backward called before any rmoe_layer_forward");
+	else if (L->cfg.check_finite)
+		rc = rmoe_layer_find_nonfinite(L, NULL, dy, dprobs, 0);
+	double t0;
+	struct rmoe_pass pass = {.backward = 1};
+	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
+		return rc;
+	memset(dx, 0, (size_t)(L->T * L->H) * sizeof(float));
+	starpu_data_handle_t hdx = rmoe_host_vector(&pass, dx, L->T * L->H, sizeof(float));
+	starpu_data_handle_t hdy = rmoe_host_vector(&pass, (void *)dy, L->T * L->H, sizeof(float));
+	starpu_data_handle_t hdp = dprobs ? rmoe_host_vector(&pass, (void *)dprobs, L->T * L->E, sizeof(float)) : NULL;
+
+	int64_t dyn_base = measure_start();
+	if (L->Fs > 0)
+		rc = submit_shared_bwd(L, &pass, hdy, hdx);
+	/* As forward: the shared expert's phase, then the dispatch's. */
+	if (!rc && L->Fs > 0)
+		rc = rmoe_wait_tasks("the shared expert");
+	if (!rc)
+		rc = dispatch(L, &pass, hdy, hdx);
+	if (!rc)
+		rc = submit_router_bwd(L, hdx, hdp);
+	starpu_data_handle_t outs[] = {hdx, L->h_dw_part, L->h_dw_router, L->h_dws};
+	/* After RMOE_EPEER tasks may still hold dy and dx: nothing more is waited for. */
+	if (rc != RMOE_EPEER) {
+		int frc = rmoe_pass_finish(L, &pass, outs, 4);
+		if (frc == RMOE_EPEER)
+			return frc;
+		starpu_data_unregister(hdx);
+		starpu_data_unregister(hdy);
+		if (hdp)
+			starpu_data_unregister(hdp);
+	}
+	if (rc)
+		return rc;
+	record(L, &pass, dyn_base, t0);
+	return 0;
+}

@@ -1,0 +1,240 @@
+/* A layer's weights and gradients in and out of the application's arrays,
+ * its routing and statistics, and the finite check. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rmoe_collective.h"
+#include "rmoe_layer_impl.h"
+#include "rmoe_scheduler.h"
+
+int rmoe_copy_handle(starpu_data_handle_t h, void *dst, const void *src, size_t bytes, int write)
+{
+	int ret = starpu_data_acquire(h, write ? STARPU_W : STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	memcpy(dst, src, bytes);
+	starpu_data_release(h);
+	return 0;
+}
+
+static int check_owned(const rmoe_layer *L, int64_t e)
+{
+	if (e < L->first_expert || e >= L->first_expert + L->e_local)
+		return rmoe_error(RMOE_EINVAL, "expert %lld is not owned by rank %d: expected %lld <= e < %lld",
+		                  (long long)e, L->ctx->rank, (long long)L->first_expert,
+		                  (long long)(L->first_expert + L->e_local));
+	return 0;
+}
+
+/* gate, up and down of one expert (or the shared one: n = 1, le = 0) in a
+ * buffer laid out gate [n][H][F] | up [n][H][F] | down [n][F][H], to or
+ * from the three arrays. */
+static int triple_io(starpu_data_handle_t h, float *buf, int64_t n, int64_t le, int64_t hf, float *g, float *u,
+                     float *d, int write)
+{
+	float *p[3] = {buf + le * hf, buf + (n + le) * hf, buf + (2 * n + le) * hf};
+	float *q[3] = {g, u, d};
+	int ret = starpu_data_acquire(h, write ? STARPU_RW : STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	for (int i = 0; i < 3; i++)
+		memcpy(write ? p[i] : q[i], write ? q[i] : p[i], (size_t)hf * sizeof(float));
+	starpu_data_release(h);
+	return 0;
+}
+
+static int expert_io(const rmoe_layer *L, starpu_data_handle_t h, float *part, int64_t e, float *g, float *u,
+                     float *d, int write)
+{
+	int rc = check_owned(L, e);
+	if (rc)
+		return rc;
+	if (!g || !u || !d)
+		return rmoe_error(RMOE_EINVAL, "expert %lld: gate, up and down pointers must not be NULL", (long long)e);
+	return triple_io(h, part, L->e_local, e - L->first_expert, L->H * L->F, g, u, d, write);
+}
+
+static int shared_io(const rmoe_layer *L, starpu_data_handle_t h, float *buf, float *g, float *u, float *d,
+                     int write)
+{
+	if (L->Fs <= 0)
+		return rmoe_error(RMOE_ESTATE, "the layer has no shared expert (shared_ffn = 0)");
+	if (!g || !u || !d)
+		return rmoe_error(RMOE_EINVAL, "shared expert: gate, up and down must not be NULL");
+	return triple_io(h, buf, 1, 0, L->H * L->Fs, g, u, d, write);
+}
+
+int rmoe_layer_set_router(rmoe_layer *L, const float *w)
+{
+	if (!L || !w)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_set_router: layer and weights must not be NULL");
+	return rmoe_copy_handle(L->h_w_router, L->w_router, w, (size_t)(L->H * L->E) * sizeof(float), 1);
+}
+
+int rmoe_layer_get_router(const rmoe_layer *L, float *w)
+{
+	if (!L || !w)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_get_router: layer and output must not be NULL");
+	return rmoe_copy_handle(L->h_w_router, w, L->w_router, (size_t)(L->H * L->E) * sizeof(float), 0);
+}
+
+int rmoe_layer_set_expert(rmoe_layer *L, int64_t e, const float *g, const float *u, const float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return expert_io(L, L->h_w_part, L->w_part, e, (float *)g, (float *)u, (float *)d, 1);
+}
+
+int rmoe_layer_get_expert(const rmoe_layer *L, int64_t e, float *g, float *u, float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return expert_io(L, L->h_w_part, L->w_part, e, g, u, d, 0);
+}
+
+int rmoe_layer_get_grad_expert(const rmoe_layer *L, int64_t e, float *g, float *u, float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return expert_io(L, L->h_dw_part, L->dw_part, e, g, u, d, 0);
+}
+
+int rmoe_layer_set_shared(rmoe_layer *L, const float *g, const float *u, const float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	int rc = shared_io(L, L->h_ws, L->ws, (float *)g, (float *)u, (float *)d, 1);
+	if (!rc)
+		L->have_shared_weights = 1;
+	return rc;
+}
+
+int rmoe_layer_get_grad_shared(const rmoe_layer *L, float *g, float *u, float *d)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	return shared_io(L, L->h_dws, L->dws, g, u, d, 0);
+}
+
+int rmoe_layer_get_grad_router(const rmoe_layer *L, float *dw)
+{
+	if (!L || !dw)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_get_grad_router: layer and output must not be NULL");
+	return rmoe_copy_handle(L->h_dw_router, dw, L->dw_router, (size_t)(L->H * L->E) * sizeof(float), 0);
+}
+
+int rmoe_layer_get_routing(const rmoe_layer *L, int32_t *idx, float *w, float *probs)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	if (!L->have_forward)
+		return rmoe_error(RMOE_ESTATE, "no forward has run on this layer yet");
+	int rc = 0;
+	size_t tk = (size_t)(L->T * L->K);
+	if (idx && !rc)
+		rc = rmoe_copy_handle(L->h_topk_idx, idx, L->topk_idx, tk * sizeof(int32_t), 0);
+	if (w && !rc)
+		rc = rmoe_copy_handle(L->h_topk_w, w, L->topk_w, tk * sizeof(float), 0);
+	if (probs && !rc)
+		rc = rmoe_copy_handle(L->h_probs, probs, L->probs, (size_t)(L->T * L->E) * sizeof(float), 0);
+	return rc;
+}
+
+int rmoe_layer_get_stats(const rmoe_layer *L, struct rmoe_layer_stats *s)
+{
+	if (!L || !s)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_get_stats: layer and stats must not be NULL");
+	*s = L->stats;
+	return 0;
+}
+
+int rmoe_layer_owned_experts(const rmoe_layer *L, int64_t *first, int64_t *count)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "layer is NULL");
+	if (first)
+		*first = L->first_expert;
+	if (count)
+		*count = L->e_local;
+	return 0;
+}
+
+enum rmoe_dispatch rmoe_layer_dispatch(const rmoe_layer *L)
+{
+	return L ? L->dispatch : RMOE_DISPATCH_ALLTOALL;
+}
+
+const char *rmoe_layer_dispatch_reason(const rmoe_layer *L)
+{
+	return L ? L->dispatch_reason : "";
+}
+
+/* ---- finite checks ------------------------------------------------------------ */
+
+/* The first NaN or infinity of a rows x cols tensor, named with its index. */
+static int scan_finite(const float *v, int64_t rows, int64_t cols, const char *name, const char *note)
+{
+	const int64_t n = rows * cols;
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite(v[i]))
+			return rmoe_error(RMOE_ENONFINITE, "%s[%lld, %lld] = %g%s: expected finite values", name,
+			                  (long long)(i / cols), (long long)(i % cols), (double)v[i], note);
+	return 0;
+}
+
+/* gate, up and down of expert le of an n-expert buffer, named by their
+ * global index e (-1: the shared expert). */
+static int scan_triple(const float *buf, int64_t n, int64_t le, int64_t H, int64_t F, int64_t e)
+{
+	char name[3][48];
+	const char *part[3] = {"gate", "up", "down"};
+	for (int i = 0; i < 3; i++) {
+		if (e >= 0)
+			snprintf(name[i], sizeof(name[i]), "w_%s[%lld]", part[i], (long long)e);
+		else
+			snprintf(name[i], sizeof(name[i]), "w_shared_%s", part[i]);
+	}
+	const int64_t hf = H * F;
+	int rc = scan_finite(buf + le * hf, H, F, name[0], "");
+	if (!rc)
+		rc = scan_finite(buf + (n + le) * hf, H, F, name[1], "");
+	if (!rc)
+		rc = scan_finite(buf + (2 * n + le) * hf, F, H, name[2], "");
+	return rc;
+}
+
+int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float *dy, const float *dprobs,
+                              int weights)
+{
+	char rows[80];
+	snprintf(rows, sizeof(rows), " (row of this rank's %lld tokens)", (long long)L->T);
+	int rc = 0;
+	if ((x && (rc = scan_finite(x, L->T, L->H, "x", rows))) ||
+	    (dy && (rc = scan_finite(dy, L->T, L->H, "dy", rows))) ||
+	    (dprobs && (rc = scan_finite(dprobs, L->T, L->E, "dprobs", rows))) || !weights)
+		return rc;
+	if ((rc = rmoe_acquire_bounded(L->h_w_router, STARPU_MAIN_RAM, STARPU_R, "the router weights")))
+		return rc;
+	rc = scan_finite(L->w_router, L->H, L->E, "w_router", "");
+	starpu_data_release(L->h_w_router);
+	if (rc || (rc = rmoe_acquire_bounded(L->h_w_part, STARPU_MAIN_RAM, STARPU_R, "the expert weights")))
+		return rc;
+	for (int64_t le = 0; le < L->e_local && !rc; le++)
+		rc = scan_triple(L->w_part, L->e_local, le, L->H, L->F, L->first_expert + le);
+	starpu_data_release(L->h_w_part);
+	if (rc || L->Fs <= 0 || !L->have_shared_weights ||
+	    (rc = rmoe_acquire_bounded(L->h_ws, STARPU_MAIN_RAM, STARPU_R, "the shared expert weights")))
+		return rc;
+	rc = scan_triple(L->ws, 1, 0, L->H, L->Fs, -1);
+	starpu_data_release(L->h_ws);
+	return rc;
+}
+
+int rmoe_layer_check_finite(rmoe_layer *L, const float *x, const float *dy)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_check_finite: layer must not be NULL");
+	rmoe_wait_timeout_set(L->cfg.wait_timeout);
+	return rmoe_agree_first(L->ctx->comm, rmoe_layer_find_nonfinite(L, x, dy, NULL, 1), "the finite check");
+}

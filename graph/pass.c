@@ -1,0 +1,416 @@
+/* The helpers a pass is built with: temporaries, chunks, transfers, and the
+ * "window" and "gate" under which its tasks are inserted.
+ *
+ * Window. StarPU starts any task whose data are ready: a worker idle while
+ * hop h waits for its weights would gather the rows of hops h+1, h+2, ...
+ * ahead of time, and each early gather keeps a hop's rows alive. That
+ * prefetch buys nothing (gathers are cheap) and spends the memory the ring
+ * exists to save. So the gathers of each chunk (a whole hop unless chunking
+ * is on) wait for the expert task of the chunk before: one chunk's
+ * intermediates at a time, §3.3. The expert tasks are kept (not destroyed
+ * when they end) as dependency anchors until the pass ends.
+ *
+ * Gate. A ring adds each hop's partial (expert routing: the weight gradient;
+ * token routing: outputs, dx, dg) into the accumulator arriving from the
+ * left; the partial lives until then. That addition becomes the window too:
+ * the next hop's gathers, partials and expert task wait for it, as the
+ * paper's GPU waits at this synchronisation point (§3.1), so one partial and
+ * one hop's rows exist at a time whatever the network does. The accumulator
+ * left its neighbour a hop before the next weights (or tokens) did, so the
+ * wait rarely costs anything. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_pass.h"
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize)
+{
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, -1, 0, (uint32_t)n, elsize);
+	int64_t bytes = n * (int64_t)elsize;
+	if (bytes > pass->largest_temporary)
+		pass->largest_temporary = bytes;
+	return h;
+}
+
+starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)
+{
+	if (pass)
+		pass->resident += n * (int64_t)elsize;
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elsize);
+	return h;
+}
+
+int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h)
+{
+	if (pass->nheld == pass->capheld) {
+		int cap = pass->capheld ? 2 * pass->capheld : 8;
+		starpu_data_handle_t *a = realloc(pass->held, (size_t)cap * sizeof(*a));
+		if (!a) {
+			/* Not held: freed when its last user ends, which is also correct. */
+			starpu_data_unregister_submit(h);
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
+		}
+		pass->held = a;
+		pass->capheld = cap;
+	}
+	pass->held[pass->nheld++] = h;
+	return 0;
+}
+
+/* Destroys the pass's dependency anchors and unregisters the buffers it
+ * holds; after every task has ended. */
+static void pass_release(struct rmoe_pass *pass)
+{
+	for (int i = 0; i < pass->nanchors; i++)
+		starpu_task_destroy(pass->anchors[i]);
+	free(pass->anchors);
+	pass->anchors = NULL;
+	pass->nanchors = pass->capanchors = 0;
+	pass->window = pass->gate = NULL;
+	for (int i = 0; i < pass->nheld; i++)
+		starpu_data_unregister(pass->held[i]);
+	free(pass->held);
+	pass->held = NULL;
+	pass->nheld = pass->capheld = 0;
+}
+
+int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs, int nouts)
+{
+	int rc;
+	for (int i = 0; i < nouts; i++)
+		if (outs[i]) {
+			if ((rc = rmoe_acquire_bounded(outs[i], STARPU_MAIN_RAM, STARPU_R, "the pass's outputs")) ==
+			    RMOE_EPEER)
+				return rc;
+			if (!rc)
+				starpu_data_release(outs[i]);
+		}
+	if ((rc = rmoe_wait_tasks("the pass's tasks and transfers")))
+		return rc;
+	/* A held relay buffer may still be in a send to the next rank, which
+	 * no task count shows; unregistering would wait for it without bound.
+	 * A write access waits for every earlier one, needs no initialised
+	 * contents (a receive buffer the pass never filled) and, on no node,
+	 * moves no data. */
+	for (int i = 0; i < pass->nheld; i++) {
+		rc = rmoe_acquire_bounded(pass->held[i], STARPU_ACQUIRE_NO_NODE, STARPU_W, "a relay buffer's last send");
+		if (rc == RMOE_EPEER)
+			return rc;
+		if (!rc)
+			starpu_data_release_on_node(pass->held[i], STARPU_ACQUIRE_NO_NODE);
+	}
+	pass_release(pass);
+	if ((rc = rmoe_acquire_bounded(L->h_w_part, STARPU_MAIN_RAM, STARPU_RW, "the weights' last transfer")) ==
+	    RMOE_EPEER)
+		return rc;
+	if (!rc)
+		starpu_data_release(L->h_w_part);
+	return 0;
+}
+
+/* ---- chunks ----------------------------------------------------------------------- */
+
+int64_t rmoe_partition_chunks(const struct rmoe_layer *L, const int64_t *offsets, int p, int64_t max_rows,
+                              struct rmoe_chunk **chunks)
+{
+	int64_t e0 = (int64_t)p * L->e_local;
+	int64_t first = rmoe_pairs_first(offsets, e0);
+	int64_t total = rmoe_pairs_count(offsets, e0, L->e_local);
+	*chunks = NULL;
+	if (total == 0)
+		return 0;
+	if (max_rows <= 0 || max_rows > total)
+		max_rows = total;
+	int64_t n = (total + max_rows - 1) / max_rows;
+	struct rmoe_chunk *c = calloc((size_t)n, sizeof(*c));
+	if (!c)
+		return -1;
+	for (int64_t i = 0; i < n; i++) {
+		c[i].first = first + i * max_rows;
+		c[i].rows = (i == n - 1) ? total - i * max_rows : max_rows;
+		c[i].rows_per_expert = calloc((size_t)L->e_local, sizeof(int64_t));
+		if (!c[i].rows_per_expert) {
+			rmoe_chunks_free(c, i);
+			return -1;
+		}
+		int64_t lo = c[i].first, hi = c[i].first + c[i].rows;
+		for (int64_t e = 0; e < L->e_local; e++) {
+			int64_t a = offsets[e0 + e], b = offsets[e0 + e + 1];
+			int64_t s = a > lo ? a : lo, t = b < hi ? b : hi;
+			c[i].rows_per_expert[e] = t > s ? t - s : 0;
+		}
+	}
+	*chunks = c;
+	return n;
+}
+
+void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		free(chunks[i].rows_per_expert);
+	free(chunks);
+}
+
+/* ---- transfers -------------------------------------------------------------------------- */
+
+int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int dest, int64_t tag,
+              int prio, void (*done)(void *), void *arg)
+{
+	int ret = starpu_mpi_isend_detached_prio(h, dest, tag, prio, L->ctx->comm, done, arg);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_mpi_isend_detached to rank %d (tag %lld) failed (%d)", dest,
+		                  (long long)tag, ret);
+	pass->bytes_sent += (int64_t)starpu_data_get_size(h);
+	return 0;
+}
+
+int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag)
+{
+	int ret = starpu_mpi_irecv_detached(h, src, tag, L->ctx->comm, NULL, NULL);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_mpi_irecv_detached from rank %d (tag %lld) failed (%d)", src,
+		                  (long long)tag, ret);
+	return 0;
+}
+
+int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
+{
+	const int N = L->N, me = L->ctx->rank;
+	starpu_data_handle_t *hc = calloc((size_t)N, sizeof(*hc));
+	if (!hc)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	int rc = 0;
+	for (int q = 0; q < N && !rc; q++) {
+		if (q == me)
+			continue;
+		hc[q] = rmoe_host_vector(NULL, all + (int64_t)q * L->E, L->E, sizeof(int32_t));
+		rc = rmoe_send(L, pass, L->h_counts, q, tag, 0, NULL, NULL);
+		if (!rc)
+			rc = rmoe_recv(L, hc[q], q, tag);
+	}
+	/* Unregistering waits for each receive; a bounded wait first, so that a
+	 * dead peer gives RMOE_EPEER (its handle is then left registered). */
+	for (int q = 0; q < N; q++)
+		if (hc[q] && !rc) {
+			int wrc = rmoe_wait_data(hc[q]);
+			if (wrc == RMOE_EPEER) {
+				free(hc);
+				return wrc;
+			}
+			rc = wrc;
+		}
+	for (int q = 0; q < N; q++)
+		if (hc[q])
+			starpu_data_unregister(hc[q]);
+	free(hc);
+	if (rc)
+		return rc;
+	memcpy(all + (int64_t)me * L->E, L->expert_counts, (size_t)L->E * sizeof(int32_t));
+#ifdef STARPU_SIMGRID
+	/* What was sent is synthetic; each rank draws every rank's counts
+	 * itself, so the plans agree whatever the transfers carried. */
+	for (int q = 0; q < N; q++)
+		rmoe_sim_expert_counts(L->T, L->K, L->E, q, all + (int64_t)q * L->E);
+#endif
+	return 0;
+}
+
+/* ---- tasks under the window and the gate ---------------------------------------------------- */
+
+struct rmoe_task_opts rmoe_opts(const struct rmoe_layer *L, const char *name, int prio)
+{
+	return (struct rmoe_task_opts){.name = name, .prio = prio, .deterministic = L->cfg.deterministic};
+}
+
+/* Room for one more anchor before a task that becomes one is submitted, so
+ * that keeping it cannot fail afterwards. */
+static int reserve_anchor(struct rmoe_pass *pass)
+{
+	if (pass->nanchors < pass->capanchors)
+		return 0;
+	int cap = pass->capanchors ? 2 * pass->capanchors : 16;
+	struct starpu_task **a = realloc(pass->anchors, (size_t)cap * sizeof(*a));
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	pass->anchors = a;
+	pass->capanchors = cap;
+	return 0;
+}
+
+/* The options of a task that becomes the pass's window (and is kept as an
+ * anchor); after a successful insert, become_window records it. */
+static int window_opts(struct rmoe_pass *pass, struct rmoe_task_opts *o, struct starpu_task **kept)
+{
+	int rc = reserve_anchor(pass);
+	o->kept = kept;
+	return rc;
+}
+
+static void become_window(struct rmoe_pass *pass, struct starpu_task *t)
+{
+	pass->anchors[pass->nanchors++] = t;
+	pass->window = t;
+}
+
+int rmoe_pass_gather(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,
+                     starpu_data_handle_t src, int64_t first, int64_t count, int weighted,
+                     starpu_data_handle_t rows, int prio, const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
+	o.after = pass ? pass->window : NULL;
+	struct rmoe_pair_slice s = {first, count, L->H, L->K};
+	return rmoe_insert_gather(&o, &s, src, rt->pair_order, weighted ? rt->topk_w : NULL, rows);
+}
+
+int rmoe_pass_scatter_add(struct rmoe_layer *L, const struct rmoe_routing *rt, starpu_data_handle_t rows,
+                          int64_t first, int64_t count, int weighted, starpu_data_handle_t dst, int prio,
+                          const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
+	struct rmoe_pair_slice s = {first, count, L->H, L->K};
+	return rmoe_insert_scatter_add(&o, &s, rows, rt->pair_order, weighted ? rt->topk_w : NULL, dst);
+}
+
+int rmoe_pass_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starpu_data_handle_t rows,
+                         starpu_data_handle_t w, int64_t n_experts, int64_t ffn, const int64_t *rows_per_expert,
+                         int64_t nrows, starpu_data_handle_t work, starpu_data_handle_t out, int prio,
+                         const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
+	struct starpu_task *t = NULL;
+	int rc = anchor ? window_opts(anchor, &o, &t) : 0;
+	struct rmoe_expert_shape s = {L->H, ffn, n_experts, nrows, rows_per_expert};
+	if (!rc)
+		rc = rmoe_insert_expert_ffn(&o, &s, rows, w, work, out);
+	if (!rc && anchor)
+		become_window(anchor, t);
+	return rc;
+}
+
+int rmoe_pass_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor, const struct rmoe_routing *rt,
+                               starpu_data_handle_t xrows, starpu_data_handle_t dyrows, starpu_data_handle_t w,
+                               const struct rmoe_chunk *c, starpu_data_handle_t work, starpu_data_handle_t dx,
+                               starpu_data_handle_t dw, int accumulate, int prio, const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
+	struct starpu_task *t = NULL;
+	int rc = window_opts(anchor, &o, &t);
+	/* The gate is consumed: one expert backward waits for each addition. */
+	o.after = anchor->gate;
+	anchor->gate = NULL;
+	struct rmoe_expert_shape s = {L->H, L->F, L->e_local, c->rows, c->rows_per_expert};
+	if (!rc)
+		rc = rmoe_insert_expert_bwd_pairs(&o, &s, c->first, L->K, accumulate, xrows, dyrows, w, rt->pair_order,
+		                                  rt->topk_w, work, dx, rt->dg, dw);
+	if (!rc)
+		become_window(anchor, t);
+	return rc;
+}
+
+int rmoe_pass_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
+                         int64_t count, int prio, const char *name)
+{
+	struct rmoe_task_opts o = {.name = name, .prio = prio};
+	struct starpu_task *t = NULL;
+	int rc = gate_pass ? window_opts(gate_pass, &o, &t) : 0;
+	if (!rc)
+		rc = rmoe_insert_accumulate(&o, count, src, dst);
+	if (!rc && gate_pass) {
+		become_window(gate_pass, t);
+		gate_pass->gate = t;
+	}
+	return rc;
+}
+
+int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio, const char *name)
+{
+	struct rmoe_task_opts o = {.name = name, .prio = prio, .after = pass ? pass->window : NULL};
+	return rmoe_insert_zero(&o, count, dst);
+}
+
+/* ---- one chunk of a hop ------------------------------------------------------------------------ */
+
+int rmoe_chunk_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,
+                       starpu_data_handle_t x, starpu_data_handle_t w, const struct rmoe_chunk *c,
+                       starpu_data_handle_t acc, int prio, int hop)
+{
+	const int64_t rows = c->rows;
+	starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
+	starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	int rc = rmoe_pass_gather(L, pass, rt, x, c->first, rows, 0, xg, prio, rmoe_task_name("gather", hop));
+	if (!rc)
+		rc = rmoe_pass_expert_ffn(L, pass, xg, w, L->e_local, L->F, c->rows_per_expert, rows, work, out, prio,
+		                          rmoe_task_name("expert-ffn", hop));
+	if (!rc)
+		rc = rmoe_pass_scatter_add(L, rt, out, c->first, rows, 1, acc, prio, rmoe_task_name("scatter-add", hop));
+	starpu_data_unregister_submit(xg);
+	starpu_data_unregister_submit(work);
+	starpu_data_unregister_submit(out);
+	return rc;
+}
+
+int rmoe_chunk_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,
+                        starpu_data_handle_t x, starpu_data_handle_t dy, starpu_data_handle_t w,
+                        const struct rmoe_chunk *c, starpu_data_handle_t dx, starpu_data_handle_t dw, int accumulate,
+                        int prio, int hop)
+{
+	const int64_t rows = c->rows;
+	starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
+	int rc = rmoe_pass_gather(L, pass, rt, x, c->first, rows, 0, xg, prio, rmoe_task_name("gather", hop));
+	if (!rc)
+		rc = rmoe_pass_gather(L, pass, rt, dy, c->first, rows, 0, dyg, prio, rmoe_task_name("gather-dy", hop));
+	if (!rc)
+		rc = rmoe_pass_expert_ffn(L, NULL, xg, w, L->e_local, L->F, c->rows_per_expert, rows, work, NULL, prio,
+		                          rmoe_task_name("recompute", hop));
+	if (!rc)
+		rc = rmoe_pass_expert_bwd_pairs(L, pass, rt, xg, dyg, w, c, work, dx, dw, accumulate, prio,
+		                                rmoe_task_name("expert-bwd", hop));
+	starpu_data_unregister_submit(xg);
+	starpu_data_unregister_submit(dyg);
+	starpu_data_unregister_submit(work);
+	return rc;
+}
+
+/* ---- task names ------------------------------------------------------------------------------ */
+
+/* StarPU keeps the name pointer until the task is gone, so names with a hop
+ * number are interned for the life of the process (ops x hops: bounded). */
+struct interned {
+	struct interned *next;
+	char s[];
+};
+static struct interned *interned_names;
+static pthread_mutex_t interned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const char *rmoe_task_name(const char *op, int hop)
+{
+	char buf[64];
+	if (hop >= 0)
+		snprintf(buf, sizeof(buf), "%s h%d", op, hop);
+	else
+		snprintf(buf, sizeof(buf), "%s", op);
+	pthread_mutex_lock(&interned_lock);
+	struct interned *i;
+	for (i = interned_names; i; i = i->next)
+		if (strcmp(i->s, buf) == 0)
+			break;
+	if (!i) {
+		i = malloc(sizeof(*i) + strlen(buf) + 1);
+		if (i) {
+			strcpy(i->s, buf);
+			i->next = interned_names;
+			interned_names = i;
+		}
+	}
+	pthread_mutex_unlock(&interned_lock);
+	return i ? i->s : op;
+}

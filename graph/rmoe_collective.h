@@ -1,0 +1,51 @@
+/* Everything in graph/ that waits for other ranks, in one place: the waits
+ * a collective call makes (for another rank's data, for StarPU's tasks, for
+ * an MPI collective), bounded by the layer's wait_timeout, and the rank
+ * agreements built on them. */
+#ifndef RMOE_COLLECTIVE_H
+#define RMOE_COLLECTIVE_H
+
+#include <mpi.h>
+#include <starpu.h>
+#include <stdint.h>
+
+#include "relaymoe/relaymoe.h"
+
+/* The timeout of the collective call under way on this thread (seconds; 0:
+ * plain blocking waits). Each collective function of the public API sets it
+ * on entry from its layer's configuration. A wait that makes no progress
+ * for that long gives up with RMOE_EPEER: a rank died, hangs or stopped
+ * calling the layer. */
+void rmoe_wait_timeout_set(double seconds);
+
+/* starpu_data_acquire(_on_node) within the timeout. On RMOE_EPEER the
+ * acquisition is abandoned (its callback may still run later). */
+int rmoe_acquire_bounded(starpu_data_handle_t h, int node, enum starpu_data_access_mode mode, const char *what);
+/* Waits until every task and transfer writing h has completed. */
+int rmoe_wait_data(starpu_data_handle_t h);
+/* starpu_task_wait_for_all within the timeout. */
+int rmoe_wait_tasks(const char *what);
+
+/* MPI_Allreduce, MPI_Bcast, MPI_Allgather within the timeout. */
+int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                           const char *what);
+int rmoe_bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm, const char *what);
+int rmoe_allgather_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Comm comm,
+                           const char *what);
+
+/* Every rank learns whether every rank succeeded: no rank proceeds (and
+ * hangs later in a collective) while another has failed. A rank that did
+ * not fail returns the worst code with "another rank failed <what>". */
+int rmoe_agree(MPI_Comm comm, int rc, const char *what);
+
+/* As rmoe_agree, and every rank returns the same code and message: those of
+ * the lowest failing rank, prefixed with its number, so that a bad value one
+ * rank found is named on all of them. */
+int rmoe_agree_first(MPI_Comm comm, int rc, const char *what);
+
+/* 1 when digest is the same on every rank, 0 when it is not, or a negative
+ * RMOE_E* code: ranks that must hold the same value (a configuration, a
+ * plan) compare a digest of it. */
+int rmoe_agree_digest(MPI_Comm comm, uint64_t digest, const char *what);
+
+#endif /* RMOE_COLLECTIVE_H */

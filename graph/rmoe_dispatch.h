@@ -1,0 +1,21 @@
+/* The dispatch graphs of one layer pass (§3.1-§3.2 and the baseline).
+ * Each is called after the router and dispatch map of the pass are
+ * submitted and the expert counts are known on the host; it submits every
+ * task and transfer of the dispatch and returns; the caller waits. Private
+ * to graph/. */
+#ifndef RMOE_DISPATCH_H
+#define RMOE_DISPATCH_H
+
+#include "rmoe_pass.h"
+
+int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                              starpu_data_handle_t dx);
+int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                             starpu_data_handle_t dx);
+int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                           starpu_data_handle_t dx);
+
+#endif /* RMOE_DISPATCH_H */

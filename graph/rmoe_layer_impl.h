@@ -1,0 +1,71 @@
+/* The layer behind the public rmoe_layer: its configuration and plan, the
+ * buffers it keeps across calls and their StarPU handles. Private to
+ * graph/. */
+#ifndef RMOE_LAYER_IMPL_H
+#define RMOE_LAYER_IMPL_H
+
+#include <starpu.h>
+#include <stdint.h>
+
+#include "relaymoe/relaymoe.h"
+#include "rmoe_ctx.h"
+
+/* The routing of one token partition as the graphs use it: the pair order
+ * (pairs sorted by expert), the routing weights, the dg accumulator, and the
+ * per-expert offsets into the pair order (host, E+1 entries). A layer's own
+ * tokens have one; with token routing, visiting partitions have theirs. */
+struct rmoe_routing {
+	starpu_data_handle_t pair_order, topk_w, dg;
+	const int64_t *offsets;
+};
+
+struct rmoe_layer {
+	rmoe_ctx *ctx;
+	struct rmoe_layer_config cfg;     /* as planned: the dispatch that runs, the chunk rows */
+	enum rmoe_dispatch dispatch;
+	int64_t H, F, E, K, T, Fs;
+	int N;                    /* ranks in the expert-parallel group */
+	int64_t e_local;          /* experts per partition (E / N) */
+	int64_t first_expert;     /* of the partition this rank owns */
+	int64_t part_floats;      /* floats of one partition's weights */
+
+	/* Ring order from the plan: ring[i] is the rank at position i; the
+	 * partition a rank owns carries that rank's number. */
+	int *ring;
+	int ring_pos, left, right;
+
+	/* Host memory the layer owns across calls. */
+	float *w_router, *dw_router;
+	float *w_part, *dw_part;          /* owned partition: weights and gradient */
+	float *ws, *dws;                  /* shared expert: gate | up | down */
+	float *x_saved;                   /* §3.3: forward saves x and the routing only */
+	float *probs, *topk_w, *dg;
+	int32_t *topk_idx, *pair_order, *expert_counts;
+	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
+
+	/* Their handles (home node: main memory), registered once. */
+	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;
+	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts;
+	struct rmoe_routing own;          /* this rank's tokens: the handles above */
+	int64_t resident_bytes;
+
+	int have_forward;
+	int have_shared_weights;
+	char dispatch_reason[384];        /* why this dispatch (RMOE_DISPATCH_AUTO) */
+	struct rmoe_layer_stats stats;
+};
+
+/* Buffers the layer keeps (layer.c): allocated and freed here. */
+void *rmoe_layer_alloc(int64_t n, size_t elsize);
+void rmoe_layer_free_buffer(void *p, int64_t n, size_t elsize);
+
+/* Copy between host memory and a registered buffer, waiting for the tasks
+ * and transfers that use it (layer_io.c). */
+int rmoe_copy_handle(starpu_data_handle_t h, void *dst, const void *src, size_t bytes, int write);
+
+/* This rank's part of the finite check (layer_io.c): the given inputs, then
+ * (weights) the router, the owned experts and the shared expert. */
+int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float *dy, const float *dprobs,
+                              int weights);
+
+#endif /* RMOE_LAYER_IMPL_H */
