@@ -1,0 +1,151 @@
+/* The memory model (scheduler/memory_model.c) for one small configuration,
+ * every term counted by hand here from the buffers the graphs hold, so that
+ * the model is checked against an independent reading of graph/ and not
+ * against itself.
+ *
+ * The configuration: T = 4 tokens, H = 2, F = 3, E = 4 experts, K = 2, on
+ * N = 2 ranks, fp32 (4 bytes), no shared expert, no chunking, even routing.
+ * P = T*K = 8 pairs; a partition holds E/N = 2 experts of 3*H*F = 18
+ * floats: W = 36 floats = 144 bytes. With even routing a ring hop computes
+ * P/N = 4 rows; the all-to-all's experts compute M = P = 8 rows on a rank
+ * (skew 1 means every rank receives its even share of all ranks' pairs:
+ * 4 from itself, 4 from the other). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "rmoe_memory_model.h"
+
+static struct rmoe_mem_config tiny(void)
+{
+	struct rmoe_mem_config c;
+	rmoe_mem_config_init(&c);
+	c.tokens = 4;
+	c.hidden = 2;
+	c.ffn = 3;
+	c.experts = 4;
+	c.topk = 2;
+	c.nranks = 2;
+	return c;
+}
+
+/* Resident, every dispatcher (graph/layer.c's kept buffers):
+ *   router and its gradient        2 * H*E  = 16 floats
+ *   probabilities                  T*E      = 16 floats
+ *   routing weights and dg         2 * P    = 16 floats
+ *   top-k indices and pair order   2 * P    = 16 int32
+ *   expert counts                  E        =  4 int32
+ *     routing: (16 + 16 + 16 + 16 + 4) * 4 = 272 bytes
+ *   owned partition and gradient   2 * W    = 72 floats = 288 bytes
+ *   saved x                        T*H      =  8 floats =  32 bytes
+ *   forward: the caller's y        T*H      =  32 bytes  -> 624
+ *   backward: dy and dx            2 * T*H  =  64 bytes  -> 656 */
+static void check_resident(const struct rmoe_mem_estimate *e)
+{
+	assert_int_equal(e->resident_forward, 272 + 288 + 32 + 32);
+	assert_int_equal(e->resident_backward, 272 + 288 + 32 + 64);
+	/* What a step finds before it starts: router (H*E floats), the owned
+	 * weights (W), x: 32 + 144 + 32. */
+	assert_int_equal(e->weights_and_inputs, 208);
+}
+
+/* Ring expert routing, 2 ranks: one weight receive buffer (the other rank's
+ * partition, 144 bytes); a hop's 4 rows: gathered x [4*2], workspace
+ * [4*3F = 4*9], out [4*2] = 52 floats = 208 bytes. Forward 144 + 208 = 352.
+ * Backward: the weight receive buffer, two gradient relay buffers and one
+ * partial gradient (4 * 144 = 576); a hop's gathered x [8], gathered dy
+ * [8], workspace [4*4F = 48] = 64 floats = 256 bytes: 832. */
+static void test_memory_model_ring_expert_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	check_resident(&e);
+	assert_int_equal(e.dynamic_forward, 144 + 208);
+	assert_int_equal(e.dynamic_backward, 576 + 256);
+	assert_int_equal(e.peak_forward, 624 + 352);
+	assert_int_equal(e.peak_backward, 656 + 832);
+	assert_int_equal(e.peak, 1488);
+	/* A row of a hop adds gathered x, dy and its workspace: (2 + 2 + 12) * 4. */
+	assert_int_equal(e.per_row_backward, 64);
+	assert_int_equal(e.fixed_backward, 656 + 576);
+	/* The largest buffer: a partition's weights (144), larger than a hop's
+	 * workspace (4 * 12 floats = 192)? No: the workspace is. */
+	assert_int_equal(e.largest_buffer, 192);
+	/* Chunks of 1 row: 3 rows fewer, 3 * 64 bytes less backward. */
+	c.chunk_rows = 1;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	assert_int_equal(e.dynamic_backward, 576 + 64);
+}
+
+/* Ring token routing, 2 ranks: one set of travelling buffers. Forward: x
+ * [T*H = 8], the output accumulator [8], the pair order (8 int32) and
+ * weights (8) = 32 values = 128 bytes; from hop 1 a partial of the outputs
+ * [8] = 32 bytes; a hop's rows as for experts, 208: 368. Backward: x, dy,
+ * the dx accumulator (3 * 8), the pair order, weights and dg (3 * 8) = 192
+ * bytes; partials of dx [8] and dg [8] = 64; a hop's rows 256: 512. */
+static void test_memory_model_ring_token_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_TOKEN, &c, &e), 0);
+	check_resident(&e);
+	assert_int_equal(e.dynamic_forward, 128 + 32 + 208);
+	assert_int_equal(e.dynamic_backward, 192 + 64 + 256);
+}
+
+/* All-to-all, 2 ranks, stage by stage (graph/alltoall.c), in floats:
+ * forward
+ *   dispatch: the permuted rows to send, all P = 8 of them (2 floats each:
+ *   16), and those received (M - own = 4 rows: 8), the own ones handed
+ *   over: 24;
+ *   the sort: received (8 rows: 16) and sorted (16): 32;
+ *   the experts: sorted (16), workspace (8 * 3F = 72), outputs (16): 104;
+ *   the combine: unsorted outputs (16) and what came back (4 rows: 8): 24;
+ *   peak 104 floats = 416 bytes.
+ * backward (recompute, then the reverse path, keeping sorted input and
+ * workspace as autograd would)
+ *   after the combine back: kept sorted (16), work (72), returned (16),
+ *   back rows (16): 120; the dout stage: kept (16 + 72), returned outputs
+ *   (16) and dout rows to send (8): 112; the expert backward: kept (16 +
+ *   72), dout sorted (16), dx rows (16) = 120; peak 120 floats = 480 bytes. */
+static void test_memory_model_alltoall_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL, &c, &e), 0);
+	check_resident(&e);
+	assert_int_equal(e.dynamic_forward, 104 * 4);
+	assert_int_equal(e.dynamic_backward, 120 * 4);
+	/* The largest buffer: the experts' workspace, 8 rows of 3F. */
+	assert_int_equal(e.largest_buffer, 72 * 4);
+}
+
+/* bf16 halves activations and weights, not the routing (4-byte). */
+static void test_memory_model_bf16_halves_the_tensors(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	c.dtype_bytes = 2;
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	assert_int_equal(e.resident_forward, 272 + (288 + 32 + 32) / 2);
+	assert_int_equal(e.dynamic_backward, (576 + 256) / 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_memory_model_ring_expert_by_hand),
+		cmocka_unit_test(test_memory_model_ring_token_by_hand),
+		cmocka_unit_test(test_memory_model_alltoall_by_hand),
+		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
