@@ -21,7 +21,8 @@ except relaymoe.LibraryNotFound as e:
 
 
 def child(code, **env):
-    clean = {k: v for k, v in os.environ.items() if k not in ("RELAYMOE_PREFIX", "RELAYMOE_LIBRARY")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("RELAYMOE_PREFIX", "RELAYMOE_LIBRARY", "PKG_CONFIG_PATH")}
     clean.update(env)
     out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -49,6 +50,13 @@ def test_by_pkg_config():
         pytest.skip("pkg-config missing")
     got = child(PROBE, PKG_CONFIG_PATH=pcdir)
     assert os.path.realpath(got) == os.path.realpath(installed_library())
+
+
+def test_by_the_loader():
+    # Nothing set but the loader's path: the soname, found by dlopen.
+    libdir = os.path.dirname(installed_library())
+    got = child(PROBE, LD_LIBRARY_PATH=libdir + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
+    assert os.path.basename(got).startswith("librelaymoe.so"), got
 
 
 @pytest.mark.parametrize("env, words", [
