@@ -26,7 +26,7 @@ for module in numpy mpi4py pytest; do
 done
 $py -m venv --system-site-packages "$work/venv" > /dev/null 2>&1 || unavailable "python3-venv missing"
 cp -r "$src/python" "$work/package"
-"$work/venv/bin/pip" install -q --no-index --no-build-isolation "$work/package"
-"$work/venv/bin/python" -c "import relaymoe" 
+"$work/venv/bin/pip" install -q --disable-pip-version-check --no-index --no-build-isolation "$work/package"
+"$work/venv/bin/python" -c "import relaymoe"
 echo ok > "$work/status"
 echo "python setup: relaymoe installed in $work/prefix, the package in $work/venv"
