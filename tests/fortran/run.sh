@@ -30,7 +30,8 @@ case $kind in
     src=$3
     rm -rf "$work/readme" && mkdir -p "$work/readme" && cd "$work/readme"
     python3 "$src/tests/python/readme_example.py" "$src/README.md" "program moe" > moe.f90
-    export PKG_CONFIG_PATH=$(dirname "$(find "$work/prefix" -name relaymoe-fortran.pc | head -1)")
+    PKG_CONFIG_PATH=$(dirname "$(find "$work/prefix" -name relaymoe-fortran.pc | head -1)")
+    export PKG_CONFIG_PATH
     # shellcheck disable=SC2046
     mpif90 moe.f90 $(pkg-config --cflags --libs relaymoe-fortran) -o moe
     "$src/scripts/mpirun.sh" -np 2 ./moe | tee out.txt
