@@ -28,7 +28,7 @@ case $kind in
       "the Fortran module relaymoe" ;;
   readme)
     src=$3
-    rm -rf "$work/readme" && mkdir -p "$work/readme" && cd "$work/readme"
+    rm -rf "${work:?}/readme" && mkdir -p "$work/readme" && cd "$work/readme"
     python3 "$src/tests/python/readme_example.py" "$src/README.md" "program moe" > moe.f90
     PKG_CONFIG_PATH=$(dirname "$(find "$work/prefix" -name relaymoe-fortran.pc | head -1)")
     export PKG_CONFIG_PATH

@@ -9,7 +9,7 @@
 # RMOE_EMBED_REQUIRE=1 (CI) turns "cannot run" into a failure.
 set -euo pipefail
 src=$1 build=$2 work=$3
-rm -rf "$work/prefix" "$work/example" "$work/bin" "$work/status"
+rm -rf "${work:?}/prefix" "${work:?}/example" "${work:?}/bin" "${work:?}/status"
 mkdir -p "$work/bin"
 unavailable() {
   echo "unavailable: $1" > "$work/status"

@@ -16,7 +16,7 @@ case $kind in
             --rootdir="$what" "$what" ;;
   script) exec "$mpiexec" -n "$n" --oversubscribe "$py" "$what" ;;
   readme)
-    rm -rf "$work/readme" && mkdir -p "$work/readme" && cd "$work/readme"
+    rm -rf "${work:?}/readme" && mkdir -p "$work/readme" && cd "$work/readme"
     python3 "$what/tests/python/readme_example.py" "$what/README.md" \
       "from mpi4py import MPI  # MPI_THREAD_MULTIPLE; without mpi4py, relaymoe starts MPI itself" > moe.py
     python3 "$what/tests/python/readme_example.py" "$what/README.md" "from mpi4py import MPI" > moe_torch.py

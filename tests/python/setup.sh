@@ -10,7 +10,7 @@
 set -euo pipefail
 src=$1 build=$2 work=$3
 py=/usr/bin/python3
-rm -rf "$work/prefix" "$work/venv" "$work/package" "$work/status"
+rm -rf "${work:?}/prefix" "${work:?}/venv" "${work:?}/package" "${work:?}/status"
 mkdir -p "$work"
 unavailable() {
   echo "unavailable: $1" > "$work/status"
