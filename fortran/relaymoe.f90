@@ -1,0 +1,820 @@
+! relaymoe from Fortran 2008: the C API of include/relaymoe/relaymoe.h through
+! iso_c_binding. Module relaymoe_mpi (relaymoe_mpi.f90) adds the context over
+! a type(MPI_Comm) of mpi_f08, as relaymoe_mpi.h does for C.
+!
+! Array layout. The library's arrays are row-major (C order). Every array
+! argument here is the library's memory as it is, so its Fortran shape is the
+! C shape reversed:
+!   x, y, dy, dx          C [T, H]      Fortran (hidden, tokens): token t is x(:, t)
+!   w_router, dw_router   C [H, E]      Fortran (experts, hidden)
+!   w_gate, w_up (e)      C [H, F]      Fortran (ffn, hidden)
+!   w_down (e)            C [F, H]      Fortran (hidden, ffn)
+!   shared gate, up       C [H, FS]     Fortran (shared_ffn, hidden); down (hidden, shared_ffn)
+!   dprobs, probs         C [T, E]      Fortran (experts, tokens)
+!   topk_idx, topk_w      C [T, K]      Fortran (topk, tokens)
+! Nothing is transposed or copied. In this layout the weights act on a token
+! column by matmul: logits = matmul(w_router, x(:, t)),
+! a = matmul(w_gate, x(:, t)), y(:, t) = matmul(w_down, act).
+! Every shape is checked against the layer's configuration: a mismatch
+! returns RMOE_EINVAL naming the argument, its shape and the one expected,
+! so an array in the C-shaped orientation is refused (unless it is square).
+! Array dummies are contiguous: the compiler copies a non-contiguous section
+! in (and out) around the call.
+!
+! Numbers stay the library's: experts are 0 .. E-1 (rmoe_layer_owned_experts
+! gives the first one this rank owns), and routing indices are 0-based.
+!
+! Errors: every function returns 0 or a negative RMOE_E* code, and
+! rmoe_strerror(code) gives the sentence naming the bad value: the library's,
+! or the one written here for a check made here (shapes, a destroyed layer).
+! Like the library's, that message belongs to the last failed call; unlike
+! it, it is not per thread: call the layer from one thread.
+!
+! The structs are mirrored field for field (bind(c)); C enums are c_int.
+! tests/fortran compiles a program from the installed header and fails on
+! any difference (tests/fortran/layout.f90).
+module relaymoe
+  use, intrinsic :: iso_c_binding
+  implicit none
+  private
+
+  ! ---- enums of relaymoe.h ----------------------------------------------------
+  integer(c_int), parameter, public :: RMOE_OK = 0, RMOE_EINVAL = -1, RMOE_ENOMEM = -2, &
+    RMOE_EMPI = -3, RMOE_ESTARPU = -4, RMOE_EMISMATCH = -5, RMOE_ESTATE = -6, RMOE_ENOTSUP = -7, &
+    RMOE_EIO = -8, RMOE_ENONFINITE = -9, RMOE_EFORMAT = -10, RMOE_EPEER = -11
+  integer(c_int), parameter, public :: RMOE_DISPATCH_ALLTOALL = 0, RMOE_DISPATCH_RING_EXPERT = 1, &
+    RMOE_DISPATCH_RING_TOKEN = 2, RMOE_DISPATCH_AUTO = 3
+  integer(c_int), parameter, public :: RMOE_DTYPE_F32 = 0, RMOE_DTYPE_BF16 = 1
+
+  ! ---- struct mirrors -----------------------------------------------------------
+  ! Strings (sched, cluster_file, trace) are set through the optional
+  ! arguments of rmoe_ctx_create*, which keep a C copy for the context.
+  type, bind(c), public :: rmoe_ctx_config
+    integer(c_int) :: ncpus
+    integer(c_int) :: ncuda
+    type(c_ptr) :: sched
+    integer(c_int) :: verbose
+    type(c_ptr) :: cluster_file
+    type(c_ptr) :: trace
+  end type
+
+  type, bind(c), public :: rmoe_layer_config
+    integer(c_int64_t) :: hidden
+    integer(c_int64_t) :: ffn
+    integer(c_int64_t) :: experts
+    integer(c_int64_t) :: topk
+    integer(c_int64_t) :: tokens
+    integer(c_int) :: norm_topk
+    integer(c_int64_t) :: shared_ffn
+    integer(c_int) :: dispatch
+    integer(c_int) :: dtype
+    integer(c_int64_t) :: chunk_rows
+    integer(c_int) :: overlap
+    integer(c_int) :: deterministic
+    integer(c_int64_t) :: mem_cap
+    integer(c_int) :: check_finite
+    real(c_double) :: wait_timeout
+  end type
+
+  type, bind(c), public :: rmoe_layer_stats
+    real(c_double) :: forward_seconds
+    real(c_double) :: backward_seconds
+    integer(c_int64_t) :: peak_forward_bytes
+    integer(c_int64_t) :: peak_backward_bytes
+    integer(c_int64_t) :: resident_bytes
+    integer(c_int64_t) :: largest_temporary_bytes
+    integer(c_int64_t) :: bytes_sent_forward
+    integer(c_int64_t) :: bytes_sent_backward
+    integer(c_int64_t) :: peak_rss_bytes
+    integer(c_int) :: hops
+    integer(c_int64_t) :: chunk_rows
+  end type
+
+  ! The C side writes whole structs (the *_init functions, get_stats) into
+  ! these, 1 KiB larger than the mirrors: a library newer than the module,
+  ! whose structs gained fields, writes into the slack instead of past the
+  ! end, and its new fields keep the values its *_init gave them.
+  type, bind(c) :: padded_ctx_config
+    type(rmoe_ctx_config) :: cfg
+    integer(c_int8_t) :: slack(1024)
+  end type
+  type, bind(c) :: padded_layer_config
+    type(rmoe_layer_config) :: cfg
+    integer(c_int8_t) :: slack(1024)
+  end type
+  type, bind(c) :: padded_layer_stats
+    type(rmoe_layer_stats) :: stats
+    integer(c_int8_t) :: slack(1024)
+  end type
+
+  ! ---- handles ------------------------------------------------------------------
+  type, public :: rmoe_ctx
+    type(c_ptr) :: ptr = c_null_ptr
+    ! NUL-terminated copies of the configuration's strings, alive as long as
+    ! the context (StarPU may read the policy name after starting).
+    character(kind=c_char), pointer, private :: sched(:) => null(), cluster_file(:) => null(), &
+      trace(:) => null()
+  end type
+
+  type, public :: rmoe_layer
+    type(c_ptr) :: ptr = c_null_ptr
+    integer(c_int64_t) :: hidden = 0, ffn = 0, experts = 0, topk = 0, tokens = 0, shared_ffn = 0
+  end type
+
+  public :: rmoe_strerror, rmoe_ctx_config_init, rmoe_ctx_create, rmoe_ctx_create_fcomm, rmoe_ctx_destroy, &
+    rmoe_ctx_rank, rmoe_ctx_size, rmoe_ctx_ring_order, rmoe_layer_config_init, rmoe_layer_create, &
+    rmoe_layer_destroy, rmoe_layer_owned_experts, rmoe_layer_dispatch, rmoe_layer_dispatch_reason, &
+    rmoe_layer_set_router, rmoe_layer_get_router, rmoe_layer_set_expert, rmoe_layer_get_expert, &
+    rmoe_layer_set_shared, rmoe_layer_forward, rmoe_layer_backward, rmoe_layer_get_grad_router, &
+    rmoe_layer_get_grad_expert, rmoe_layer_get_grad_shared, rmoe_layer_check_finite, rmoe_layer_get_routing, &
+    rmoe_layer_get_stats, rmoe_dispatch_name, rmoe_dispatch_parse
+
+  ! The last error raised by a check of this module (0: none, defer to C).
+  integer(c_int) :: f_code = 0
+  character(len=:), allocatable :: f_message
+
+  interface
+    function c_strlen(s) bind(c, name='strlen') result(n)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: n
+    end function
+    function c_strerror(code) bind(c, name='rmoe_strerror') result(s)
+      import :: c_int, c_ptr
+      integer(c_int), value :: code
+      type(c_ptr) :: s
+    end function
+    subroutine c_ctx_config_init(cfg) bind(c, name='rmoe_ctx_config_init')
+      import :: c_ptr
+      type(c_ptr), value :: cfg
+    end subroutine
+    function c_ctx_create(ctx, cfg) bind(c, name='rmoe_ctx_create') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr) :: ctx
+      type(c_ptr), value :: cfg
+      integer(c_int) :: rc
+    end function
+    function c_ctx_create_fcomm(ctx, cfg, fcomm) bind(c, name='rmoe_ctx_create_fcomm') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr) :: ctx
+      type(c_ptr), value :: cfg
+      integer(c_int), value :: fcomm
+      integer(c_int) :: rc
+    end function
+    function c_ctx_destroy(ctx) bind(c, name='rmoe_ctx_destroy') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: ctx
+      integer(c_int) :: rc
+    end function
+    function c_ctx_rank(ctx) bind(c, name='rmoe_ctx_rank') result(r)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: ctx
+      integer(c_int) :: r
+    end function
+    function c_ctx_size(ctx) bind(c, name='rmoe_ctx_size') result(r)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: ctx
+      integer(c_int) :: r
+    end function
+    function c_ctx_ring_order(ctx, order) bind(c, name='rmoe_ctx_ring_order') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: ctx, order
+      integer(c_int) :: rc
+    end function
+    subroutine c_layer_config_init(cfg) bind(c, name='rmoe_layer_config_init')
+      import :: c_ptr
+      type(c_ptr), value :: cfg
+    end subroutine
+    function c_layer_create(layer, ctx, cfg) bind(c, name='rmoe_layer_create') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr) :: layer
+      type(c_ptr), value :: ctx, cfg
+      integer(c_int) :: rc
+    end function
+    function c_layer_destroy(layer) bind(c, name='rmoe_layer_destroy') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer
+      integer(c_int) :: rc
+    end function
+    function c_layer_owned_experts(layer, first, count) bind(c, name='rmoe_layer_owned_experts') result(rc)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: layer
+      integer(c_int64_t) :: first, count
+      integer(c_int) :: rc
+    end function
+    function c_layer_dispatch(layer) bind(c, name='rmoe_layer_dispatch') result(d)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer
+      integer(c_int) :: d
+    end function
+    function c_layer_dispatch_reason(layer) bind(c, name='rmoe_layer_dispatch_reason') result(s)
+      import :: c_ptr
+      type(c_ptr), value :: layer
+      type(c_ptr) :: s
+    end function
+    ! set/get router, get grad router: (layer, w)
+    function c_layer_set_router(layer, w) bind(c, name='rmoe_layer_set_router') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, w
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_router(layer, w) bind(c, name='rmoe_layer_get_router') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, w
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_grad_router(layer, w) bind(c, name='rmoe_layer_get_grad_router') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, w
+      integer(c_int) :: rc
+    end function
+    ! experts: (layer, e, gate, up, down)
+    function c_layer_set_expert(layer, e, g, u, d) bind(c, name='rmoe_layer_set_expert') result(rc)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: e
+      type(c_ptr), value :: g, u, d
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_expert(layer, e, g, u, d) bind(c, name='rmoe_layer_get_expert') result(rc)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: e
+      type(c_ptr), value :: g, u, d
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_grad_expert(layer, e, g, u, d) bind(c, name='rmoe_layer_get_grad_expert') result(rc)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: e
+      type(c_ptr), value :: g, u, d
+      integer(c_int) :: rc
+    end function
+    ! shared expert: (layer, gate, up, down)
+    function c_layer_set_shared(layer, g, u, d) bind(c, name='rmoe_layer_set_shared') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, g, u, d
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_grad_shared(layer, g, u, d) bind(c, name='rmoe_layer_get_grad_shared') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, g, u, d
+      integer(c_int) :: rc
+    end function
+    function c_layer_forward(layer, x, y) bind(c, name='rmoe_layer_forward') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, x, y
+      integer(c_int) :: rc
+    end function
+    function c_layer_backward_ex(layer, dy, dprobs, dx) bind(c, name='rmoe_layer_backward_ex') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, dy, dprobs, dx
+      integer(c_int) :: rc
+    end function
+    function c_layer_check_finite(layer, x, dy) bind(c, name='rmoe_layer_check_finite') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, x, dy
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_routing(layer, idx, w, probs) bind(c, name='rmoe_layer_get_routing') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, idx, w, probs
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_stats(layer, stats) bind(c, name='rmoe_layer_get_stats') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, stats
+      integer(c_int) :: rc
+    end function
+    function c_dispatch_name(d) bind(c, name='rmoe_dispatch_name') result(s)
+      import :: c_ptr, c_int
+      integer(c_int), value :: d
+      type(c_ptr) :: s
+    end function
+    function c_dispatch_parse(name, d) bind(c, name='rmoe_dispatch_parse') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: name
+      integer(c_int) :: d
+      integer(c_int) :: rc
+    end function
+  end interface
+
+contains
+
+  ! ---- helpers --------------------------------------------------------------------
+
+  ! A C string as a Fortran string ('' for NULL).
+  function from_c_string(p) result(s)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: s
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    if (.not. c_associated(p)) then
+      s = ''
+      return
+    end if
+    n = int(c_strlen(p))
+    call c_f_pointer(p, chars, [n])
+    allocate(character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = chars(i)
+    end do
+  end function
+
+  ! A NUL-terminated copy of s that lives until deallocated.
+  function to_c_string(s) result(p)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), pointer :: p(:)
+    integer :: i
+    allocate(p(len(s) + 1))
+    do i = 1, len(s)
+      p(i) = s(i:i)
+    end do
+    p(len(s) + 1) = c_null_char
+  end function
+
+  ! Records a failed check of this module and returns its code.
+  function fail(code, message) result(rc)
+    integer(c_int), intent(in) :: code
+    character(len=*), intent(in) :: message
+    integer(c_int) :: rc
+    f_code = code
+    f_message = message
+    rc = code
+  end function
+
+  ! The code of a C call: a failure's message is then the library's.
+  function from_c(code) result(rc)
+    integer(c_int), intent(in) :: code
+    integer(c_int) :: rc
+    if (code /= 0) f_code = 0
+    rc = code
+  end function
+
+  function itoa(i) result(s)
+    integer(c_int64_t), intent(in) :: i
+    character(len=:), allocatable :: s
+    character(len=24) :: buf
+    write(buf, '(i0)') i
+    s = trim(buf)
+  end function
+
+  function shape_text(a, b) result(s)
+    integer(c_int64_t), intent(in) :: a, b
+    character(len=:), allocatable :: s
+    s = '(' // itoa(a) // ', ' // itoa(b) // ')'
+  end function
+
+  ! 0 if the rank-2 array of shape got is (n1, n2); otherwise RMOE_EINVAL
+  ! naming it, with the C shape it mirrors.
+  function check_shape(name, got, n1, l1, n2, l2, cshape) result(rc)
+    character(len=*), intent(in) :: name, l1, l2, cshape
+    integer, intent(in) :: got(2)
+    integer(c_int64_t), intent(in) :: n1, n2
+    integer(c_int) :: rc
+    rc = 0
+    if (int(got(1), c_int64_t) /= n1 .or. int(got(2), c_int64_t) /= n2) &
+      rc = fail(RMOE_EINVAL, name // ' is ' // shape_text(int(got(1), c_int64_t), int(got(2), c_int64_t)) // &
+                ': expected (' // l1 // '=' // itoa(n1) // ', ' // l2 // '=' // itoa(n2) // &
+                '), the library''s ' // cshape // ' in memory order (the C shape reversed)')
+  end function
+
+  function check_layer(layer) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer(c_int) :: rc
+    rc = 0
+    if (.not. c_associated(layer%ptr)) &
+      rc = fail(RMOE_ESTATE, 'the layer is not created or was destroyed')
+  end function
+
+  function check_ctx(ctx) result(rc)
+    type(rmoe_ctx), intent(in) :: ctx
+    integer(c_int) :: rc
+    rc = 0
+    if (.not. c_associated(ctx%ptr)) &
+      rc = fail(RMOE_ESTATE, 'the context is not created or was destroyed')
+  end function
+
+  ! ---- errors -----------------------------------------------------------------------
+
+  !> The sentence for code: this module's message when its last failed check
+  !> gave code, otherwise the library's (rmoe_strerror).
+  function rmoe_strerror(code) result(message)
+    integer(c_int), intent(in) :: code
+    character(len=:), allocatable :: message
+    if (code /= 0 .and. code == f_code .and. allocated(f_message)) then
+      message = f_message
+    else
+      message = from_c_string(c_strerror(code))
+    end if
+  end function
+
+  ! ---- context ------------------------------------------------------------------------
+
+  !> Defaults: automatic workers, no GPU preference, StarPU's policy, quiet, no trace.
+  subroutine rmoe_ctx_config_init(cfg)
+    type(rmoe_ctx_config), intent(out) :: cfg
+    type(padded_ctx_config), target :: p
+    call c_ctx_config_init(c_loc(p))
+    cfg = p%cfg
+  end subroutine
+
+  subroutine prepare_ctx(ctx, p, cfg, sched, cluster_file, trace)
+    type(rmoe_ctx), intent(inout) :: ctx
+    type(padded_ctx_config), intent(inout), target :: p
+    type(rmoe_ctx_config), intent(in), optional :: cfg
+    character(len=*), intent(in), optional :: sched, cluster_file, trace
+    call c_ctx_config_init(c_loc(p))
+    if (present(cfg)) p%cfg = cfg
+    if (present(sched)) then
+      ctx%sched => to_c_string(sched)
+      p%cfg%sched = c_loc(ctx%sched)
+    end if
+    if (present(cluster_file)) then
+      ctx%cluster_file => to_c_string(cluster_file)
+      p%cfg%cluster_file = c_loc(ctx%cluster_file)
+    end if
+    if (present(trace)) then
+      ctx%trace => to_c_string(trace)
+      p%cfg%trace = c_loc(ctx%trace)
+    end if
+  end subroutine
+
+  subroutine release_strings(ctx)
+    type(rmoe_ctx), intent(inout) :: ctx
+    if (associated(ctx%sched)) deallocate(ctx%sched)
+    if (associated(ctx%cluster_file)) deallocate(ctx%cluster_file)
+    if (associated(ctx%trace)) deallocate(ctx%trace)
+  end subroutine
+
+  !> The context over MPI_COMM_WORLD (rmoe_ctx_create): MPI is initialised
+  !> with MPI_THREAD_MULTIPLE when the program has not done it, and then
+  !> finalised by rmoe_ctx_destroy. cfg: rmoe_ctx_config_init's defaults when
+  !> absent; sched, cluster_file, trace set those fields. Collective.
+  function rmoe_ctx_create(ctx, cfg, sched, cluster_file, trace) result(rc)
+    type(rmoe_ctx), intent(inout) :: ctx
+    type(rmoe_ctx_config), intent(in), optional :: cfg
+    character(len=*), intent(in), optional :: sched, cluster_file, trace
+    integer(c_int) :: rc
+    type(padded_ctx_config), target :: p
+    call release_strings(ctx)
+    call prepare_ctx(ctx, p, cfg, sched, cluster_file, trace)
+    rc = from_c(c_ctx_create(ctx%ptr, c_loc(p)))
+    if (rc /= 0) call release_strings(ctx)
+  end function
+
+  !> The same over a communicator given by its Fortran handle: an integer
+  !> from `use mpi` / mpif.h, or comm%MPI_VAL of an mpi_f08 type(MPI_Comm)
+  !> (relaymoe_mpi's rmoe_ctx_create_comm takes the type itself). MPI must be
+  !> initialised with MPI_THREAD_MULTIPLE.
+  function rmoe_ctx_create_fcomm(ctx, comm, cfg, sched, cluster_file, trace) result(rc)
+    type(rmoe_ctx), intent(inout) :: ctx
+    integer, intent(in) :: comm
+    type(rmoe_ctx_config), intent(in), optional :: cfg
+    character(len=*), intent(in), optional :: sched, cluster_file, trace
+    integer(c_int) :: rc
+    type(padded_ctx_config), target :: p
+    call release_strings(ctx)
+    call prepare_ctx(ctx, p, cfg, sched, cluster_file, trace)
+    rc = from_c(c_ctx_create_fcomm(ctx%ptr, c_loc(p), int(comm, c_int)))
+    if (rc /= 0) call release_strings(ctx)
+  end function
+
+  !> Shuts down what the context started. Collective. Destroy its layers
+  !> first (RMOE_ESTATE otherwise, and the context stays usable).
+  function rmoe_ctx_destroy(ctx) result(rc)
+    type(rmoe_ctx), intent(inout) :: ctx
+    integer(c_int) :: rc
+    if (.not. c_associated(ctx%ptr)) then
+      rc = 0
+      return
+    end if
+    rc = from_c(c_ctx_destroy(ctx%ptr))
+    ! RMOE_ESTATE (layers still alive) is the one failure that leaves the
+    ! context in place; after any other the library has freed it.
+    if (rc /= RMOE_ESTATE) then
+      ctx%ptr = c_null_ptr
+      call release_strings(ctx)
+    end if
+  end function
+
+  function rmoe_ctx_rank(ctx) result(r)
+    type(rmoe_ctx), intent(in) :: ctx
+    integer(c_int) :: r
+    r = c_ctx_rank(ctx%ptr)
+  end function
+
+  function rmoe_ctx_size(ctx) result(r)
+    type(rmoe_ctx), intent(in) :: ctx
+    integer(c_int) :: r
+    r = c_ctx_size(ctx%ptr)
+  end function
+
+  !> order(i) is the rank at ring position i-1 (rmoe_ctx_size entries).
+  function rmoe_ctx_ring_order(ctx, order) result(rc)
+    type(rmoe_ctx), intent(in) :: ctx
+    integer(c_int), intent(out), target, contiguous :: order(:)
+    integer(c_int) :: rc
+    rc = check_ctx(ctx)
+    if (rc /= 0) return
+    if (size(order) /= rmoe_ctx_size(ctx)) then
+      rc = fail(RMOE_EINVAL, 'order has ' // itoa(int(size(order), c_int64_t)) // ' entries: expected ' // &
+                itoa(int(rmoe_ctx_size(ctx), c_int64_t)) // ', the ranks of the context')
+      return
+    end if
+    rc = from_c(c_ctx_ring_order(ctx%ptr, c_loc(order)))
+  end function
+
+  ! ---- layer --------------------------------------------------------------------------
+
+  !> Defaults (rmoe_layer_config_init): H=128, F=48, E=128, K=8, T=3072,
+  !> norm_topk on, ring expert routing, fp32, overlap on.
+  subroutine rmoe_layer_config_init(cfg)
+    type(rmoe_layer_config), intent(out) :: cfg
+    type(padded_layer_config), target :: p
+    call c_layer_config_init(c_loc(p))
+    cfg = p%cfg
+  end subroutine
+
+  !> Collective over the context's ranks: every rank passes the same cfg.
+  function rmoe_layer_create(layer, ctx, cfg) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    type(rmoe_ctx), intent(in) :: ctx
+    type(rmoe_layer_config), intent(in) :: cfg
+    integer(c_int) :: rc
+    type(padded_layer_config), target :: p
+    rc = check_ctx(ctx)
+    if (rc /= 0) return
+    call c_layer_config_init(c_loc(p))
+    p%cfg = cfg
+    rc = from_c(c_layer_create(layer%ptr, ctx%ptr, c_loc(p)))
+    if (rc /= 0) return
+    layer%hidden = cfg%hidden
+    layer%ffn = cfg%ffn
+    layer%experts = cfg%experts
+    layer%topk = cfg%topk
+    layer%tokens = cfg%tokens
+    layer%shared_ffn = cfg%shared_ffn
+  end function
+
+  !> Not collective. A destroyed (or never created) layer: 0.
+  function rmoe_layer_destroy(layer) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    integer(c_int) :: rc
+    rc = 0
+    if (.not. c_associated(layer%ptr)) return
+    rc = from_c(c_layer_destroy(layer%ptr))
+    layer%ptr = c_null_ptr
+  end function
+
+  !> The routed experts this rank owns: first .. first + count - 1 (0-based).
+  function rmoe_layer_owned_experts(layer, first, count) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer, intent(out) :: first, count
+    integer(c_int) :: rc
+    integer(c_int64_t) :: f, n
+    first = -1
+    count = 0
+    rc = check_layer(layer)
+    if (rc /= 0) return
+    rc = from_c(c_layer_owned_experts(layer%ptr, f, n))
+    first = int(f)
+    count = int(n)
+  end function
+
+  !> RMOE_DISPATCH_* that the layer runs (the choice made for auto).
+  function rmoe_layer_dispatch(layer) result(d)
+    type(rmoe_layer), intent(in) :: layer
+    integer(c_int) :: d
+    d = c_layer_dispatch(layer%ptr)
+  end function
+
+  function rmoe_layer_dispatch_reason(layer) result(reason)
+    type(rmoe_layer), intent(in) :: layer
+    character(len=:), allocatable :: reason
+    reason = from_c_string(c_layer_dispatch_reason(layer%ptr))
+  end function
+
+  !> w_router(experts, hidden): C [H, E]. The same on every rank.
+  function rmoe_layer_set_router(layer, w_router) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    real(c_float), intent(in), target, contiguous :: w_router(:, :)
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = check_shape('w_router', shape(w_router), layer%experts, 'experts', layer%hidden, &
+                                  'hidden', '[H, E]')
+    if (rc == 0) rc = from_c(c_layer_set_router(layer%ptr, c_loc(w_router)))
+  end function
+
+  function rmoe_layer_get_router(layer, w_router) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    real(c_float), intent(out), target, contiguous :: w_router(:, :)
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = check_shape('w_router', shape(w_router), layer%experts, 'experts', layer%hidden, &
+                                  'hidden', '[H, E]')
+    if (rc == 0) rc = from_c(c_layer_get_router(layer%ptr, c_loc(w_router)))
+  end function
+
+  ! Shapes of an expert's three matrices; width is F (label 'ffn', C letter
+  ! 'F') or FS for the shared expert.
+  function check_expert(layer, gate, up, down, width, label, letter) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer, intent(in) :: gate(2), up(2), down(2)
+    integer(c_int64_t), intent(in) :: width
+    character(len=*), intent(in) :: label, letter
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = check_shape('w_gate', gate, width, label, layer%hidden, 'hidden', &
+                                  '[H, ' // letter // ']')
+    if (rc == 0) rc = check_shape('w_up', up, width, label, layer%hidden, 'hidden', '[H, ' // letter // ']')
+    if (rc == 0) rc = check_shape('w_down', down, layer%hidden, 'hidden', width, label, &
+                                  '[' // letter // ', H]')
+  end function
+
+  !> Expert e (0-based, owned by this rank): w_gate, w_up(ffn, hidden),
+  !> w_down(hidden, ffn).
+  function rmoe_layer_set_expert(layer, e, w_gate, w_up, w_down) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    integer, intent(in) :: e
+    real(c_float), intent(in), target, contiguous :: w_gate(:, :), w_up(:, :), w_down(:, :)
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(w_gate), shape(w_up), shape(w_down), layer%ffn, 'ffn', 'F')
+    if (rc == 0) rc = from_c(c_layer_set_expert(layer%ptr, int(e, c_int64_t), c_loc(w_gate), c_loc(w_up), &
+                                                c_loc(w_down)))
+  end function
+
+  function rmoe_layer_get_expert(layer, e, w_gate, w_up, w_down) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer, intent(in) :: e
+    real(c_float), intent(out), target, contiguous :: w_gate(:, :), w_up(:, :), w_down(:, :)
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(w_gate), shape(w_up), shape(w_down), layer%ffn, 'ffn', 'F')
+    if (rc == 0) rc = from_c(c_layer_get_expert(layer%ptr, int(e, c_int64_t), c_loc(w_gate), c_loc(w_up), &
+                                                c_loc(w_down)))
+  end function
+
+  !> The shared expert: w_gate, w_up(shared_ffn, hidden), w_down(hidden, shared_ffn).
+  function rmoe_layer_set_shared(layer, w_gate, w_up, w_down) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    real(c_float), intent(in), target, contiguous :: w_gate(:, :), w_up(:, :), w_down(:, :)
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(w_gate), shape(w_up), shape(w_down), layer%shared_ffn, 'shared_ffn', 'FS')
+    if (rc == 0) rc = from_c(c_layer_set_shared(layer%ptr, c_loc(w_gate), c_loc(w_up), c_loc(w_down)))
+  end function
+
+  !> y(hidden, tokens) for x(hidden, tokens). Collective. When this rank's
+  !> arguments are refused, it still enters the library's collective
+  !> argument check (with NULL), so every rank fails alike and none waits.
+  function rmoe_layer_forward(layer, x, y) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    real(c_float), intent(in), target, contiguous :: x(:, :)
+    real(c_float), intent(out), target, contiguous :: y(:, :)
+    integer(c_int) :: rc, ignored
+    rc = check_layer(layer)
+    if (rc /= 0) return
+    rc = check_shape('x', shape(x), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    if (rc == 0) rc = check_shape('y', shape(y), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    if (rc /= 0) then
+      ignored = c_layer_forward(layer%ptr, c_null_ptr, c_null_ptr)
+      return
+    end if
+    rc = from_c(c_layer_forward(layer%ptr, c_loc(x), c_loc(y)))
+  end function
+
+  !> dx(hidden, tokens) for dy(hidden, tokens) of the last forward, and
+  !> dprobs(experts, tokens), a gradient on the router probabilities, when
+  !> present (rmoe_layer_backward_ex). Collective; refused arguments as in
+  !> forward.
+  function rmoe_layer_backward(layer, dy, dx, dprobs) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    real(c_float), intent(in), target, contiguous :: dy(:, :)
+    real(c_float), intent(out), target, contiguous :: dx(:, :)
+    real(c_float), intent(in), target, contiguous, optional :: dprobs(:, :)
+    integer(c_int) :: rc, ignored
+    type(c_ptr) :: pprobs
+    rc = check_layer(layer)
+    if (rc /= 0) return
+    pprobs = c_null_ptr
+    rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    if (rc == 0) rc = check_shape('dx', shape(dx), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    if (rc == 0 .and. present(dprobs)) then
+      rc = check_shape('dprobs', shape(dprobs), layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
+      if (rc == 0) pprobs = c_loc(dprobs)
+    end if
+    if (rc /= 0) then
+      ignored = c_layer_backward_ex(layer%ptr, c_null_ptr, c_null_ptr, c_null_ptr)
+      return
+    end if
+    rc = from_c(c_layer_backward_ex(layer%ptr, c_loc(dy), pprobs, c_loc(dx)))
+  end function
+
+  !> dw_router(experts, hidden) from this rank's tokens: sum it over ranks.
+  function rmoe_layer_get_grad_router(layer, dw_router) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    real(c_float), intent(out), target, contiguous :: dw_router(:, :)
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = check_shape('dw_router', shape(dw_router), layer%experts, 'experts', layer%hidden, &
+                                  'hidden', '[H, E]')
+    if (rc == 0) rc = from_c(c_layer_get_grad_router(layer%ptr, c_loc(dw_router)))
+  end function
+
+  !> Gradients of owned expert e, complete over all ranks' tokens.
+  function rmoe_layer_get_grad_expert(layer, e, dw_gate, dw_up, dw_down) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer, intent(in) :: e
+    real(c_float), intent(out), target, contiguous :: dw_gate(:, :), dw_up(:, :), dw_down(:, :)
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(dw_gate), shape(dw_up), shape(dw_down), layer%ffn, 'ffn', 'F')
+    if (rc == 0) rc = from_c(c_layer_get_grad_expert(layer%ptr, int(e, c_int64_t), c_loc(dw_gate), &
+                                                     c_loc(dw_up), c_loc(dw_down)))
+  end function
+
+  function rmoe_layer_get_grad_shared(layer, dw_gate, dw_up, dw_down) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    real(c_float), intent(out), target, contiguous :: dw_gate(:, :), dw_up(:, :), dw_down(:, :)
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(dw_gate), shape(dw_up), shape(dw_down), layer%shared_ffn, 'shared_ffn', &
+                      'FS')
+    if (rc == 0) rc = from_c(c_layer_get_grad_shared(layer%ptr, c_loc(dw_gate), c_loc(dw_up), c_loc(dw_down)))
+  end function
+
+  !> Collective: RMOE_ENONFINITE on every rank when a weight, or x or dy
+  !> (hidden, tokens) when present, holds NaN or infinity.
+  function rmoe_layer_check_finite(layer, x, dy) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    real(c_float), intent(in), target, contiguous, optional :: x(:, :), dy(:, :)
+    integer(c_int) :: rc
+    type(c_ptr) :: px, pdy
+    px = c_null_ptr
+    pdy = c_null_ptr
+    rc = check_layer(layer)
+    if (rc == 0 .and. present(x)) then
+      rc = check_shape('x', shape(x), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+      if (rc == 0) px = c_loc(x)
+    end if
+    if (rc == 0 .and. present(dy)) then
+      rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+      if (rc == 0) pdy = c_loc(dy)
+    end if
+    if (rc == 0) rc = from_c(c_layer_check_finite(layer%ptr, px, pdy))
+  end function
+
+  !> Routing of the last forward, each optional: topk_idx(topk, tokens)
+  !> (0-based experts), topk_w(topk, tokens), probs(experts, tokens).
+  function rmoe_layer_get_routing(layer, topk_idx, topk_w, probs) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer(c_int32_t), intent(out), target, contiguous, optional :: topk_idx(:, :)
+    real(c_float), intent(out), target, contiguous, optional :: topk_w(:, :), probs(:, :)
+    integer(c_int) :: rc
+    type(c_ptr) :: pi, pw, pp
+    pi = c_null_ptr
+    pw = c_null_ptr
+    pp = c_null_ptr
+    rc = check_layer(layer)
+    if (rc == 0 .and. present(topk_idx)) then
+      rc = check_shape('topk_idx', shape(topk_idx), layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
+      if (rc == 0) pi = c_loc(topk_idx)
+    end if
+    if (rc == 0 .and. present(topk_w)) then
+      rc = check_shape('topk_w', shape(topk_w), layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
+      if (rc == 0) pw = c_loc(topk_w)
+    end if
+    if (rc == 0 .and. present(probs)) then
+      rc = check_shape('probs', shape(probs), layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
+      if (rc == 0) pp = c_loc(probs)
+    end if
+    if (rc == 0) rc = from_c(c_layer_get_routing(layer%ptr, pi, pw, pp))
+  end function
+
+  function rmoe_layer_get_stats(layer, stats) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    type(rmoe_layer_stats), intent(out) :: stats
+    integer(c_int) :: rc
+    type(padded_layer_stats), target :: p
+    rc = check_layer(layer)
+    if (rc /= 0) return
+    rc = from_c(c_layer_get_stats(layer%ptr, c_loc(p)))
+    stats = p%stats
+  end function
+
+  !> 'a2a', 'ring', 'token' or 'auto'.
+  function rmoe_dispatch_name(d) result(name)
+    integer(c_int), intent(in) :: d
+    character(len=:), allocatable :: name
+    name = from_c_string(c_dispatch_name(d))
+  end function
+
+  function rmoe_dispatch_parse(name, d) result(rc)
+    character(len=*), intent(in) :: name
+    integer(c_int), intent(out) :: d
+    integer(c_int) :: rc
+    character(kind=c_char), pointer :: s(:)
+    s => to_c_string(name)
+    d = 0
+    rc = from_c(c_dispatch_parse(c_loc(s), d))
+    deallocate(s)
+  end function
+
+end module relaymoe
