@@ -4,10 +4,15 @@
 # packages lack. relaymoe then builds against it with
 #   cmake -DRMOE_STARPU_PREFIX=DIR ...
 #
-#   scripts/build-starpu.sh --prefix DIR [--fxt] [--idle-yield] [--simgrid] [--jobs N] [--work DIR]
+#   scripts/build-starpu.sh --prefix DIR [--fxt] [--cuda] [--idle-yield] [--simgrid] [--jobs N] [--work DIR]
 #
 #   --prefix DIR   where to install (required)
 #   --fxt          FxT traces (STARPU_USE_FXT): relaymoe run --trace
+#   --cuda         CUDA workers and cuBLAS (STARPU_USE_CUDA) with the toolkit in
+#                  $CUDA_HOME (default /usr/local/cuda); CUDA 13 needs the three
+#                  changes of scripts/starpu-cuda13.patch. relaymoe then builds
+#                  its CUDA codelets with cmake -DRMOE_CUDA=ON. On a machine
+#                  without a GPU the build runs CPU workers only.
 #   --idle-yield   an idle CPU worker yields its core (sched_yield) instead of
 #                  spinning on "pause": with more threads than cores (several
 #                  ranks on a small machine) the MPI progress thread then gets
@@ -30,6 +35,7 @@ prefix=
 work=
 jobs=$(nproc)
 fxt=0
+cuda=0
 idle_yield=0
 simgrid=0
 
@@ -40,10 +46,11 @@ while [ $# -gt 0 ]; do
     --work) [ $# -ge 2 ] || die "--work needs a directory"; work=$2; shift 2 ;;
     --jobs) [ $# -ge 2 ] || die "--jobs needs a count"; jobs=$2; shift 2 ;;
     --fxt) fxt=1; shift ;;
+    --cuda) cuda=1; shift ;;
     --idle-yield) idle_yield=1; shift ;;
     --simgrid) simgrid=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option '$1' (expected --prefix DIR, --fxt, --idle-yield, --simgrid, --jobs N, --work DIR)" ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (expected --prefix DIR, --fxt, --cuda, --idle-yield, --simgrid, --jobs N, --work DIR)" ;;
   esac
 done
 [ -n "$prefix" ] || die "--prefix DIR is required"
@@ -71,6 +78,14 @@ if [ "$fxt" -eq 1 ]; then
   config+=(--with-fxt)
   packages+=(libfxt-dev)
   features+=(fxt)
+fi
+if [ "$cuda" -eq 1 ]; then
+  [ "$simgrid" -eq 0 ] || die "--cuda and --simgrid: the simulation has simulated GPUs of its own"
+  cuda_home=${CUDA_HOME:-/usr/local/cuda}
+  [ -x "$cuda_home/bin/nvcc" ] || die "--cuda: no nvcc in $cuda_home/bin (set CUDA_HOME to the CUDA toolkit)"
+  config+=(--with-cuda-dir="$cuda_home")
+  features+=(cuda)
+  patches+=("$here/starpu-cuda13.patch")
 fi
 if [ "$idle_yield" -eq 1 ]; then
   features+=(idle-yield)
@@ -188,6 +203,10 @@ echo "build-starpu: configure ${config[*]}"
 if [ "$fxt" -eq 1 ]; then
   grep -q '^#define STARPU_USE_FXT 1' "$build/src/common/config.h" ||
     die "configure did not enable FxT (log: $build/configure.log)"
+fi
+if [ "$cuda" -eq 1 ]; then
+  grep -q '^#define STARPU_USE_CUDA 1' "$build/src/common/config.h" ||
+    die "configure did not enable CUDA (log: $build/configure.log)"
 fi
 if [ "$simgrid" -eq 1 ]; then
   grep -q '^#define STARPU_SIMGRID 1' "$build/src/common/config.h" ||
