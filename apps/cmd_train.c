@@ -131,7 +131,7 @@ static int check_opts(struct train_opts *r, int nranks, struct rmoe_train_shape 
 	cfg.shared_ffn = r->shared_ffn;
 	cfg.dispatch = *d;
 	cfg.deterministic = 1;
-	int rc = rmoe_config_check(&cfg, nranks, 1);
+	int rc = rmoe_config_check(&cfg, nranks);
 	if (rc)
 		snprintf(msg, len, "%s", rmoe_strerror(rc));
 	return rc;

@@ -423,8 +423,23 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 	if (p->rank == 0) {
 		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
 		              K = p->cfg.topk, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+		/* The reference of a bf16 layer is the layer's definition on the
+		 * values it stores: inputs and expert weights rounded to bf16 (the
+		 * router stays fp32). */
+		const enum rmoe_dtype dt = p->cfg.dtype;
+		float *ws[3] = {NULL, NULL, NULL};
+		const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
+		for (int i = 0; i < 3 && Fs > 0; i++)
+			if ((ws[i] = falloc(H * Fs))) {
+				memcpy(ws[i], ws_src[i], (size_t)(H * Fs) * sizeof(float));
+				rmoe_round_to_dtype(ws[i], H * Fs, dt);
+			}
+		float *rounded[] = {g.x, g.dy, g.w_gate, g.w_up, g.w_down};
+		const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
+		for (int i = 0; i < 5; i++)
+			rmoe_round_to_dtype(rounded[i], sizes[i], dt);
 		struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
-		                           g.w_gate, g.w_up, g.w_down, p->ws_gate, p->ws_up, p->ws_down};
+		                           g.w_gate, g.w_up, g.w_down, ws[0], ws[1], ws[2]};
 		float *probs = falloc(TT * E), *tw = falloc(TT * K), *y = falloc(TT * H);
 		int32_t *idx = malloc((size_t)(TT * K) * sizeof(int32_t));
 		struct rmoe_ref_grads rg = {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF),
@@ -476,6 +491,8 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 		free(rg.dws_gate);
 		free(rg.dws_up);
 		free(rg.dws_down);
+		for (int i = 0; i < 3; i++)
+			free(ws[i]);
 	}
 	global_free(&g);
 	MPI_Bcast(&maxerr, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);

@@ -79,8 +79,20 @@ struct rmoe_cl_buffer {
  * after reporting which buffer and what was expected: a task that does not
  * match is a bug in the graph that built it, and the function returns
  * without reading or writing out of bounds (STARPU_ASSERT_MSG aborts first
- * in builds with assertions). */
+ * in builds with assertions).
+ * On a CPU worker a bf16 buffer (2-byte elements) is handed to the kernel
+ * as an fp32 copy (converted in when the task reads it): the CPU kernels
+ * compute in fp32 through OpenBLAS, which has no bf16 GEMM. rmoe_cl_done,
+ * which every CPU function of RMOE_CODELET runs after its body, rounds the
+ * copies the task writes back to bf16 and frees them. */
 int rmoe_cl_unpack(const char *op, void *buffers[], const struct rmoe_cl_buffer *spec, int nspec, void **ptr);
+void rmoe_cl_done(void);
+
+/* The element size of a vector buffer: 4 (float32, int32) or 2 (bf16). */
+static inline size_t rmoe_cl_elsize(void *buffer)
+{
+	return STARPU_VECTOR_GET_ELEMSIZE(buffer);
+}
 
 /* Reports a bad argument or buffer of op (as above); returns -1. */
 int rmoe_cl_fail(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -145,12 +157,18 @@ double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmode
 double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 
-/* A codelet definition: its StarPU name, CPU function, perfmodel (symbol
- * sym, simulated by rmoe_sim_cost_<op>) and buffer count (modes come with
- * each insertion, rmoe_cl_insert). */
-#define RMOE_CODELET(var, label, cpu, sym, op, nbuf)                                                 \
+/* A codelet definition: its StarPU name, the body of its CPU function (run
+ * between the prologue's conversions and rmoe_cl_done), its perfmodel
+ * (symbol sym, simulated by rmoe_sim_cost_<op>) and buffer count (modes
+ * come with each insertion, rmoe_cl_insert). */
+#define RMOE_CODELET(var, label, body, sym, op, nbuf)                                                \
+	static void var##_cpu(void *buffers[], void *cl_arg)                                            \
+	{                                                                                               \
+		body(buffers, cl_arg);                                                                  \
+		rmoe_cl_done();                                                                         \
+	}                                                                                               \
 	static struct starpu_perfmodel var##_model = RMOE_PERFMODEL(sym, op);                           \
-	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(cpu).nbuffers = (nbuf),      \
+	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(var##_cpu).nbuffers = (nbuf), \
 	                                    .model = &var##_model}
 
 /* The one place the codelets differ between builds.

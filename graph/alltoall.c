@@ -132,7 +132,7 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 			in[q] = out[q];
 			out[q] = NULL;
 		} else if (rows_in[q] > 0) {
-			in[q] = rmoe_temp_vector(pass, rows_in[q] * L->H, sizeof(float));
+			in[q] = rmoe_act_vector(pass, L, rows_in[q] * L->H);
 			rc = rmoe_recv(L, in[q], q, pass->tag_base + phase);
 		}
 	}
@@ -189,7 +189,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 	/* dispatch preprocess: permute + top-k expand, one buffer per destination */
 	for (int q = 0; q < N && !rc; q++)
 		if (p->send_rows[q] > 0) {
-			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * L->H, sizeof(float));
+			send[q] = rmoe_act_vector(pass, L, p->send_rows[q] * L->H);
 			rc = rmoe_pass_gather(L, pass, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
 			                        "permute");
 		}
@@ -198,11 +198,11 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 
 	starpu_data_handle_t sorted = NULL, work = NULL, outs = NULL;
 	if (!rc && p->M > 0) {
-		sorted = rmoe_temp_vector(pass, p->M * L->H, sizeof(float));
+		sorted = rmoe_act_vector(pass, L, p->M * L->H);
 		rc = submit_sort(L, p, RMOE_SORT_BY_EXPERT, recv, sorted, "sort-by-expert");
 		release_all(recv, N);
-		work = rmoe_temp_vector(pass, p->M * 3 * L->F, sizeof(float));
-		outs = rmoe_temp_vector(pass, p->M * L->H, sizeof(float));
+		work = rmoe_act_vector(pass, L, p->M * 3 * L->F);
+		outs = rmoe_act_vector(pass, L, p->M * L->H);
 		if (!rc)
 			rc = rmoe_pass_expert_ffn(L, NULL, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
 			                            p->M, work, outs, 0, "expert-ffn");
@@ -216,7 +216,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 		/* combine preprocess: unsort to one buffer per source rank */
 		for (int q = 0; q < N; q++)
 			if (p->recv_rows[q] > 0)
-				ret_out[q] = rmoe_temp_vector(pass, p->recv_rows[q] * L->H, sizeof(float));
+				ret_out[q] = rmoe_act_vector(pass, L, p->recv_rows[q] * L->H);
 		if (!rc)
 			rc = submit_sort(L, p, RMOE_UNSORT_TO_PEERS, ret_out, outs, "unsort");
 		starpu_data_unregister_submit(outs);
@@ -274,7 +274,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	/* combine postprocess backward: dg = <dy, out>, dout = g dy */
 	for (int q = 0; q < N && !rc; q++)
 		if (p.send_rows[q] > 0) {
-			dout[q] = rmoe_temp_vector(pass, p.send_rows[q] * L->H, sizeof(float));
+			dout[q] = rmoe_act_vector(pass, L, p.send_rows[q] * L->H);
 			rc = submit_unpermute_bwd(L, dy, back[q], p.send_first[q], p.send_rows[q], dout[q]);
 		}
 	if (back)
@@ -283,10 +283,10 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 		rc = exchange(L, pass, &p, dout, p.send_rows, drecv, p.recv_rows, TAG_DOUT);
 
 	if (!rc && p.M > 0) {
-		starpu_data_handle_t dsorted = rmoe_temp_vector(pass, p.M * L->H, sizeof(float));
+		starpu_data_handle_t dsorted = rmoe_act_vector(pass, L, p.M * L->H);
 		rc = submit_sort(L, &p, RMOE_SORT_BY_EXPERT, drecv, dsorted, "sort-by-expert");
 		release_all(drecv, N);
-		starpu_data_handle_t dxs = rmoe_temp_vector(pass, p.M * L->H, sizeof(float));
+		starpu_data_handle_t dxs = rmoe_act_vector(pass, L, p.M * L->H);
 		struct rmoe_task_opts o = rmoe_opts(L, "expert-bwd", 0);
 		struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p.M, p.rows_per_expert};
 		if (!rc)
@@ -295,7 +295,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 		starpu_data_unregister_submit(dsorted);
 		for (int q = 0; q < N; q++)
 			if (p.recv_rows[q] > 0)
-				dxsend[q] = rmoe_temp_vector(pass, p.recv_rows[q] * L->H, sizeof(float));
+				dxsend[q] = rmoe_act_vector(pass, L, p.recv_rows[q] * L->H);
 		if (!rc)
 			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort");
 		starpu_data_unregister_submit(dxs);

@@ -1,5 +1,6 @@
 /* A layer's two passes: the router, the shared expert, then the planned
  * dispatch graph; the pass's peak memory and time recorded. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_dispatch.h"
@@ -63,8 +64,8 @@ static int read_counts(struct rmoe_layer *L)
 static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
 	int64_t rows = L->T;
-	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
-	starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	starpu_data_handle_t work = rmoe_act_vector(pass, L, rows * 3 * L->Fs);
+	starpu_data_handle_t out = rmoe_act_vector(pass, L, rows * L->H);
 	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0, "shared-ffn");
 	if (!rc)
 		/* The pass waits for the shared expert before the dispatch starts
@@ -79,8 +80,8 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
                              starpu_data_handle_t dx)
 {
 	int64_t rows = L->T;
-	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->Fs, sizeof(float));
-	starpu_data_handle_t dxs = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	starpu_data_handle_t work = rmoe_act_vector(pass, L, rows * 3 * L->Fs);
+	starpu_data_handle_t dxs = rmoe_act_vector(pass, L, rows * L->H);
 	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, NULL, 0,
 	                              "shared-recompute");
 	struct rmoe_task_opts o = rmoe_opts(L, "shared-bwd", 0);
@@ -131,6 +132,32 @@ static int64_t measure_start(void)
 	return rmoe_probe_current();
 }
 
+/* An application's [T, H] float32 array as the graph sees it: the array
+ * itself in a float32 layer, a staging copy in the layer's element type
+ * otherwise (converted from the array when read is set, zeros when not).
+ * NULL when out of memory. */
+static void *edge_in(const struct rmoe_layer *L, float *a, int read)
+{
+	const int64_t n = L->T * L->H;
+	void *buf = L->act == sizeof(float) ? a : malloc((size_t)n * L->act);
+	if (buf && read && buf != a)
+		rmoe_to_elements(a, buf, n, L->act);
+	else if (buf && !read)
+		memset(buf, 0, (size_t)n * L->act);
+	return buf;
+}
+
+/* A staging copy of the application's array a freed, its contents
+ * converted back into a first when writeback is set. */
+static void edge_out(const struct rmoe_layer *L, void *buf, float *a, int writeback)
+{
+	if (buf && buf != a) {
+		if (writeback)
+			rmoe_from_elements(buf, a, L->T * L->H, L->act);
+		free(buf);
+	}
+}
+
 /* A pass begins once every rank's checks agree (checked collectively: a
  * rank that returned alone would leave the others waiting for it inside the
  * pass): its start time and its block of tags. */
@@ -177,10 +204,12 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 		return rc;
 	/* §3.3: the forward keeps x (a copy: the caller may reuse its buffer)
 	 * and the routing; nothing else survives to the backward. */
-	if ((rc = rmoe_copy_handle(L->h_x, L->x_saved, x, (size_t)(L->T * L->H) * sizeof(float), 1)))
+	if ((rc = rmoe_write_elements(L->h_x, L->x_saved, x, L->T * L->H, L->act)))
 		return rc;
-	memset(y, 0, (size_t)(L->T * L->H) * sizeof(float));
-	starpu_data_handle_t hy = rmoe_host_vector(&pass, y, L->T * L->H, sizeof(float));
+	void *ybuf = edge_in(L, y, 0);
+	if (!ybuf)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the output's staging copy");
+	starpu_data_handle_t hy = rmoe_host_vector(&pass, ybuf, L->T * L->H, L->act);
 
 	int64_t dyn_base = measure_start();
 	rc = submit_router_fwd(L);
@@ -201,6 +230,7 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 		if (frc == RMOE_EPEER)
 			return frc;
 		starpu_data_unregister(hy);
+		edge_out(L, ybuf, y, !rc);
 	}
 	if (rc)
 		return rc;
@@ -230,9 +260,14 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 	struct rmoe_pass pass = {.backward = 1};
 	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
 		return rc;
-	memset(dx, 0, (size_t)(L->T * L->H) * sizeof(float));
-	starpu_data_handle_t hdx = rmoe_host_vector(&pass, dx, L->T * L->H, sizeof(float));
-	starpu_data_handle_t hdy = rmoe_host_vector(&pass, (void *)dy, L->T * L->H, sizeof(float));
+	void *dxbuf = edge_in(L, dx, 0), *dybuf = edge_in(L, (float *)dy, 1);
+	if (!dxbuf || !dybuf) {
+		edge_out(L, dxbuf, dx, 0);
+		edge_out(L, dybuf, (float *)dy, 0);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the gradients' staging copies");
+	}
+	starpu_data_handle_t hdx = rmoe_host_vector(&pass, dxbuf, L->T * L->H, L->act);
+	starpu_data_handle_t hdy = rmoe_host_vector(&pass, dybuf, L->T * L->H, L->act);
 	starpu_data_handle_t hdp = dprobs ? rmoe_host_vector(&pass, (void *)dprobs, L->T * L->E, sizeof(float)) : NULL;
 
 	int64_t dyn_base = measure_start();
@@ -255,6 +290,8 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 		starpu_data_unregister(hdy);
 		if (hdp)
 			starpu_data_unregister(hdp);
+		edge_out(L, dxbuf, dx, !rc);
+		edge_out(L, dybuf, (float *)dy, 0);
 	}
 	if (rc)
 		return rc;

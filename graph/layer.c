@@ -67,13 +67,15 @@ static int kept_list(struct rmoe_layer *L, struct kept *k)
 #define KEEP(p, h, count, size, z) k[n++] = (struct kept){(void **)&(p), &(h), (count), (size), (z)}
 	KEEP(L->w_router, L->h_w_router, HE, sizeof(float), 1);
 	KEEP(L->dw_router, L->h_dw_router, HE, sizeof(float), 1);
-	KEEP(L->w_part, L->h_w_part, L->part_floats, sizeof(float), 1);
-	KEEP(L->dw_part, L->h_dw_part, L->part_floats, sizeof(float), 1);
+	/* Weights, their gradients and the saved input in the layer's element
+	 * type; the router and the routing stay 4-byte. */
+	KEEP(L->w_part, L->h_w_part, L->part_floats, L->act, 1);
+	KEEP(L->dw_part, L->h_dw_part, L->part_floats, L->act, 1);
 	if (shared) {
-		KEEP(L->ws, L->h_ws, WS, sizeof(float), 1);
-		KEEP(L->dws, L->h_dws, WS, sizeof(float), 1);
+		KEEP(L->ws, L->h_ws, WS, L->act, 1);
+		KEEP(L->dws, L->h_dws, WS, L->act, 1);
 	}
-	KEEP(L->x_saved, L->h_x, L->T * L->H, sizeof(float), 0);
+	KEEP(L->x_saved, L->h_x, L->T * L->H, L->act, 0);
 	KEEP(L->probs, L->h_probs, L->T * L->E, sizeof(float), 0);
 	KEEP(L->topk_idx, L->h_topk_idx, TK, sizeof(int32_t), 0);
 	KEEP(L->topk_w, L->h_topk_w, TK, sizeof(float), 0);
@@ -217,6 +219,7 @@ static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_confi
 	L->e_local = L->E / L->N;
 	L->first_expert = (int64_t)ctx->rank * L->e_local;
 	L->part_floats = L->e_local * rmoe_expert_floats(L->H, L->F);
+	L->act = cfg->dtype == RMOE_DTYPE_BF16 ? 2 : sizeof(float);
 	return L;
 }
 
@@ -226,12 +229,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_create: layer, ctx and cfg must not be NULL");
 	*out = NULL;
 	rmoe_wait_timeout_set(cfg->wait_timeout);
-#ifdef STARPU_USE_CUDA
-	int have_cuda = starpu_cuda_worker_get_count() > 0;
-#else
-	int have_cuda = 0;
-#endif
-	int rc = rmoe_config_check(cfg, ctx->size, have_cuda);
+	int rc = rmoe_config_check(cfg, ctx->size);
 	if ((rc = rmoe_agree_first(ctx->comm, rc, "the layer configuration check")) ||
 	    (rc = rmoe_agree(ctx->comm, check_same_config(ctx, cfg), "the cross-rank configuration check")))
 		return rc;

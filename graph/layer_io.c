@@ -2,8 +2,10 @@
  * its routing and statistics, and the finite check. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "rmoe_codelets.h"
 #include "rmoe_collective.h"
 #include "rmoe_layer_impl.h"
 #include "rmoe_scheduler.h"
@@ -18,6 +20,38 @@ int rmoe_copy_handle(starpu_data_handle_t h, void *dst, const void *src, size_t 
 	return 0;
 }
 
+int rmoe_write_elements(starpu_data_handle_t h, void *buf, const float *src, int64_t n, size_t elsize)
+{
+	int ret = starpu_data_acquire(h, STARPU_W);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	rmoe_to_elements(src, buf, n, elsize);
+	starpu_data_release(h);
+	return 0;
+}
+
+int rmoe_read_elements(starpu_data_handle_t h, const void *buf, float *dst, int64_t n, size_t elsize)
+{
+	int ret = starpu_data_acquire(h, STARPU_R);
+	if (ret != 0)
+		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
+	rmoe_from_elements(buf, dst, n, elsize);
+	starpu_data_release(h);
+	return 0;
+}
+
+void rmoe_round_to_dtype(float *values, int64_t n, enum rmoe_dtype dtype)
+{
+	if (dtype != RMOE_DTYPE_BF16 || !values)
+		return;
+	uint16_t b[256];
+	for (int64_t i = 0; i < n; i += 256) {
+		int64_t m = n - i < 256 ? n - i : 256;
+		rmoe_to_elements(values + i, b, m, sizeof(b[0]));
+		rmoe_from_elements(b, values + i, m, sizeof(b[0]));
+	}
+}
+
 static int check_owned(const rmoe_layer *L, int64_t e)
 {
 	if (e < L->first_expert || e >= L->first_expert + L->e_local)
@@ -28,23 +62,29 @@ static int check_owned(const rmoe_layer *L, int64_t e)
 }
 
 /* gate, up and down of one expert (or the shared one: n = 1, le = 0) in a
- * buffer laid out gate [n][H][F] | up [n][H][F] | down [n][F][H], to or
- * from the three arrays. */
-static int triple_io(starpu_data_handle_t h, float *buf, int64_t n, int64_t le, int64_t hf, float *g, float *u,
-                     float *d, int write)
+ * buffer of elements of elsize bytes laid out gate [n][H][F] | up [n][H][F]
+ * | down [n][F][H], to or from the application's three float32 arrays. */
+static int triple_io(starpu_data_handle_t h, void *buf, size_t elsize, int64_t n, int64_t le, int64_t hf, float *g,
+                     float *u, float *d, int write)
 {
-	float *p[3] = {buf + le * hf, buf + (n + le) * hf, buf + (2 * n + le) * hf};
+	char *base = buf;
+	char *p[3] = {base + (size_t)(le * hf) * elsize, base + (size_t)((n + le) * hf) * elsize,
+	              base + (size_t)((2 * n + le) * hf) * elsize};
 	float *q[3] = {g, u, d};
 	int ret = starpu_data_acquire(h, write ? STARPU_RW : STARPU_R);
 	if (ret != 0)
 		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
-	for (int i = 0; i < 3; i++)
-		memcpy(write ? p[i] : q[i], write ? q[i] : p[i], (size_t)hf * sizeof(float));
+	for (int i = 0; i < 3; i++) {
+		if (write)
+			rmoe_to_elements(q[i], p[i], hf, elsize);
+		else
+			rmoe_from_elements(p[i], q[i], hf, elsize);
+	}
 	starpu_data_release(h);
 	return 0;
 }
 
-static int expert_io(const rmoe_layer *L, starpu_data_handle_t h, float *part, int64_t e, float *g, float *u,
+static int expert_io(const rmoe_layer *L, starpu_data_handle_t h, void *part, int64_t e, float *g, float *u,
                      float *d, int write)
 {
 	int rc = check_owned(L, e);
@@ -52,17 +92,17 @@ static int expert_io(const rmoe_layer *L, starpu_data_handle_t h, float *part, i
 		return rc;
 	if (!g || !u || !d)
 		return rmoe_error(RMOE_EINVAL, "expert %lld: gate, up and down pointers must not be NULL", (long long)e);
-	return triple_io(h, part, L->e_local, e - L->first_expert, L->H * L->F, g, u, d, write);
+	return triple_io(h, part, L->act, L->e_local, e - L->first_expert, L->H * L->F, g, u, d, write);
 }
 
-static int shared_io(const rmoe_layer *L, starpu_data_handle_t h, float *buf, float *g, float *u, float *d,
+static int shared_io(const rmoe_layer *L, starpu_data_handle_t h, void *buf, float *g, float *u, float *d,
                      int write)
 {
 	if (L->Fs <= 0)
 		return rmoe_error(RMOE_ESTATE, "the layer has no shared expert (shared_ffn = 0)");
 	if (!g || !u || !d)
 		return rmoe_error(RMOE_EINVAL, "shared expert: gate, up and down must not be NULL");
-	return triple_io(h, buf, 1, 0, L->H * L->Fs, g, u, d, write);
+	return triple_io(h, buf, L->act, 1, 0, L->H * L->Fs, g, u, d, write);
 }
 
 int rmoe_layer_set_router(rmoe_layer *L, const float *w)
@@ -183,24 +223,27 @@ static int scan_finite(const float *v, int64_t rows, int64_t cols, const char *n
 	return 0;
 }
 
-/* gate, up and down of expert le of an n-expert buffer, named by their
- * global index e (-1: the shared expert). */
-static int scan_triple(const float *buf, int64_t n, int64_t le, int64_t H, int64_t F, int64_t e)
+/* gate, up and down of expert le of an n-expert buffer of elements of
+ * elsize bytes, named by their global index e (-1: the shared expert). */
+static int scan_triple(const void *buf, size_t elsize, int64_t n, int64_t le, int64_t H, int64_t F, int64_t e)
 {
-	char name[3][48];
-	const char *part[3] = {"gate", "up", "down"};
-	for (int i = 0; i < 3; i++) {
-		if (e >= 0)
-			snprintf(name[i], sizeof(name[i]), "w_%s[%lld]", part[i], (long long)e);
-		else
-			snprintf(name[i], sizeof(name[i]), "w_shared_%s", part[i]);
-	}
 	const int64_t hf = H * F;
-	int rc = scan_finite(buf + le * hf, H, F, name[0], "");
-	if (!rc)
-		rc = scan_finite(buf + (n + le) * hf, H, F, name[1], "");
-	if (!rc)
-		rc = scan_finite(buf + (2 * n + le) * hf, F, H, name[2], "");
+	float *f = malloc((size_t)hf * sizeof(float));
+	if (!f)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	const char *part[3] = {"gate", "up", "down"};
+	const int64_t at[3] = {le * hf, (n + le) * hf, (2 * n + le) * hf};
+	int rc = 0;
+	for (int i = 0; i < 3 && !rc; i++) {
+		char name[48];
+		if (e >= 0)
+			snprintf(name, sizeof(name), "w_%s[%lld]", part[i], (long long)e);
+		else
+			snprintf(name, sizeof(name), "w_shared_%s", part[i]);
+		rmoe_from_elements((const char *)buf + (size_t)at[i] * elsize, f, hf, elsize);
+		rc = scan_finite(f, i < 2 ? H : F, i < 2 ? F : H, name, "");
+	}
+	free(f);
 	return rc;
 }
 
@@ -221,12 +264,12 @@ int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float 
 	if (rc || (rc = rmoe_acquire_bounded(L->h_w_part, STARPU_MAIN_RAM, STARPU_R, "the expert weights")))
 		return rc;
 	for (int64_t le = 0; le < L->e_local && !rc; le++)
-		rc = scan_triple(L->w_part, L->e_local, le, L->H, L->F, L->first_expert + le);
+		rc = scan_triple(L->w_part, L->act, L->e_local, le, L->H, L->F, L->first_expert + le);
 	starpu_data_release(L->h_w_part);
 	if (rc || L->Fs <= 0 || !L->have_shared_weights ||
 	    (rc = rmoe_acquire_bounded(L->h_ws, STARPU_MAIN_RAM, STARPU_R, "the shared expert weights")))
 		return rc;
-	rc = scan_triple(L->ws, 1, 0, L->H, L->Fs, -1);
+	rc = scan_triple(L->ws, L->act, 1, 0, L->H, L->Fs, -1);
 	starpu_data_release(L->h_ws);
 	return rc;
 }

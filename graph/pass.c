@@ -341,9 +341,9 @@ int rmoe_chunk_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struc
                        starpu_data_handle_t acc, int prio, int hop)
 {
 	const int64_t rows = c->rows;
-	starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 3 * L->F, sizeof(float));
-	starpu_data_handle_t out = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
+	starpu_data_handle_t xg = rmoe_act_vector(pass, L, rows * L->H);
+	starpu_data_handle_t work = rmoe_act_vector(pass, L, rows * 3 * L->F);
+	starpu_data_handle_t out = rmoe_act_vector(pass, L, rows * L->H);
 	int rc = rmoe_pass_gather(L, pass, rt, x, c->first, rows, 0, xg, prio, rmoe_task_name("gather", hop));
 	if (!rc)
 		rc = rmoe_pass_expert_ffn(L, pass, xg, w, L->e_local, L->F, c->rows_per_expert, rows, work, out, prio,
@@ -362,9 +362,9 @@ int rmoe_chunk_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const stru
                         int prio, int hop)
 {
 	const int64_t rows = c->rows;
-	starpu_data_handle_t xg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-	starpu_data_handle_t dyg = rmoe_temp_vector(pass, rows * L->H, sizeof(float));
-	starpu_data_handle_t work = rmoe_temp_vector(pass, rows * 4 * L->F, sizeof(float));
+	starpu_data_handle_t xg = rmoe_act_vector(pass, L, rows * L->H);
+	starpu_data_handle_t dyg = rmoe_act_vector(pass, L, rows * L->H);
+	starpu_data_handle_t work = rmoe_act_vector(pass, L, rows * 4 * L->F);
 	int rc = rmoe_pass_gather(L, pass, rt, x, c->first, rows, 0, xg, prio, rmoe_task_name("gather", hop));
 	if (!rc)
 		rc = rmoe_pass_gather(L, pass, rt, dy, c->first, rows, 0, dyg, prio, rmoe_task_name("gather-dy", hop));

@@ -52,8 +52,8 @@ int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	const int N = L->N, overlap = L->cfg.overlap;
 	starpu_data_handle_t rb[2] = {NULL, NULL};
 	if (N > 1) {
-		rb[0] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
-		rb[1] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+		rb[0] = rmoe_act_vector(pass, L, L->part_floats);
+		rb[1] = rmoe_act_vector(pass, L, L->part_floats);
 	}
 	int rc = 0;
 	for (int h = 0; h < N && !rc; h++) {
@@ -110,8 +110,8 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 	starpu_data_handle_t rb[2] = {NULL, NULL}, gb[2] = {NULL, NULL};
 	if (N > 1)
 		for (int i = 0; i < 2; i++) {
-			rb[i] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
-			gb[i] = rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+			rb[i] = rmoe_act_vector(pass, L, L->part_floats);
+			gb[i] = rmoe_act_vector(pass, L, L->part_floats);
 		}
 	int rc = 0;
 	for (int h = 0; h < N && !rc; h++) {
@@ -133,7 +133,7 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 
 		/* At hop 0 the partial is the accumulator itself; later hops keep
 		 * it apart so it does not wait for the incoming G (§3.1). */
-		starpu_data_handle_t partial = h == 0 ? acc : rmoe_temp_vector(pass, L->part_floats, sizeof(float));
+		starpu_data_handle_t partial = h == 0 ? acc : rmoe_act_vector(pass, L, L->part_floats);
 		int64_t nchunks = backward_hop(L, pass, h, hold, dy, dx, partial, &rc);
 		if (!rc && nchunks == 0 && h == 0)
 			rc = rmoe_pass_zero(NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));

@@ -54,8 +54,8 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 	if (N == 1)
 		return 0;
 	const int64_t n[NKINDS] = {TH, TH, TK, TK, TH, TK};
-	const size_t el[NKINDS] = {sizeof(float), sizeof(float), sizeof(int32_t), sizeof(float),
-	                           sizeof(float), sizeof(float)};
+	/* Activations in the layer's element type; routing stays 4-byte. */
+	const size_t el[NKINDS] = {L->act, L->act, sizeof(int32_t), sizeof(float), L->act, sizeof(float)};
 	for (int k = 0; k < NKINDS; k++) {
 		if (!backward && (k == DY || k == DG))
 			continue;
@@ -159,7 +159,7 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 	starpu_data_handle_t acc = held[ACC];
 	const int64_t TH = L->T * L->H;
 	if (h > 0 && n > 0) {
-		acc = rmoe_temp_vector(pass, TH, sizeof(float));
+		acc = rmoe_act_vector(pass, L, TH);
 		rc = rmoe_pass_zero(pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
 	}
 	for (int64_t c = 0; c < n && !rc; c++)
@@ -201,7 +201,7 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	starpu_data_handle_t dx = held[ACC];
 	const int64_t TH = L->T * L->H, TK = L->T * L->K;
 	if (h > 0 && n > 0) {
-		dx = rmoe_temp_vector(pass, TH, sizeof(float));
+		dx = rmoe_act_vector(pass, L, TH);
 		part.dg = rmoe_temp_vector(pass, TK, sizeof(float));
 		rc = rmoe_pass_zero(pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
 		if (!rc)

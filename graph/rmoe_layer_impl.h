@@ -27,7 +27,8 @@ struct rmoe_layer {
 	int N;                    /* ranks in the expert-parallel group */
 	int64_t e_local;          /* experts per partition (E / N) */
 	int64_t first_expert;     /* of the partition this rank owns */
-	int64_t part_floats;      /* floats of one partition's weights */
+	int64_t part_floats;      /* elements of one partition's weights */
+	size_t act;               /* bytes of an activation or weight element: 4 (f32), 2 (bf16) */
 
 	/* Ring order from the plan: ring[i] is the rank at position i; the
 	 * partition a rank owns carries that rank's number. */
@@ -36,9 +37,10 @@ struct rmoe_layer {
 
 	/* Host memory the layer owns across calls. */
 	float *w_router, *dw_router;
-	float *w_part, *dw_part;          /* owned partition: weights and gradient */
-	float *ws, *dws;                  /* shared expert: gate | up | down */
-	float *x_saved;                   /* §3.3: forward saves x and the routing only */
+	/* In the layer's element type (act): */
+	void *w_part, *dw_part;           /* owned partition: weights and gradient */
+	void *ws, *dws;                   /* shared expert: gate | up | down */
+	void *x_saved;                    /* §3.3: forward saves x and the routing only */
 	float *probs, *topk_w, *dg;
 	int32_t *topk_idx, *pair_order, *expert_counts;
 	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
@@ -62,6 +64,10 @@ void rmoe_layer_free_buffer(void *p, int64_t n, size_t elsize);
 /* Copy between host memory and a registered buffer, waiting for the tasks
  * and transfers that use it (layer_io.c). */
 int rmoe_copy_handle(starpu_data_handle_t h, void *dst, const void *src, size_t bytes, int write);
+/* The same between an application's float32 array of n values and a
+ * buffer of elements of elsize bytes (bf16 converted at the edge). */
+int rmoe_write_elements(starpu_data_handle_t h, void *buf, const float *src, int64_t n, size_t elsize);
+int rmoe_read_elements(starpu_data_handle_t h, const void *buf, float *dst, int64_t n, size_t elsize);
 
 /* This rank's part of the finite check (layer_io.c): the given inputs, then
  * (weights) the router, the owned experts and the shared expert. */

@@ -36,6 +36,12 @@ struct rmoe_pass {
  * last task ends. Tracks the largest one in pass. */
 starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize);
 
+/* A temporary of n activations or weights (the layer's element type). */
+static inline starpu_data_handle_t rmoe_act_vector(struct rmoe_pass *pass, const struct rmoe_layer *L, int64_t n)
+{
+	return rmoe_temp_vector(pass, n, L->act);
+}
+
 /* A host buffer registered (home node: main memory); with pass, counted as
  * the pass's resident bytes. */
 starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize);

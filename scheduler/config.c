@@ -80,7 +80,7 @@ static int check_elems(const char *what, int64_t a, int64_t b)
 
 /* Long: one check per field, in the order of the struct, each with the
  * message that names its value: a list reads best whole. */
-int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cuda)
+int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 {
 	if (!c)
 		return rmoe_error(RMOE_EINVAL, "layer config is NULL");
@@ -136,8 +136,6 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks, int have_cu
 		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token or auto",
 		                  (int)c->dispatch);
 	}
-	if (c->dtype == RMOE_DTYPE_BF16 && !have_cuda)
-		return rmoe_error(RMOE_ENOTSUP, "dtype bf16 needs a CUDA build of relaymoe and a GPU");
 	if (c->dtype != RMOE_DTYPE_F32 && c->dtype != RMOE_DTYPE_BF16)
 		return rmoe_error(RMOE_EINVAL, "dtype = %d: expected f32 or bf16", (int)c->dtype);
 

@@ -33,7 +33,7 @@ int rmoe_mkdir_p(const char *dir);
 
 /* Checks every value of cfg for a group of nranks ranks; 0 or RMOE_EINVAL /
  * RMOE_ENOTSUP with a message naming the value and what was expected. */
-int rmoe_config_check(const struct rmoe_layer_config *cfg, int nranks, int have_cuda);
+int rmoe_config_check(const struct rmoe_layer_config *cfg, int nranks);
 
 /* A 64-bit digest of every field that must agree across ranks. */
 uint64_t rmoe_config_hash(const struct rmoe_layer_config *cfg);

@@ -130,6 +130,15 @@ int rmoe_insert_sort_chunks(const struct rmoe_task_opts *o, enum rmoe_sort_direc
                             int64_t n_peers, int64_t n_experts, const int64_t *counts,
                             const starpu_data_handle_t *per_peer, starpu_data_handle_t sorted);
 
+/* ---- element types ----------------------------------------------------------------------- */
+
+/* Activations and weights are float32 (4 bytes) or bf16 (2 bytes, fp32
+ * accumulation in every kernel); routing stays 4-byte. A buffer's element
+ * size says which. On the host, at a layer's edges: n float32 values to
+ * elements of elsize bytes, and back (4: a copy). */
+void rmoe_to_elements(const float *src, void *dst, int64_t n, size_t elsize);
+void rmoe_from_elements(const void *src, float *dst, int64_t n, size_t elsize);
+
 /* ---- set-up, flops, memory probe ---------------------------------------------------- */
 
 /* One-time set-up of the kernels' environment (BLAS threads: one per worker,

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define RMOE_HD __host__ __device__
@@ -41,6 +42,26 @@ static inline RMOE_HD void rmoe_swiglu_bwd(float gate, float up, float dact, flo
 	float s = rmoe_sigmoid(gate);
 	*dup = dact * gate * s;
 	*dgate = dact * up * s * (1.0f + gate * (1.0f - s));
+}
+
+/* bf16: the upper half of an IEEE binary32, rounded to nearest even (NaN
+ * stays a quiet NaN). Storage only: every kernel computes in fp32. */
+static inline RMOE_HD uint16_t rmoe_bf16_from_float(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static inline RMOE_HD float rmoe_float_from_bf16(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
 }
 
 /* Partition weights: gate [ne][H][F] | up [ne][H][F] | down [ne][F][H]. */

@@ -107,6 +107,10 @@ void rmoe_kernel_expert_bwd_preweighted(int64_t hidden, int64_t ffn, int64_t n_e
 
 /* ---- small ops ----------------------------------------------------------------------------- */
 
+/* Element conversions: float32 to bf16 (round to nearest even) and back. */
+void rmoe_kernel_to_bf16(int64_t n, const float *src, uint16_t *dst);
+void rmoe_kernel_from_bf16(int64_t n, const uint16_t *src, float *dst);
+
 /* dst += src; dst = 0 (n floats). */
 void rmoe_kernel_accumulate(int64_t n, const float *src, float *dst);
 void rmoe_kernel_zero(int64_t n, float *dst);

@@ -5,6 +5,18 @@
 
 #include "rmoe_kernels.h"
 
+void rmoe_kernel_to_bf16(int64_t n, const float *src, uint16_t *dst)
+{
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = rmoe_bf16_from_float(src[i]);
+}
+
+void rmoe_kernel_from_bf16(int64_t n, const uint16_t *src, float *dst)
+{
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = rmoe_float_from_bf16(src[i]);
+}
+
 void rmoe_kernel_accumulate(int64_t n, const float *src, float *dst)
 {
 	for (int64_t i = 0; i < n; i++)

@@ -113,7 +113,8 @@ enum rmoe_dispatch {
 
 enum rmoe_dtype {
 	RMOE_DTYPE_F32 = 0,
-	RMOE_DTYPE_BF16 = 1,           /* GPU builds only */
+	RMOE_DTYPE_BF16 = 1,           /* bf16 storage of weights, activations and transfers,
+	                                  fp32 accumulation; the router and routing stay fp32 */
 };
 
 struct rmoe_layer_config {
@@ -237,6 +238,11 @@ struct rmoe_layer_stats {
 	int64_t chunk_rows;           /* rows per chunk of a hop (0: whole hops) */
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
+
+/* Rounds n float32 values in place to what a layer of element type dtype
+ * stores (bf16: to nearest even), e.g. to build the exact inputs of a
+ * reference computation. */
+RMOE_API void rmoe_round_to_dtype(float *values, int64_t n, enum rmoe_dtype dtype);
 
 /* Names used on command lines and in output. */
 RMOE_API const char *rmoe_dispatch_name(enum rmoe_dispatch d);

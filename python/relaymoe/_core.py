@@ -236,10 +236,9 @@ class Layer:
 
     Keywords are the fields of rmoe_layer_config; None keeps the library's
     default (rmoe_layer_config_init). dispatch: 'ring' (expert routing),
-    'token', 'a2a' or 'auto'. dtype: 'f32', or 'bf16' where the build has
-    it (a CUDA build with a GPU; elsewhere creation raises RelayMoEError
-    RMOE_ENOTSUP): arrays stay float32 at this interface either way, as the
-    C API's are, and the layer computes in its dtype.
+    'token', 'a2a' or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
+    weights, activations and transfers, fp32 accumulation): arrays stay
+    float32 at this interface either way, as the C API's are.
     """
 
     _FLAG_FIELDS = ("norm_topk", "overlap", "deterministic", "check_finite")

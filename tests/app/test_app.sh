@@ -43,6 +43,7 @@ expect_fail "unknown preset" "not a known shape" 2 --preset Qwen9
 expect_fail "experts not divisible" "not divisible by the 3 ranks" 3 "${small[@]}" --experts 8
 expect_fail "topk above experts" "larger than experts" 2 "${small[@]}" --topk 9
 expect_fail "bad dispatch" "expected ring, token, a2a, auto, both or all" 2 --dispatch rings
+expect_fail "bad dtype" "--dtype 'bf32': expected f32 or bf16" 2 --dtype bf32
 
 mkdir -p "$work/badnpy"
 cp "$work/in/"*.npy "$work/badnpy/"

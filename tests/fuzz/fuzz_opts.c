@@ -119,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rc == 0) {
 		struct rmoe_layer_config cfg;
 		if (configure(&v, &cfg) == 0) {
-			int crc = rmoe_config_check(&cfg, (int)v.ranks, 0);
+			int crc = rmoe_config_check(&cfg, (int)v.ranks);
 			if (crc)
 				RMOE_FUZZ_REQUIRE(rmoe_strerror(crc)[0] != '\0');
 			(void)rmoe_config_hash(&cfg);

@@ -15,7 +15,7 @@
 
 static void expect_invalid(struct rmoe_layer_config c, const char *needle)
 {
-	int rc = rmoe_config_check(&c, 1, 0);
+	int rc = rmoe_config_check(&c, 1);
 	assert_int_equal(rc, RMOE_EINVAL);
 	if (!strstr(rmoe_strerror(rc), needle))
 		fail_msg("message '%s' does not mention '%s'", rmoe_strerror(rc), needle);
@@ -29,7 +29,7 @@ static void test_hardening_config_new_fields(void **state)
 	rmoe_layer_config_init(&c);
 	assert_int_equal(c.check_finite, 0);
 	assert_true(c.wait_timeout == 0);
-	assert_int_equal(rmoe_config_check(&c, 1, 0), 0);
+	assert_int_equal(rmoe_config_check(&c, 1), 0);
 	c.check_finite = 2;
 	expect_invalid(c, "check_finite = 2: expected 0 or 1");
 	rmoe_layer_config_init(&c);
@@ -40,7 +40,7 @@ static void test_hardening_config_new_fields(void **state)
 	c.wait_timeout = INFINITY;
 	expect_invalid(c, "wait_timeout = inf");
 	c.wait_timeout = 30;
-	assert_int_equal(rmoe_config_check(&c, 1, 0), 0);
+	assert_int_equal(rmoe_config_check(&c, 1), 0);
 }
 
 static void test_hardening_config_timeout_from_environment(void **state)

@@ -100,14 +100,10 @@ def test_context_and_layer_properties(ctx, comm):
     assert layer.closed
 
 
-def test_bf16_where_the_build_has_it(ctx, comm):
-    # bf16 needs a CUDA build and a GPU: elsewhere creation fails on every
-    # rank with the library's RMOE_ENOTSUP message, and no layer is left.
-    try:
-        layer = relaymoe.Layer(ctx, **SHAPE, dtype="bf16")
-    except relaymoe.RelayMoEError as e:
-        assert e.code == relaymoe.RMOE_ENOTSUP and "bf16" in str(e), e
-        return
+def test_bf16(ctx, comm):
+    # bf16 storage runs on every build (the CPU kernels compute in fp32
+    # copies); the arrays at this interface stay float32.
+    layer = relaymoe.Layer(ctx, **SHAPE, dtype="bf16")
     with layer:
         w = make_weights(8, **SHAPE)
         layer.set_weights(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
