@@ -12,8 +12,20 @@
 #include <starpu.h>
 
 #include "rmoe_codelets.h"
+#include "rmoe_config.h"
 #include "rmoe_kernels.h"
 #include "rmoe_scheduler.h"
+#ifdef RMOE_HAVE_CUDA
+#include <starpu_cuda.h>
+
+#include "rmoe_kernels_cuda.h"
+
+/* The running CUDA worker's cuBLAS handle (cuda.c), on its stream. */
+cublasHandle_t rmoe_cl_cublas(void);
+/* After a CUDA kernel's launcher returned rc: 0, or -1 after reporting. */
+int rmoe_cl_cuda_done(const char *op, int rc);
+#define RMOE_STREAM starpu_cuda_get_local_stream()
+#endif
 
 /* ---- argument structs ---------------------------------------------------------- */
 
@@ -158,17 +170,18 @@ double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch
 double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 
 /* A codelet definition: its StarPU name, the body of its CPU function (run
- * between the prologue's conversions and rmoe_cl_done), its perfmodel
+ * between the prologue's conversions and rmoe_cl_done), its CUDA function
+ * (used only in builds with CUDA codelets), its perfmodel
  * (symbol sym, simulated by rmoe_sim_cost_<op>) and buffer count (modes
  * come with each insertion, rmoe_cl_insert). */
-#define RMOE_CODELET(var, label, body, sym, op, nbuf)                                                \
+#define RMOE_CODELET(var, label, body, cuda, sym, op, nbuf)                                          \
 	static void var##_cpu(void *buffers[], void *cl_arg)                                            \
 	{                                                                                               \
 		body(buffers, cl_arg);                                                                  \
 		rmoe_cl_done();                                                                         \
 	}                                                                                               \
 	static struct starpu_perfmodel var##_model = RMOE_PERFMODEL(sym, op);                           \
-	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(var##_cpu).nbuffers = (nbuf), \
+	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(var##_cpu, cuda).nbuffers = (nbuf), \
 	                                    .model = &var##_model}
 
 /* The one place the codelets differ between builds.
@@ -178,18 +191,23 @@ double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmod
  * runs no kernel, and a task lasts what the analytic cost model of its
  * operation says.
  *
- * Implementations: a codelet offers its CPU function, and a device function
- * where the build has a device to run it on. StarPU lets a task go to a
- * worker only if the codelet has a function for that worker's kind; the
- * simulated GPUs of the SimGrid build run nothing, so there the operation's
- * CPU function stands as its implementation on the simulated device (never
- * called: the cost model gives the duration). */
+ * Implementations: a codelet offers its CPU function, and its CUDA function
+ * in builds with CUDA codelets, asynchronous on the worker's stream (StarPU
+ * does not synchronise after it). StarPU lets a task go to a worker only if
+ * the codelet has a function for that worker's kind; the simulated GPUs of
+ * the SimGrid build run nothing, so there the operation's CPU function
+ * stands as its implementation on the simulated device (never called: the
+ * cost model gives the duration). */
 #ifdef STARPU_SIMGRID
 #define RMOE_PERFMODEL(sym, op) {.type = STARPU_PER_ARCH, .arch_cost_function = rmoe_sim_cost_##op, .symbol = (sym)}
-#define RMOE_CL_FUNCS(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cpu},
+#define RMOE_CL_FUNCS(cpu, cuda) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cpu},
+#elif defined(RMOE_HAVE_CUDA)
+#define RMOE_PERFMODEL(sym, op) {.type = STARPU_HISTORY_BASED, .symbol = (sym)}
+#define RMOE_CL_FUNCS(cpu, cuda)                                                                        \
+	.cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cuda}, .cuda_flags = {STARPU_CUDA_ASYNC},
 #else
 #define RMOE_PERFMODEL(sym, op) {.type = STARPU_HISTORY_BASED, .symbol = (sym)}
-#define RMOE_CL_FUNCS(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu},
+#define RMOE_CL_FUNCS(cpu, cuda) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu},
 #endif
 
 #endif /* RMOE_CODELET_H */

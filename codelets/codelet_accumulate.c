@@ -29,8 +29,28 @@ static void rmoe_zero_cpu(void *buffers[], void *cl_arg)
 		rmoe_kernel_zero(a->count, p[0]);
 }
 
-RMOE_CODELET(rmoe_cl_accumulate, "grad-accumulate", rmoe_accumulate_cpu, "rmoe_accumulate_v1", accumulate, 2);
-RMOE_CODELET(rmoe_cl_zero, "zero", rmoe_zero_cpu, "rmoe_zero_v1", zero, 1);
+#ifdef RMOE_HAVE_CUDA
+static void accumulate_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_accumulate_args *a = cl_arg;
+	void *p[2];
+	if (!accumulate_unpack("grad-accumulate", buffers, a, 2, p))
+		rmoe_cl_cuda_done("grad-accumulate", rmoe_cuda_accumulate(RMOE_STREAM, rmoe_cl_elsize(buffers[1]) == 2,
+		                                                          a->count, p[0], p[1]));
+}
+
+static void zero_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_accumulate_args *a = cl_arg;
+	void *p[1];
+	if (!accumulate_unpack("zero", buffers, a, 1, p))
+		rmoe_cl_cuda_done("zero", rmoe_cuda_zero(RMOE_STREAM, rmoe_cl_elsize(buffers[0]), a->count, p[0]));
+}
+#endif
+
+RMOE_CODELET(rmoe_cl_accumulate, "grad-accumulate", rmoe_accumulate_cpu, accumulate_cuda, "rmoe_accumulate_v1",
+             accumulate, 2);
+RMOE_CODELET(rmoe_cl_zero, "zero", rmoe_zero_cpu, zero_cuda, "rmoe_zero_v1", zero, 1);
 
 int rmoe_insert_accumulate(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t src,
                            starpu_data_handle_t dst)

@@ -3,19 +3,34 @@
 #include "codelet.h"
 
 /* buffers: 0 topk_idx, 1 pair_order, 2 expert_counts */
-static void rmoe_dispatch_map_cpu(void *buffers[], void *cl_arg)
+static int dispatch_map_unpack(void *buffers[], const struct rmoe_dispatch_map_args *a, void **p)
+{
+	const int64_t P = a->tokens * a->topk;
+	if (!(a->tokens >= 0 && a->topk >= 1 && a->experts >= 1 && P <= INT32_MAX))
+		return rmoe_cl_fail("dispatch-map", "bad shape T=%lld K=%lld E=%lld", (long long)a->tokens,
+		                    (long long)a->topk, (long long)a->experts);
+	const struct rmoe_cl_buffer spec[] = {RMOE_CL_BUF("topk_idx", P), RMOE_CL_BUF("pair_order", P),
+	                                      RMOE_CL_BUF("expert_counts", a->experts)};
+	return rmoe_cl_unpack("dispatch-map", buffers, spec, 3, p);
+}
+
+#ifdef RMOE_HAVE_CUDA
+static void dispatch_map_cuda(void *buffers[], void *cl_arg)
 {
 	const struct rmoe_dispatch_map_args *a = cl_arg;
 	void *p[3];
+	if (!dispatch_map_unpack(buffers, a, p))
+		rmoe_cl_cuda_done("dispatch-map", rmoe_cuda_dispatch_map(RMOE_STREAM, a->tokens * a->topk, a->experts, p[0],
+		                                                         p[1], p[2]));
+}
+#endif
+
+static void rmoe_dispatch_map_cpu(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_dispatch_map_args *a = cl_arg;
 	const int64_t P = a->tokens * a->topk;
-	const struct rmoe_cl_buffer spec[] = {RMOE_CL_BUF("topk_idx", P), RMOE_CL_BUF("pair_order", P),
-	                                      RMOE_CL_BUF("expert_counts", a->experts)};
-	if (!(a->tokens >= 0 && a->topk >= 1 && a->experts >= 1 && P <= INT32_MAX)) {
-		rmoe_cl_fail("dispatch-map", "bad shape T=%lld K=%lld E=%lld", (long long)a->tokens, (long long)a->topk,
-		             (long long)a->experts);
-		return;
-	}
-	if (rmoe_cl_unpack("dispatch-map", buffers, spec, 3, p))
+	void *p[3];
+	if (dispatch_map_unpack(buffers, a, p))
 		return;
 	int64_t bad = rmoe_kernel_dispatch_map(P, a->experts, p[0], p[1], p[2]);
 	if (bad >= 0)
@@ -23,7 +38,8 @@ static void rmoe_dispatch_map_cpu(void *buffers[], void *cl_arg)
 		             (int)((const int32_t *)p[0])[bad], (long long)a->experts);
 }
 
-RMOE_CODELET(rmoe_cl_dispatch_map, "dispatch-map", rmoe_dispatch_map_cpu, "rmoe_dispatch_map_v1", dispatch_map, 3);
+RMOE_CODELET(rmoe_cl_dispatch_map, "dispatch-map", rmoe_dispatch_map_cpu, dispatch_map_cuda, "rmoe_dispatch_map_v1",
+             dispatch_map, 3);
 
 int rmoe_insert_dispatch_map(const struct rmoe_task_opts *o, int64_t tokens, int64_t topk, int64_t experts,
                              starpu_data_handle_t topk_idx, starpu_data_handle_t pair_order,

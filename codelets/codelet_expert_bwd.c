@@ -55,9 +55,30 @@ static void rmoe_expert_bwd_cpu(void *buffers[], void *cl_arg)
 	                             a->accumulate, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]);
 }
 
+#ifdef RMOE_HAVE_CUDA
+static void expert_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_expert_args *a = cl_arg;
+	void *p[9];
+	if (expert_bwd_unpack(buffers, a, p))
+		return;
+	const int bf16 = rmoe_cl_elsize(buffers[0]) == 2;
+	if (a->mode == RMOE_BWD_PREWEIGHTED)
+		rmoe_cl_cuda_done("expert-bwd", rmoe_cuda_expert_bwd_preweighted(
+			                                RMOE_STREAM, rmoe_cl_cublas(), bf16, a->hidden, a->ffn, a->n_experts,
+			                                a->rows_per_expert, a->rows, a->accumulate, p[0], p[1], p[2], p[3], p[4],
+			                                p[5]));
+	else
+		rmoe_cl_cuda_done("expert-bwd", rmoe_cuda_expert_bwd_pairs(
+			                                RMOE_STREAM, rmoe_cl_cublas(), bf16, a->hidden, a->ffn, a->n_experts,
+			                                a->rows_per_expert, a->rows, a->first, a->topk, a->accumulate, p[0], p[1],
+			                                p[2], p[3], p[4], p[5], p[6], p[7], p[8]));
+}
+#endif
+
 /* Nine buffers in the pair-weighted mode, more than STARPU_NMAXBUFS. */
-RMOE_CODELET(rmoe_cl_expert_bwd, "expert-bwd", rmoe_expert_bwd_cpu, "rmoe_expert_bwd_v1", expert_bwd,
-             STARPU_VARIABLE_NBUFFERS);
+RMOE_CODELET(rmoe_cl_expert_bwd, "expert-bwd", rmoe_expert_bwd_cpu, expert_bwd_cuda, "rmoe_expert_bwd_v1",
+             expert_bwd, STARPU_VARIABLE_NBUFFERS);
 
 static int insert_expert_bwd(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s, int mode,
                              int accumulate, int64_t first, int64_t topk, struct starpu_data_descr *d, int nd)

@@ -23,6 +23,34 @@ static void rows_cpu(void *buffers[], const struct rmoe_rows_args *a, int scatte
 		rmoe_kernel_gather(a->hidden, a->topk, a->first, a->count, p[0], p[1], p[3], p[2]);
 }
 
+#ifdef RMOE_HAVE_CUDA
+static void rows_cuda(void *buffers[], const struct rmoe_rows_args *a, int scatter)
+{
+	static const char *const names[2][4] = {{"src", "pair_order", "rows", "topk_w"},
+	                                         {"rows", "pair_order", "dst", "topk_w"}};
+	static const char *const roles[2][2] = {{"TPR", "TPRW"}, {"RPT", "RPTW"}};
+	const char *op = scatter ? "scatter-add" : "gather";
+	void *p[4] = {NULL};
+	if (rmoe_cl_rows_unpack(op, buffers, a, roles[scatter][a->weighted != 0], names[scatter], 0, p))
+		return;
+	const int bf16 = rmoe_cl_elsize(buffers[0]) == 2;
+	rmoe_cl_cuda_done(op, scatter ? rmoe_cuda_scatter_add(RMOE_STREAM, bf16, a->hidden, a->topk, a->first, a->count,
+	                                                      p[0], p[1], p[3], p[2])
+	                              : rmoe_cuda_gather(RMOE_STREAM, bf16, a->hidden, a->topk, a->first, a->count, p[0],
+	                                                 p[1], p[3], p[2]));
+}
+
+static void gather_cuda(void *buffers[], void *cl_arg)
+{
+	rows_cuda(buffers, cl_arg, 0);
+}
+
+static void scatter_add_cuda(void *buffers[], void *cl_arg)
+{
+	rows_cuda(buffers, cl_arg, 1);
+}
+#endif
+
 static void rmoe_gather_cpu(void *buffers[], void *cl_arg)
 {
 	rows_cpu(buffers, cl_arg, 0);
@@ -34,9 +62,10 @@ static void rmoe_scatter_add_cpu(void *buffers[], void *cl_arg)
 }
 
 /* Three or four buffers (topk_w only when weighted). */
-RMOE_CODELET(rmoe_cl_gather, "gather", rmoe_gather_cpu, "rmoe_gather_v1", gather, STARPU_VARIABLE_NBUFFERS);
-RMOE_CODELET(rmoe_cl_scatter_add, "scatter-add", rmoe_scatter_add_cpu, "rmoe_scatter_add_v1", scatter_add,
+RMOE_CODELET(rmoe_cl_gather, "gather", rmoe_gather_cpu, gather_cuda, "rmoe_gather_v1", gather,
              STARPU_VARIABLE_NBUFFERS);
+RMOE_CODELET(rmoe_cl_scatter_add, "scatter-add", rmoe_scatter_add_cpu, scatter_add_cuda, "rmoe_scatter_add_v1",
+             scatter_add, STARPU_VARIABLE_NBUFFERS);
 
 static int insert_rows(const struct rmoe_task_opts *o, struct starpu_codelet *cl, const struct rmoe_pair_slice *s,
                        struct starpu_data_descr *d, int weighted)

@@ -45,10 +45,36 @@ static void rmoe_router_bwd_cpu(void *buffers[], void *cl_arg)
 		rmoe_cl_fail("router-bwd", "no memory for the dlogits of %lld experts", (long long)a->experts);
 }
 
-RMOE_CODELET(rmoe_cl_router_fwd, "router-fwd", rmoe_router_fwd_cpu, "rmoe_router_fwd_v1", router_fwd, 5);
+#ifdef RMOE_HAVE_CUDA
+static void router_fwd_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_router_args *a = cl_arg;
+	void *p[5];
+	if (!router_unpack("router-fwd", buffers, a, 5, p))
+		rmoe_cl_cuda_done("router-fwd",
+		                  rmoe_cuda_router_fwd(RMOE_STREAM, rmoe_cl_cublas(), rmoe_cl_elsize(buffers[0]) == 2, a->tokens,
+		                                       a->hidden, a->experts, a->topk, a->norm_topk, p[0], p[1], p[2], p[3],
+		                                       p[4]));
+}
+
+static void router_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_router_args *a = cl_arg;
+	struct starpu_task *task = starpu_task_get_current();
+	void *p[9] = {NULL};
+	if (!router_unpack("router-bwd", buffers, a, task && STARPU_TASK_GET_NBUFFERS(task) > 8 ? 9 : 8, p))
+		rmoe_cl_cuda_done("router-bwd",
+		                  rmoe_cuda_router_bwd(RMOE_STREAM, rmoe_cl_cublas(), rmoe_cl_elsize(buffers[0]) == 2, a->tokens,
+		                                       a->hidden, a->experts, a->topk, a->norm_topk, p[0], p[1], p[2], p[3],
+		                                       p[4], p[5], p[8], p[6], p[7]));
+}
+#endif
+
+RMOE_CODELET(rmoe_cl_router_fwd, "router-fwd", rmoe_router_fwd_cpu, router_fwd_cuda, "rmoe_router_fwd_v1", router_fwd,
+             5);
 /* 8 buffers, or 9 with dprobs. */
-RMOE_CODELET(rmoe_cl_router_bwd, "router-bwd", rmoe_router_bwd_cpu, "rmoe_router_bwd_v1", router_bwd,
-             STARPU_VARIABLE_NBUFFERS);
+RMOE_CODELET(rmoe_cl_router_bwd, "router-bwd", rmoe_router_bwd_cpu, router_bwd_cuda, "rmoe_router_bwd_v1",
+             router_bwd, STARPU_VARIABLE_NBUFFERS);
 
 static void *router_args(const struct rmoe_router_shape *s)
 {

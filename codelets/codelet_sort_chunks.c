@@ -65,8 +65,27 @@ static void rmoe_sort_chunks_cpu(void *buffers[], void *cl_arg)
 
 /* One buffer per peer with rows, plus the sorted one: more than
  * STARPU_NMAXBUFS at 8 peers. */
-RMOE_CODELET(rmoe_cl_sort_chunks, "sort-chunks", rmoe_sort_chunks_cpu, "rmoe_sort_chunks_v1", sort_chunks,
-             STARPU_VARIABLE_NBUFFERS);
+#ifdef RMOE_HAVE_CUDA
+static void sort_chunks_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_sort_args *a = cl_arg;
+	float **peer = calloc(a->n_peers > 0 ? (size_t)a->n_peers : 1, sizeof(*peer));
+	float *sorted = NULL;
+	if (!peer) {
+		rmoe_cl_fail("sort-chunks", "no memory for %lld peers", (long long)a->n_peers);
+		return;
+	}
+	if (!sort_chunks_unpack(buffers, a, peer, &sorted))
+		rmoe_cl_cuda_done("sort-chunks",
+		                  rmoe_cuda_sort_chunks(RMOE_STREAM, rmoe_cl_elsize(buffers[0]), a->hidden, a->n_peers,
+		                                        a->n_experts, a->counts, a->direction == RMOE_SORT_BY_EXPERT,
+		                                        (void *const *)peer, sorted));
+	free(peer);
+}
+#endif
+
+RMOE_CODELET(rmoe_cl_sort_chunks, "sort-chunks", rmoe_sort_chunks_cpu, sort_chunks_cuda, "rmoe_sort_chunks_v1",
+             sort_chunks, STARPU_VARIABLE_NBUFFERS);
 
 int rmoe_insert_sort_chunks(const struct rmoe_task_opts *o, enum rmoe_sort_direction direction, int64_t hidden,
                             int64_t n_peers, int64_t n_experts, const int64_t *counts,

@@ -14,7 +14,20 @@ static void rmoe_unpermute_bwd_cpu(void *buffers[], void *cl_arg)
 		rmoe_kernel_unpermute_bwd(a->hidden, a->topk, a->first, a->count, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-RMOE_CODELET(rmoe_cl_unpermute_bwd, "unpermute-bwd", rmoe_unpermute_bwd_cpu, "rmoe_unpermute_bwd_v1", unpermute_bwd, 6);
+#ifdef RMOE_HAVE_CUDA
+static void unpermute_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	const struct rmoe_rows_args *a = cl_arg;
+	void *p[6];
+	if (!rmoe_cl_rows_unpack("unpermute-bwd", buffers, a, "TRPWRG", unpermute_bwd_buffers, 0, p))
+		rmoe_cl_cuda_done("unpermute-bwd", rmoe_cuda_unpermute_bwd(RMOE_STREAM, rmoe_cl_elsize(buffers[0]) == 2,
+		                                                           a->hidden, a->topk, a->first, a->count, p[0], p[1],
+		                                                           p[2], p[3], p[4], p[5]));
+}
+#endif
+
+RMOE_CODELET(rmoe_cl_unpermute_bwd, "unpermute-bwd", rmoe_unpermute_bwd_cpu, unpermute_bwd_cuda,
+             "rmoe_unpermute_bwd_v1", unpermute_bwd, 6);
 
 int rmoe_insert_unpermute_bwd(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s,
                               starpu_data_handle_t dy, starpu_data_handle_t back, starpu_data_handle_t pair_order,

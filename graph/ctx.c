@@ -222,6 +222,8 @@ static void ctx_tags(rmoe_ctx *ctx)
  * (StarPU's shutdown has written this rank's file). */
 static int ctx_unwind(rmoe_ctx *ctx)
 {
+	if (ctx->codelets_started)
+		rmoe_codelets_stop();
 	if (ctx->started_starpu_mpi)
 		starpu_mpi_shutdown();
 	else if (starpu_is_initialized())
@@ -268,6 +270,8 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		return rc;
 	}
 	rmoe_codelets_init();
+	rmoe_codelets_start();
+	ctx->codelets_started = 1;
 	if ((rc = plan_ring(ctx, &cfg))) {
 		rmoe_ctx_destroy(ctx);
 		return rc;

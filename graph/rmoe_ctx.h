@@ -17,6 +17,7 @@ struct rmoe_ctx {
 	int started_mpi;          /* what rmoe_ctx_create started, and must stop */
 	int started_starpu_mpi;
 	int dup_comm;             /* comm is our duplicate, freed on destroy */
+	int codelets_started;     /* rmoe_codelets_start was called (cuBLAS handles) */
 	int verbose;
 	int64_t tag_first, tag_last, tag_next;  /* tag window, see tags.c */
 	int nlayers;              /* layers alive, for a clean destroy */

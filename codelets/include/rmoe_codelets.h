@@ -145,6 +145,12 @@ void rmoe_from_elements(const void *src, float *dst, int64_t n, size_t elsize);
  * since StarPU owns the cores; the simulation's cost rates). Idempotent. */
 void rmoe_codelets_init(void);
 
+/* While a context uses StarPU (between its start and its end): the CUDA
+ * workers' cuBLAS handles, on their streams. Counted: the last stop
+ * releases them. Nothing without CUDA codelets. */
+void rmoe_codelets_start(void);
+void rmoe_codelets_stop(void);
+
 /* Flop counts, for STARPU_FLOPS and the benchmarks. */
 double rmoe_flops_expert_ffn(int64_t rows, int64_t hidden, int64_t ffn, int with_down);
 double rmoe_flops_expert_bwd(int64_t rows, int64_t hidden, int64_t ffn);

@@ -1,0 +1,401 @@
+/* CUDA kernels of the router, the dispatch map, the row operations of a
+ * slice of the pair order and the small ops (rmoe_kernels_cuda.h). Each
+ * mirrors its CPU kernel in rmoe_kernels.h operation for operation; what
+ * differs is said where it does. */
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda_common.cuh"
+
+/* ---- element conversions --------------------------------------------------------- */
+
+template <typename S, typename D> __global__ void convert_k(int64_t n, const S *src, D *dst)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		rmoe_st(dst, i, rmoe_ld(src, i));
+}
+
+/* dst += src (float into T) */
+template <typename S, typename T> __global__ void accumulate_k(int64_t n, const S *src, T *dst)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		rmoe_st(dst, i, rmoe_ld(dst, i) + rmoe_ld(src, i));
+}
+
+/* x of the router in fp32: the router's weights are fp32, and cublasGemmEx
+ * takes one type for A and B. *f receives x itself when it is fp32, else a
+ * scratch copy the caller releases. */
+static int router_x(cudaStream_t s, int bf16, int64_t n, const void *x, const float **f, float **scratch)
+{
+	*scratch = NULL;
+	*f = (const float *)x;
+	if (!bf16)
+		return 0;
+	if (rmoe_cuda_scratch((void **)scratch, (size_t)n * sizeof(float), s))
+		return -1;
+	convert_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(n, (const rmoe_bf16_t *)x, *scratch);
+	*f = *scratch;
+	return rmoe_cuda_check("bf16 to fp32");
+}
+
+/* ---- router ------------------------------------------------------------------------ */
+
+/* One thread per token: softmax, then the K largest (ties keep the lower
+ * expert first), renormalised; as rmoe_kernel_router_fwd. */
+__global__ void softmax_topk_k(int64_t T, int64_t E, int64_t K, int norm, float *probs, int32_t *topk_idx,
+                               float *topk_w)
+{
+	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T; t += (int64_t)gridDim.x * blockDim.x) {
+		float *p = probs + t * E;
+		float max = p[0];
+		for (int64_t e = 1; e < E; e++)
+			max = p[e] > max ? p[e] : max;
+		float sum = 0.0f;
+		for (int64_t e = 0; e < E; e++) {
+			p[e] = expf(p[e] - max);
+			sum += p[e];
+		}
+		float inv = 1.0f / sum;
+		for (int64_t e = 0; e < E; e++)
+			p[e] *= inv;
+		int32_t *idx = topk_idx + t * K;
+		float *w = topk_w + t * K;
+		int64_t n = 0;
+		for (int64_t e = 0; e < E; e++) {
+			float v = p[e];
+			if (n == K && !(v > w[K - 1]))
+				continue;
+			int64_t j = n < K ? n++ : K - 1;
+			while (j > 0 && w[j - 1] < v) {
+				w[j] = w[j - 1];
+				idx[j] = idx[j - 1];
+				j--;
+			}
+			w[j] = v;
+			idx[j] = (int32_t)e;
+		}
+		if (norm) {
+			double sw = 0.0;
+			for (int64_t k = 0; k < K; k++)
+				sw += w[k];
+			if (sw > 0.0)
+				for (int64_t k = 0; k < K; k++)
+					w[k] = (float)(w[k] / sw);
+		}
+	}
+}
+
+extern "C" int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t T, int64_t H, int64_t E,
+                                    int64_t K, int norm, const void *x, const float *w_router, float *probs,
+                                    int32_t *topk_idx, float *topk_w)
+{
+	if (T == 0)
+		return 0;
+	const float *xf;
+	float *scratch;
+	int rc = router_x(s, bf16, T * H, x, &xf, &scratch);
+	if (!rc)
+		rc = rmoe_gemm_rm(b, 0, 0, T, E, H, 1.0f, xf, CUDA_R_32F, H, w_router, CUDA_R_32F, E, 0.0f, probs,
+		                  CUDA_R_32F, E);
+	if (!rc) {
+		softmax_topk_k<<<rmoe_cuda_blocks(T), RMOE_CUDA_THREADS, 0, s>>>(T, E, K, norm, probs, topk_idx, topk_w);
+		rc = rmoe_cuda_check("softmax and top-k");
+	}
+	rmoe_cuda_release(scratch, s);
+	return rc;
+}
+
+/* One thread per token: dlogits from dg through the renormalisation, plus
+ * dprobs, then the softmax Jacobian; as the CPU kernel's router_dlogits. */
+__global__ void dlogits_k(int64_t T, int64_t E, int64_t K, int norm, const float *probs, const int32_t *topk_idx,
+                          const float *topk_w, const float *dg, const float *dprobs, float *dlogits)
+{
+	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T; t += (int64_t)gridDim.x * blockDim.x) {
+		const float *p = probs + t * E;
+		const int32_t *idx = topk_idx + t * K;
+		const float *w = topk_w + t * K, *g = dg + t * K;
+		float *d = dlogits + t * E;
+		for (int64_t e = 0; e < E; e++)
+			d[e] = 0.0f;
+		if (norm) {
+			double sp = 0.0, dg_w = 0.0;
+			for (int64_t k = 0; k < K; k++) {
+				sp += p[idx[k]];
+				dg_w += (double)g[k] * w[k];
+			}
+			if (sp > 0.0)
+				for (int64_t k = 0; k < K; k++)
+					d[idx[k]] += (float)((g[k] - dg_w) / sp);
+		} else {
+			for (int64_t k = 0; k < K; k++)
+				d[idx[k]] += g[k];
+		}
+		if (dprobs)
+			for (int64_t e = 0; e < E; e++)
+				d[e] += dprobs[t * E + e];
+		double p_dp = 0.0;
+		for (int64_t e = 0; e < E; e++)
+			p_dp += (double)p[e] * d[e];
+		for (int64_t e = 0; e < E; e++)
+			d[e] = (float)(p[e] * (d[e] - p_dp));
+	}
+}
+
+extern "C" int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t T, int64_t H, int64_t E,
+                                    int64_t K, int norm, const void *x, const float *w_router, const float *probs,
+                                    const int32_t *topk_idx, const float *topk_w, const float *dg,
+                                    const float *dprobs, void *dx, float *dw_router)
+{
+	if (T == 0)
+		return rmoe_cuda_ok(cudaMemsetAsync(dw_router, 0, (size_t)(H * E) * sizeof(float), s), "memset");
+	const float *xf;
+	float *xs, *dlogits = NULL, *dxs = NULL;
+	int rc = router_x(s, bf16, T * H, x, &xf, &xs);
+	if (!rc)
+		rc = rmoe_cuda_scratch((void **)&dlogits, (size_t)(T * E) * sizeof(float), s);
+	if (!rc) {
+		dlogits_k<<<rmoe_cuda_blocks(T), RMOE_CUDA_THREADS, 0, s>>>(T, E, K, norm, probs, topk_idx, topk_w, dg,
+		                                                              dprobs, dlogits);
+		rc = rmoe_cuda_check("router dlogits");
+	}
+	/* dw_router = x^T dlogits; dx += dlogits w_router^T (through an fp32
+	 * scratch when dx is bf16: the GEMM's C is of A's type). */
+	if (!rc)
+		rc = rmoe_gemm_rm(b, 1, 0, H, E, T, 1.0f, xf, CUDA_R_32F, H, dlogits, CUDA_R_32F, E, 0.0f, dw_router,
+		                  CUDA_R_32F, E);
+	if (!rc && !bf16)
+		rc = rmoe_gemm_rm(b, 0, 1, T, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 1.0f, dx,
+		                  CUDA_R_32F, H);
+	if (!rc && bf16 && !(rc = rmoe_cuda_scratch((void **)&dxs, (size_t)(T * H) * sizeof(float), s)))
+		rc = rmoe_gemm_rm(b, 0, 1, T, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 0.0f, dxs,
+		                  CUDA_R_32F, H);
+	if (!rc && bf16) {
+		accumulate_k<<<rmoe_cuda_blocks(T * H), RMOE_CUDA_THREADS, 0, s>>>(T * H, dxs, (rmoe_bf16_t *)dx);
+		rc = rmoe_cuda_check("router dx");
+	}
+	rmoe_cuda_release(xs, s);
+	rmoe_cuda_release(dlogits, s);
+	rmoe_cuda_release(dxs, s);
+	return rc;
+}
+
+/* ---- dispatch map ------------------------------------------------------------------- */
+
+__global__ void iota_k(int64_t n, int32_t *v)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		v[i] = (int32_t)i;
+}
+
+/* A pair with an expert outside [0, E) is not counted: the host, which
+ * checks that the counts add up to T*K, reports it. */
+__global__ void count_k(int64_t P, int64_t E, const int32_t *topk_idx, int32_t *counts)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P; i += (int64_t)gridDim.x * blockDim.x)
+		if (topk_idx[i] >= 0 && topk_idx[i] < E)
+			atomicAdd(counts + topk_idx[i], 1);
+}
+
+/* The stable counting sort of the CPU kernel is a stable radix sort of
+ * (expert, pair) on the device: pairs ascend within each expert. */
+extern "C" int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t P, int64_t E, const int32_t *topk_idx,
+                                      int32_t *pair_order, int32_t *counts)
+{
+	int rc = rmoe_cuda_ok(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), s), "memset");
+	if (rc || P == 0)
+		return rc;
+	int bits = 1;
+	while (bits < 31 && ((int64_t)1 << bits) < E)
+		bits++;
+	int32_t *keys = NULL, *iota = NULL;
+	void *temp = NULL;
+	size_t temp_bytes = 0;
+	rc = rmoe_cuda_ok(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, topk_idx, keys, iota, pair_order, (int)P, 0,
+	                                                  bits, s),
+	                  "radix sort size");
+	if (!rc && !(rc = rmoe_cuda_scratch((void **)&keys, (size_t)P * sizeof(int32_t), s)) &&
+	    !(rc = rmoe_cuda_scratch((void **)&iota, (size_t)P * sizeof(int32_t), s)))
+		rc = rmoe_cuda_scratch(&temp, temp_bytes, s);
+	if (!rc) {
+		iota_k<<<rmoe_cuda_blocks(P), RMOE_CUDA_THREADS, 0, s>>>(P, iota);
+		rc = rmoe_cuda_check("iota");
+	}
+	if (!rc)
+		rc = rmoe_cuda_ok(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, topk_idx, keys, iota, pair_order, (int)P,
+		                                                  0, bits, s),
+		                  "radix sort");
+	if (!rc) {
+		count_k<<<rmoe_cuda_blocks(P), RMOE_CUDA_THREADS, 0, s>>>(P, E, topk_idx, counts);
+		rc = rmoe_cuda_check("expert counts");
+	}
+	rmoe_cuda_release(keys, s);
+	rmoe_cuda_release(iota, s);
+	rmoe_cuda_release(temp, s);
+	return rc;
+}
+
+/* ---- rows of a slice of the pair order ------------------------------------------------ */
+
+/* A block per row, its threads along H. */
+template <typename T>
+__global__ void gather_k(int64_t H, int64_t K, int64_t first, int64_t count, const T *src, const int32_t *order,
+                         const float *w, T *rows)
+{
+	for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
+		const int64_t p = order[first + i];
+		const float g = w ? w[p] : 1.0f;
+		const T *sr = src + p / K * H;
+		T *r = rows + i * H;
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+			rmoe_st(r, j, w ? g * rmoe_ld(sr, j) : rmoe_ld(sr, j));
+	}
+}
+
+/* Two pairs of one token may be in one slice (two of its experts in one
+ * partition): the additions are atomic, so their order, and the last bits
+ * of the sum, may differ from run to run on a device. */
+template <typename T>
+__global__ void scatter_add_k(int64_t H, int64_t K, int64_t first, int64_t count, const T *rows,
+                              const int32_t *order, const float *w, T *dst)
+{
+	for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
+		const int64_t p = order[first + i];
+		const float g = w ? w[p] : 1.0f;
+		const T *r = rows + i * H;
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+			rmoe_add(dst, p / K * H + j, g * rmoe_ld(r, j));
+	}
+}
+
+/* The sum of v over the block (every thread gets it); blockDim.x a multiple
+ * of 32, at most 1024. */
+static __device__ float block_sum(float v)
+{
+	__shared__ float part[32];
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_down_sync(0xffffffffu, v, o);
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+	if (warp == 0)
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_down_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if (threadIdx.x == 0)
+		part[0] = v;
+	__syncthreads();
+	v = part[0];
+	__syncthreads();
+	return v;
+}
+
+template <typename T>
+__global__ void unpermute_bwd_k(int64_t H, int64_t K, int64_t first, int64_t count, const T *dy, const T *back,
+                                const int32_t *order, const float *w, T *dout, float *dg)
+{
+	for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
+		const int64_t p = order[first + i];
+		const T *dyt = dy + p / K * H, *bi = back + i * H;
+		T *d = dout + i * H;
+		float acc = 0.0f;
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+			rmoe_st(d, j, w[p] * rmoe_ld(dyt, j));
+			acc += rmoe_ld(dyt, j) * rmoe_ld(bi, j);
+		}
+		acc = block_sum(acc);
+		if (threadIdx.x == 0)
+			dg[p] = acc;
+	}
+}
+
+extern "C" int rmoe_cuda_gather(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t first, int64_t count,
+                                const void *src, const int32_t *order, const float *w, void *rows)
+{
+	if (count == 0)
+		return 0;
+	if (bf16)
+		gather_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(H, K, first, count, (const rmoe_bf16_t *)src,
+		                                                             order, w, (rmoe_bf16_t *)rows);
+	else
+		gather_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(H, K, first, count, (const float *)src, order,
+		                                                             w, (float *)rows);
+	return rmoe_cuda_check("gather");
+}
+
+extern "C" int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t first, int64_t count,
+                                     const void *rows, const int32_t *order, const float *w, void *dst)
+{
+	if (count == 0)
+		return 0;
+	if (bf16)
+		scatter_add_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(
+			H, K, first, count, (const rmoe_bf16_t *)rows, order, w, (rmoe_bf16_t *)dst);
+	else
+		scatter_add_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(H, K, first, count, (const float *)rows,
+		                                                                  order, w, (float *)dst);
+	return rmoe_cuda_check("scatter-add");
+}
+
+extern "C" int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t first,
+                                       int64_t count, const void *dy, const void *back, const int32_t *order,
+                                       const float *w, void *dout, float *dg)
+{
+	if (count == 0)
+		return 0;
+	if (bf16)
+		unpermute_bwd_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(
+			H, K, first, count, (const rmoe_bf16_t *)dy, (const rmoe_bf16_t *)back, order, w,
+			(rmoe_bf16_t *)dout, dg);
+	else
+		unpermute_bwd_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(
+			H, K, first, count, (const float *)dy, (const float *)back, order, w, (float *)dout, dg);
+	return rmoe_cuda_check("unpermute-bwd");
+}
+
+/* ---- small ops -------------------------------------------------------------------------- */
+
+extern "C" int rmoe_cuda_accumulate(cudaStream_t s, int bf16, int64_t n, const void *src, void *dst)
+{
+	if (n == 0)
+		return 0;
+	if (bf16)
+		accumulate_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(n, (const rmoe_bf16_t *)src,
+		                                                               (rmoe_bf16_t *)dst);
+	else
+		accumulate_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(n, (const float *)src, (float *)dst);
+	return rmoe_cuda_check("accumulate");
+}
+
+extern "C" int rmoe_cuda_zero(cudaStream_t s, size_t elsize, int64_t n, void *dst)
+{
+	/* bf16 and fp32 zero are all-zero bits. */
+	return rmoe_cuda_ok(cudaMemsetAsync(dst, 0, (size_t)n * elsize, s), "memset");
+}
+
+/* Chunk (q, e) moves as one device-to-device copy, in the CPU kernel's
+ * order. */
+extern "C" int rmoe_cuda_sort_chunks(cudaStream_t s, size_t elsize, int64_t H, int64_t n_peers, int64_t ne,
+                                     const int64_t *counts, int sort, void *const *peer, void *sorted)
+{
+	int64_t at = 0;
+	int rc = 0;
+	for (int64_t e = 0; e < ne && !rc; e++)
+		for (int64_t q = 0; q < n_peers && !rc; q++) {
+			const int64_t *c = counts + q * ne;
+			if (!peer[q])
+				continue;
+			int64_t before = 0;
+			for (int64_t f = 0; f < e; f++)
+				before += c[f];
+			char *chunk = (char *)peer[q] + (size_t)(before * H) * elsize;
+			char *there = (char *)sorted + (size_t)(at * H) * elsize;
+			size_t bytes = (size_t)(c[e] * H) * elsize;
+			if (bytes)
+				rc = rmoe_cuda_ok(cudaMemcpyAsync(sort ? there : chunk, sort ? chunk : there, bytes,
+				                                  cudaMemcpyDeviceToDevice, s),
+				                  "chunk copy");
+			at += c[e];
+		}
+	return rc;
+}

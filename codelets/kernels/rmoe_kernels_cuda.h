@@ -1,0 +1,66 @@
+/* The CUDA twins of the kernels of rmoe_kernels.h: the same operations on
+ * device pointers, enqueued on the stream they are given (a StarPU worker's)
+ * with cuBLAS on the handle given (set to that stream); nothing waits on the
+ * host. No StarPU here either.
+ *
+ * Element types: activations and weights are float32 (bf16 = 0) or bf16
+ * (bf16 = 1), every GEMM with fp32 accumulation (cublasGemmEx, compute
+ * CUBLAS_COMPUTE_32F) and every elementwise kernel in fp32; the routing
+ * (probs, topk_w, dg) and the router's weights are float32, indices int32.
+ * rows_per_expert and counts are host arrays (they shape the launches).
+ *
+ * Each returns 0, or -1 after printing the CUDA or cuBLAS error of the launch
+ * or call that failed. */
+#ifndef RMOE_KERNELS_CUDA_H
+#define RMOE_KERNELS_CUDA_H
+
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t tokens, int64_t hidden,
+                         int64_t experts, int64_t topk, int norm_topk, const void *x, const float *w_router,
+                         float *probs, int32_t *topk_idx, float *topk_w);
+int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t tokens, int64_t hidden,
+                         int64_t experts, int64_t topk, int norm_topk, const void *x, const float *w_router,
+                         const float *probs, const int32_t *topk_idx, const float *topk_w, const float *dg,
+                         const float *dprobs, void *dx, float *dw_router);
+int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t pairs, int64_t experts, const int32_t *topk_idx,
+                           int32_t *pair_order, int32_t *counts);
+
+int rmoe_cuda_gather(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
+                     const void *src, const int32_t *pair_order, const float *topk_w, void *rows);
+int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
+                          const void *rows, const int32_t *pair_order, const float *topk_w, void *dst);
+int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
+                            const void *dy, const void *back, const int32_t *pair_order, const float *topk_w,
+                            void *dout, float *dg);
+
+int rmoe_cuda_expert_ffn(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
+                         int64_t n_experts, const int64_t *rows_per_expert, int64_t m, const void *x,
+                         const void *w, void *work, void *out);
+int rmoe_cuda_expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
+                               int64_t n_experts, const int64_t *rows_per_expert, int64_t m, int64_t first,
+                               int64_t topk, int accumulate, void *x, const void *dy, const void *w,
+                               const int32_t *pair_order, const float *topk_w, void *work, void *dx, float *dg,
+                               void *dweights);
+int rmoe_cuda_expert_bwd_preweighted(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
+                                     int64_t n_experts, const int64_t *rows_per_expert, int64_t m,
+                                     int accumulate, const void *x, const void *dout, const void *w, void *work,
+                                     void *dx, void *dweights);
+
+int rmoe_cuda_accumulate(cudaStream_t s, int bf16, int64_t n, const void *src, void *dst);
+int rmoe_cuda_zero(cudaStream_t s, size_t elsize, int64_t n, void *dst);
+int rmoe_cuda_sort_chunks(cudaStream_t s, size_t elsize, int64_t hidden, int64_t n_peers, int64_t n_experts,
+                          const int64_t *counts, int sort, void *const *peer, void *sorted);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMOE_KERNELS_CUDA_H */
