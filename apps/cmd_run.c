@@ -24,7 +24,7 @@
 #endif
 
 struct run_opts {
-	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap;
+	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, partitions;
 	double scale;
 	const char *preset, *dispatch, *load, *dump, *csv, *dtype;
 	const char *trace, *sched;      /* traces and scheduler experiments */
@@ -86,10 +86,11 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"no-prio", RMOE_OPT_FLAG, &r->no_prio, 0, 0, NULL, "give every task and transfer the same priority", NULL},
 		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
 		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "f32|bf16", "element type of weights, activations, transfers (f32)", NULL},
+		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 26
+#define NOPTS 27
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -114,6 +115,7 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	cfg->mem_cap = r->mem_cap;
 	cfg->check_finite = r->check_finite;
 	cfg->deterministic = r->deterministic;
+	cfg->partitions = r->partitions;
 	if (!strcmp(r->dtype, "bf16")) {
 		cfg->dtype = RMOE_DTYPE_BF16;
 	} else if (strcmp(r->dtype, "f32")) {
@@ -132,6 +134,7 @@ struct outcome {
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
 	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
 	int64_t chunk_rows;
+	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
 };
 
 /* Routing skew as the memory model takes it, from every rank's top-k
@@ -139,22 +142,24 @@ struct outcome {
 static void routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring,
                          double *a2a)
 {
-	const int N = p->nranks;
-	const int64_t P = p->cfg.tokens * p->cfg.topk, el = p->e_local;
-	int64_t *mine = calloc((size_t)N, sizeof(int64_t)), *all = calloc((size_t)N * N, sizeof(int64_t));
+	/* The ring's hops visit N*parts partitions (parts per rank, --partitions). */
+	const int N = p->nranks, parts = p->cfg.partitions > 1 ? (int)p->cfg.partitions : 1, Q = N * parts;
+	const int64_t P = p->cfg.tokens * p->cfg.topk, per = p->e_local / parts;
+	int64_t *mine = calloc((size_t)Q, sizeof(int64_t)), *all = calloc((size_t)N * Q, sizeof(int64_t));
 	for (int64_t i = 0; i < P; i++)
-		mine[topk_idx[i] / el]++;
-	MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, MPI_COMM_WORLD);
+		mine[topk_idx[i] / per]++;
+	MPI_Allgather(mine, Q, MPI_INT64_T, all, Q, MPI_INT64_T, MPI_COMM_WORLD);
 	int64_t hop = 0, rank = 0;
 	for (int q = 0; q < N; q++) {
 		int64_t col = 0;
-		for (int r = 0; r < N; r++) {
-			hop = all[r * N + q] > hop ? all[r * N + q] : hop;
-			col += all[r * N + q];
-		}
+		for (int r = 0; r < N; r++)
+			for (int g = q * parts; g < (q + 1) * parts; g++) {
+				hop = all[r * Q + g] > hop ? all[r * Q + g] : hop;
+				col += all[r * Q + g];
+			}
 		rank = col > rank ? col : rank;
 	}
-	*ring = fmax(1.0, (double)hop * N / (double)P);
+	*ring = fmin((double)Q, fmax(1.0, (double)hop * Q / (double)P));
 	*a2a = fmax(1.0, (double)rank / (double)P);
 	free(mine);
 	free(all);
@@ -192,9 +197,12 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 {
 	struct rmoe_layer_config cfg = prob->cfg;
 	cfg.dispatch = d;
-	/* The cap chunks the rings' hops; the all-to-all builds its buffers whole. */
-	if (d == RMOE_DISPATCH_ALLTOALL)
+	/* The cap and the partitions shape the rings' hops; the all-to-all
+	 * builds its buffers whole. */
+	if (d == RMOE_DISPATCH_ALLTOALL) {
 		cfg.mem_cap = 0;
+		cfg.partitions = 1;
+	}
 	rmoe_layer *layer = NULL;
 	int rc = rmoe_layer_create(&layer, ctx, &cfg);
 	if (rc) {
@@ -208,7 +216,7 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
 	double *fw = calloc((size_t)repeat, sizeof(double)), *bw = calloc((size_t)repeat, sizeof(double));
 	struct rmoe_layer_stats st = {0};
-	double peak_f = 0, peak_b = 0;
+	double peak_f = 0, peak_b = 0, dev_f = 0, dev_b = 0;
 	for (int64_t it = -1; it < repeat && !rc; it++) {
 		rc = rmoe_layer_forward(layer, prob->x, res->y);
 		if (!rc)
@@ -224,6 +232,8 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		}
 		peak_f = fmax(peak_f, (double)st.peak_forward_bytes);
 		peak_b = fmax(peak_b, (double)st.peak_backward_bytes);
+		dev_f = fmax(dev_f, (double)st.peak_device_forward_bytes);
+		dev_b = fmax(dev_b, (double)st.peak_device_backward_bytes);
 		if (!quiet)
 			rmoe_app_say("  %-5s %s: forward %.1f ms, backward %.1f ms\n", rmoe_dispatch_name(d),
 			             it < 0 ? "warm-up" : "run", st.forward_seconds * 1e3,
@@ -249,6 +259,8 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		out->sent = max_over_ranks((double)(st.bytes_sent_forward + st.bytes_sent_backward));
 		out->largest_temp = max_over_ranks((double)st.largest_temporary_bytes);
 		out->chunk_rows = st.chunk_rows;
+		out->device_fwd = max_over_ranks(dev_f);
+		out->device_bwd = max_over_ranks(dev_b);
 		double skew_ring = 1.0, skew_a2a = 1.0;
 		if (!simulated)
 			routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
@@ -267,12 +279,16 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 
 static const double MiB = 1024.0 * 1024.0;
 
-static void print_outcome(const struct outcome *o)
+/* One row of the table; with a device, its peak (fwd/bwd) at the end. */
+static void print_outcome(const struct outcome *o, int device)
 {
 	double peak = fmax(o->peak_fwd, o->peak_bwd);
-	rmoe_app_say("%-6s %9.1f %9.1f %11.1f %11.1f %11.1f %9.1f %9.1f\n", rmoe_dispatch_name(o->d),
-	             o->fwd_ms, o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB, (peak - o->resident) / MiB,
-	             o->rss / MiB, o->sent / MiB);
+	char dev[48] = "";
+	if (device)
+		snprintf(dev, sizeof(dev), " %9.1f %9.1f", o->device_fwd / MiB, o->device_bwd / MiB);
+	rmoe_app_say("%-6s %9.1f %9.1f %11.1f %11.1f %11.1f %9.1f %9.1f%s\n", rmoe_dispatch_name(o->d), o->fwd_ms,
+	             o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB, (peak - o->resident) / MiB, o->rss / MiB,
+	             o->sent / MiB, dev);
 }
 
 static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int nranks,
@@ -290,15 +306,18 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 	if (ftell(f) == 0)
 		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,chunk_rows,fwd_ms,bwd_ms,"
 		           "peak_fwd_bytes,peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,"
-		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes\n");
+		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
+		           "peak_device_fwd_bytes,peak_device_bwd_bytes\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
 		        o[i].resident, o[i].rss, o[i].sent, o[i].largest_temp, o[i].skew, o[i].model_fwd,
-		        o[i].model_bwd);
+		        o[i].model_bwd, cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32",
+		        (long long)(cfg->partitions > 1 && o[i].d != RMOE_DISPATCH_ALLTOALL ? cfg->partitions : 1),
+		        o[i].device_fwd, o[i].device_bwd);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -389,12 +408,15 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
                   const struct rmoe_results *res, int ndisp, const struct rmoe_problem *prob)
 {
 	int exit_code = 0;
-	rmoe_app_say("\n%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "fwd ms", "bwd ms", "peak fwd", "peak bwd",
-	             "exec peak", "peak RSS", "sent");
-	rmoe_app_say("%-6s %9s %9s %11s %11s %11s %9s %9s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB", "MiB",
-	             "MiB/rank");
+	int device = 0;
 	for (int i = 0; i < ndisp; i++)
-		print_outcome(&out[i]);
+		device |= out[i].device_fwd > 0 || out[i].device_bwd > 0;
+	rmoe_app_say("\n%-6s %9s %9s %11s %11s %11s %9s %9s%s\n", "", "fwd ms", "bwd ms", "peak fwd", "peak bwd",
+	             "exec peak", "peak RSS", "sent", device ? "  dev fwd   dev bwd" : "");
+	rmoe_app_say("%-6s %9s %9s %11s %11s %11s %9s %9s%s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB", "MiB",
+	             "MiB/rank", device ? "       MiB       MiB" : "");
+	for (int i = 0; i < ndisp; i++)
+		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
 		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL)
 			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
@@ -436,7 +458,7 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 
 int rmoe_cmd_run(int argc, char **argv, int first)
 {
-	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both", .dtype = "f32"};
+	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both", .dtype = "f32", .partitions = 1};
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];

@@ -7,59 +7,52 @@
 #include "codelet.h"
 
 /* gather buffers: 0 src, 1 pair_order, 2 rows, (3 topk_w when weighted);
- * scatter-add buffers: 0 rows, 1 pair_order, 2 dst, (3 topk_w). */
-static void rows_cpu(void *buffers[], const struct rmoe_rows_args *a, int scatter)
+ * scatter-add buffers: 0 rows, 1 pair_order, 2 dst, (3 topk_w). The same
+ * body on the CPU and (device set) on a CUDA worker. */
+static void rows_body(void *buffers[], const struct rmoe_rows_args *a, int scatter, int device)
 {
 	static const char *const names[2][4] = {{"src", "pair_order", "rows", "topk_w"},
 	                                         {"rows", "pair_order", "dst", "topk_w"}};
 	static const char *const roles[2][2] = {{"TPR", "TPRW"}, {"RPT", "RPTW"}};
 	const char *op = scatter ? "scatter-add" : "gather";
 	void *p[4] = {NULL};
-	if (rmoe_cl_rows_unpack(op, buffers, a, roles[scatter][a->weighted != 0], names[scatter], 1, p))
+	if (rmoe_cl_rows_unpack(op, buffers, a, roles[scatter][a->weighted != 0], names[scatter], !device, p))
 		return;
+#ifdef RMOE_HAVE_CUDA
+	if (device) {
+		const int bf16 = rmoe_cl_elsize(buffers[0]) == 2;
+		rmoe_cl_cuda_done(op, (scatter ? rmoe_cuda_scatter_add : rmoe_cuda_gather)(
+			                      RMOE_STREAM, bf16, a->hidden, a->topk, a->first, a->count, p[0], p[1], p[3], p[2]));
+		return;
+	}
+#endif
 	if (scatter)
 		rmoe_kernel_scatter_add(a->hidden, a->topk, a->first, a->count, p[0], p[1], p[3], p[2]);
 	else
 		rmoe_kernel_gather(a->hidden, a->topk, a->first, a->count, p[0], p[1], p[3], p[2]);
 }
 
-#ifdef RMOE_HAVE_CUDA
-static void rows_cuda(void *buffers[], const struct rmoe_rows_args *a, int scatter)
-{
-	static const char *const names[2][4] = {{"src", "pair_order", "rows", "topk_w"},
-	                                         {"rows", "pair_order", "dst", "topk_w"}};
-	static const char *const roles[2][2] = {{"TPR", "TPRW"}, {"RPT", "RPTW"}};
-	const char *op = scatter ? "scatter-add" : "gather";
-	void *p[4] = {NULL};
-	if (rmoe_cl_rows_unpack(op, buffers, a, roles[scatter][a->weighted != 0], names[scatter], 0, p))
-		return;
-	const int bf16 = rmoe_cl_elsize(buffers[0]) == 2;
-	rmoe_cl_cuda_done(op, scatter ? rmoe_cuda_scatter_add(RMOE_STREAM, bf16, a->hidden, a->topk, a->first, a->count,
-	                                                      p[0], p[1], p[3], p[2])
-	                              : rmoe_cuda_gather(RMOE_STREAM, bf16, a->hidden, a->topk, a->first, a->count, p[0],
-	                                                 p[1], p[3], p[2]));
-}
-
-static void gather_cuda(void *buffers[], void *cl_arg)
-{
-	rows_cuda(buffers, cl_arg, 0);
-}
-
-static void scatter_add_cuda(void *buffers[], void *cl_arg)
-{
-	rows_cuda(buffers, cl_arg, 1);
-}
-#endif
-
 static void rmoe_gather_cpu(void *buffers[], void *cl_arg)
 {
-	rows_cpu(buffers, cl_arg, 0);
+	rows_body(buffers, cl_arg, 0, 0);
 }
 
 static void rmoe_scatter_add_cpu(void *buffers[], void *cl_arg)
 {
-	rows_cpu(buffers, cl_arg, 1);
+	rows_body(buffers, cl_arg, 1, 0);
 }
+
+#ifdef RMOE_HAVE_CUDA
+static void gather_cuda(void *buffers[], void *cl_arg)
+{
+	rows_body(buffers, cl_arg, 0, 1);
+}
+
+static void scatter_add_cuda(void *buffers[], void *cl_arg)
+{
+	rows_body(buffers, cl_arg, 1, 1);
+}
+#endif
 
 /* Three or four buffers (topk_w only when weighted). */
 RMOE_CODELET(rmoe_cl_gather, "gather", rmoe_gather_cpu, gather_cuda, "rmoe_gather_v1", gather,

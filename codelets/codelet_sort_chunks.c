@@ -48,42 +48,44 @@ static int sort_chunks_unpack(void *buffers[], const struct rmoe_sort_args *a, f
 	return rc;
 }
 
-static void rmoe_sort_chunks_cpu(void *buffers[], void *cl_arg)
+/* The same body on the CPU and (device set) on a CUDA worker. */
+static void sort_chunks_body(void *buffers[], const struct rmoe_sort_args *a, int device)
 {
-	const struct rmoe_sort_args *a = cl_arg;
 	float **peer = calloc(a->n_peers > 0 ? (size_t)a->n_peers : 1, sizeof(*peer));
 	float *sorted = NULL;
 	if (!peer) {
 		rmoe_cl_fail("sort-chunks", "no memory for %lld peers", (long long)a->n_peers);
 		return;
 	}
-	if (!sort_chunks_unpack(buffers, a, peer, &sorted))
-		rmoe_kernel_sort_chunks(a->hidden, a->n_peers, a->n_experts, a->counts,
-		                        a->direction == RMOE_SORT_BY_EXPERT, peer, sorted);
+	const int sort = a->direction == RMOE_SORT_BY_EXPERT;
+	if (!sort_chunks_unpack(buffers, a, peer, &sorted)) {
+#ifdef RMOE_HAVE_CUDA
+		if (device)
+			rmoe_cl_cuda_done("sort-chunks", rmoe_cuda_sort_chunks(RMOE_STREAM, rmoe_cl_elsize(buffers[0]), a->hidden,
+			                                                       a->n_peers, a->n_experts, a->counts, sort,
+			                                                       (void *const *)peer, sorted));
+		else
+#endif
+			rmoe_kernel_sort_chunks(a->hidden, a->n_peers, a->n_experts, a->counts, sort, peer, sorted);
+	}
+	(void)device;
 	free(peer);
 }
 
-/* One buffer per peer with rows, plus the sorted one: more than
- * STARPU_NMAXBUFS at 8 peers. */
+static void rmoe_sort_chunks_cpu(void *buffers[], void *cl_arg)
+{
+	sort_chunks_body(buffers, cl_arg, 0);
+}
+
 #ifdef RMOE_HAVE_CUDA
 static void sort_chunks_cuda(void *buffers[], void *cl_arg)
 {
-	const struct rmoe_sort_args *a = cl_arg;
-	float **peer = calloc(a->n_peers > 0 ? (size_t)a->n_peers : 1, sizeof(*peer));
-	float *sorted = NULL;
-	if (!peer) {
-		rmoe_cl_fail("sort-chunks", "no memory for %lld peers", (long long)a->n_peers);
-		return;
-	}
-	if (!sort_chunks_unpack(buffers, a, peer, &sorted))
-		rmoe_cl_cuda_done("sort-chunks",
-		                  rmoe_cuda_sort_chunks(RMOE_STREAM, rmoe_cl_elsize(buffers[0]), a->hidden, a->n_peers,
-		                                        a->n_experts, a->counts, a->direction == RMOE_SORT_BY_EXPERT,
-		                                        (void *const *)peer, sorted));
-	free(peer);
+	sort_chunks_body(buffers, cl_arg, 1);
 }
 #endif
 
+/* One buffer per peer with rows, plus the sorted one: more than
+ * STARPU_NMAXBUFS at 8 peers. */
 RMOE_CODELET(rmoe_cl_sort_chunks, "sort-chunks", rmoe_sort_chunks_cpu, sort_chunks_cuda, "rmoe_sort_chunks_v1",
              sort_chunks, STARPU_VARIABLE_NBUFFERS);
 

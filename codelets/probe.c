@@ -1,37 +1,61 @@
-/* Memory probe: the bytes StarPU holds in main memory, sampled by every
- * codelet on entry, with a running maximum (StarPU 1.3 keeps no peak). */
+/* Memory probe: the bytes StarPU holds on each memory node (main memory and
+ * every device), sampled by every codelet on entry, with a running maximum
+ * per node (StarPU 1.3 keeps no peak). */
 #include <stdatomic.h>
 
 #include "codelet.h"
 
-static _Atomic int64_t rmoe_probe_peak_bytes;
+#define RMOE_PROBE_NODES 16
+static _Atomic int64_t peak_bytes[RMOE_PROBE_NODES];
 
-int64_t rmoe_probe_current(void)
+static int nodes(void)
 {
-	/* 1.3 has no starpu_memory_get_used. */
-	starpu_ssize_t total = starpu_memory_get_total(STARPU_MAIN_RAM);
-	starpu_ssize_t available = starpu_memory_get_available(STARPU_MAIN_RAM);
+	unsigned n = starpu_memory_nodes_get_count();
+	return n < RMOE_PROBE_NODES ? (int)n : RMOE_PROBE_NODES;
+}
+
+/* 1.3 has no starpu_memory_get_used. */
+static int64_t used(unsigned node)
+{
+	starpu_ssize_t total = starpu_memory_get_total(node);
+	starpu_ssize_t available = starpu_memory_get_available(node);
 	if (total < 0 || available < 0 || available > total)
 		return 0;
 	return (int64_t)(total - available);
 }
 
+int64_t rmoe_probe_current(void)
+{
+	return used(STARPU_MAIN_RAM);
+}
+
 void rmoe_probe_sample(void)
 {
-	int64_t now = rmoe_probe_current();
-	int64_t peak = atomic_load_explicit(&rmoe_probe_peak_bytes, memory_order_relaxed);
-	while (now > peak &&
-	       !atomic_compare_exchange_weak_explicit(&rmoe_probe_peak_bytes, &peak, now,
-	                                              memory_order_relaxed, memory_order_relaxed))
-		;
+	for (int node = 0; node < nodes(); node++) {
+		int64_t now = used((unsigned)node);
+		int64_t peak = atomic_load_explicit(&peak_bytes[node], memory_order_relaxed);
+		while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_bytes[node], &peak, now,
+		                                                            memory_order_relaxed, memory_order_relaxed))
+			;
+	}
 }
 
 void rmoe_probe_reset(void)
 {
-	atomic_store(&rmoe_probe_peak_bytes, rmoe_probe_current());
+	for (int node = 0; node < nodes(); node++)
+		atomic_store(&peak_bytes[node], used((unsigned)node));
 }
 
 int64_t rmoe_probe_peak(void)
 {
-	return atomic_load(&rmoe_probe_peak_bytes);
+	return atomic_load(&peak_bytes[STARPU_MAIN_RAM]);
+}
+
+int64_t rmoe_probe_device_peak(void)
+{
+	int64_t peak = 0;
+	for (int node = 0; node < nodes(); node++)
+		if (starpu_node_get_kind((unsigned)node) == STARPU_CUDA_RAM && atomic_load(&peak_bytes[node]) > peak)
+			peak = atomic_load(&peak_bytes[node]);
+	return peak;
 }

@@ -74,6 +74,7 @@ module relaymoe
     integer(c_int64_t) :: mem_cap
     integer(c_int) :: check_finite
     real(c_double) :: wait_timeout
+    integer(c_int64_t) :: partitions
   end type
 
   type, bind(c), public :: rmoe_layer_stats
@@ -88,6 +89,8 @@ module relaymoe
     integer(c_int64_t) :: peak_rss_bytes
     integer(c_int) :: hops
     integer(c_int64_t) :: chunk_rows
+    integer(c_int64_t) :: peak_device_forward_bytes
+    integer(c_int64_t) :: peak_device_backward_bytes
   end type
 
   ! The C side writes whole structs (the *_init functions, get_stats) into

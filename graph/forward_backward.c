@@ -105,10 +105,12 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_bas
 		dyn = 0;
 	int64_t resident = L->resident_bytes + pass->resident;
 	if (pass->backward) {
+		L->stats.peak_device_backward_bytes = rmoe_probe_device_peak();
 		L->stats.backward_seconds = secs;
 		L->stats.peak_backward_bytes = resident + dyn;
 		L->stats.bytes_sent_backward = pass->bytes_sent;
 	} else {
+		L->stats.peak_device_forward_bytes = rmoe_probe_device_peak();
 		L->stats.forward_seconds = secs;
 		L->stats.peak_forward_bytes = resident + dyn;
 		L->stats.bytes_sent_forward = pass->bytes_sent;

@@ -135,14 +135,14 @@ static int check_same_config(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
 	int same = rmoe_agree_digest(ctx->comm, rmoe_config_hash(cfg), "comparing layer configurations");
 	if (same != 0)
 		return same < 0 ? same : 0;
-	enum { NFIELDS = 14 };
+	enum { NFIELDS = 15 };
 	static const char *const names[NFIELDS] = {
 		"hidden", "ffn", "experts", "topk", "tokens", "norm_topk", "shared_ffn", "dispatch",
-		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite"};
+		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite", "partitions"};
 	const int64_t mine[NFIELDS] = {
 		cfg->hidden, cfg->ffn, cfg->experts, cfg->topk, cfg->tokens, cfg->norm_topk,
 		cfg->shared_ffn, cfg->dispatch, cfg->dtype, cfg->chunk_rows, cfg->overlap,
-		cfg->deterministic, cfg->mem_cap, cfg->check_finite};
+		cfg->deterministic, cfg->mem_cap, cfg->check_finite, cfg->partitions > 1 ? cfg->partitions : 1};
 	int64_t *all = malloc(sizeof(int64_t) * NFIELDS * (size_t)ctx->size);
 	int mrc;
 	if (all && (mrc = rmoe_allgather_bounded(mine, all, NFIELDS, MPI_INT64_T, ctx->comm,

@@ -78,8 +78,10 @@ struct rmoe_chunk {
 };
 
 /* Split the pairs routed to expert partition p (of the token partition whose
- * offsets are given) into chunks of at most max_rows rows (0 = one chunk).
- * Returns the count; *chunks is malloc'ed. No pair gives 0 chunks. */
+ * offsets are given) into chunks of at most max_rows rows (0 = one chunk),
+ * each within one of the layer's partitions of p's experts
+ * (cfg.partitions). Returns the count; *chunks is malloc'ed. No pair gives
+ * 0 chunks. */
 int64_t rmoe_partition_chunks(const struct rmoe_layer *L, const int64_t *offsets, int p, int64_t max_rows,
                               struct rmoe_chunk **chunks);
 void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n);

@@ -26,6 +26,7 @@ void rmoe_layer_config_init(struct rmoe_layer_config *cfg)
 	cfg->dispatch = RMOE_DISPATCH_RING_EXPERT;
 	cfg->dtype = RMOE_DTYPE_F32;
 	cfg->chunk_rows = 0;
+	cfg->partitions = 1;
 	cfg->overlap = 1;
 	cfg->deterministic = 0;
 	cfg->check_finite = 0;
@@ -110,6 +111,17 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 	if (c->mem_cap < 0)
 		return rmoe_error(RMOE_EINVAL, "mem_cap = %lld: expected 0 (no cap) or a byte count",
 		                  (long long)c->mem_cap);
+	if (c->partitions < 0)
+		return rmoe_error(RMOE_EINVAL, "partitions = %lld: expected 0 or 1 (one per rank) or a count dividing the "
+		                  "experts of a rank", (long long)c->partitions);
+	if (c->partitions > 1 && nranks > 0 && c->experts % nranks == 0 && (c->experts / nranks) % c->partitions)
+		return rmoe_error(RMOE_EINVAL,
+		                  "partitions = %lld does not divide the %lld experts of each of the %d rank(s): expected a "
+		                  "divisor of experts/ranks",
+		                  (long long)c->partitions, (long long)(c->experts / nranks), nranks);
+	if (c->partitions > 1 && c->dispatch == RMOE_DISPATCH_ALLTOALL)
+		return rmoe_error(RMOE_ENOTSUP, "partitions = %lld: partitions are hops of a ring; the all-to-all "
+		                  "dispatch has none (expected 0 or 1)", (long long)c->partitions);
 	if (c->chunk_rows < 0)
 		return rmoe_error(RMOE_EINVAL, "chunk_rows = %lld: expected 0 (whole hop) or a row count",
 		                  (long long)c->chunk_rows);
@@ -188,6 +200,7 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = rmoe_hash_i64(h, c->dispatch);
 	h = rmoe_hash_i64(h, c->dtype);
 	h = rmoe_hash_i64(h, c->chunk_rows);
+	h = rmoe_hash_i64(h, c->partitions > 1 ? c->partitions : 1);
 	h = rmoe_hash_i64(h, c->overlap);
 	h = rmoe_hash_i64(h, c->deterministic);
 	h = rmoe_hash_i64(h, c->mem_cap);

@@ -53,6 +53,7 @@ void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_lay
 	c->nranks = nranks;
 	c->shared_ffn = cfg->shared_ffn;
 	c->chunk_rows = cfg->chunk_rows;
+	c->partitions = cfg->partitions;
 	c->dtype_bytes = cfg->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
 }
 
@@ -78,11 +79,12 @@ static int check(const struct rmoe_mem_config *c)
 		                  (long long)c->experts, (long long)c->nranks);
 	if (c->dtype_bytes != 2 && c->dtype_bytes != 4)
 		return rmoe_error(RMOE_EINVAL, "memory model: dtype_bytes = %d, expected 2 or 4", c->dtype_bytes);
-	if (!(c->skew >= 1.0) || c->skew > (double)c->nranks)
-		return rmoe_error(RMOE_EINVAL, "memory model: skew = %g, expected 1 <= skew <= %lld ranks",
-		                  c->skew, (long long)c->nranks);
-	if (c->chunk_rows < 0 || c->shared_ffn < 0)
-		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows and shared_ffn must not be negative");
+	const int64_t parts = c->partitions > 1 ? c->partitions : 1;
+	if (!(c->skew >= 1.0) || c->skew > (double)(c->nranks * parts))
+		return rmoe_error(RMOE_EINVAL, "memory model: skew = %g, expected 1 <= skew <= %lld partitions",
+		                  c->skew, (long long)(c->nranks * parts));
+	if (c->chunk_rows < 0 || c->shared_ffn < 0 || c->partitions < 0)
+		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows, shared_ffn and partitions must not be negative");
 	return 0;
 }
 
@@ -99,8 +101,10 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	const int64_t T = c->tokens, H = c->hidden, F = c->ffn / c->etp, E = c->experts, K = c->topk;
 	const int64_t N = c->nranks, s = c->dtype_bytes, Fs = c->shared_ffn, P = T * K;
 	const int64_t W = E / N * 3 * H * F, even = (P + N - 1) / N;
-	int64_t r = (int64_t)ceil(c->skew * (double)P / (double)N);
-	if (N == 1)
+	/* A hop's rows: the pairs of the busiest partition (of N*parts). */
+	const int64_t parts = c->partitions > 1 ? c->partitions : 1;
+	int64_t r = (int64_t)ceil(c->skew * (double)P / (double)(N * parts));
+	if (N * parts == 1)
 		r = P;
 	if (c->chunk_rows > 0 && r > c->chunk_rows)
 		r = c->chunk_rows;

@@ -162,6 +162,9 @@ double rmoe_flops_router(int64_t tokens, int64_t hidden, int64_t experts);
 void rmoe_probe_reset(void);
 int64_t rmoe_probe_peak(void);
 int64_t rmoe_probe_current(void);
+/* The largest peak over this process's GPU memory nodes since the reset
+ * (what StarPU held there, absolute); 0 without a GPU. */
+int64_t rmoe_probe_device_peak(void);
 
 #ifdef __cplusplus
 }

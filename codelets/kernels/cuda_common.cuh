@@ -42,6 +42,30 @@ static __device__ __forceinline__ void rmoe_add(rmoe_bf16_t *p, int64_t i, float
 	atomicAdd(p + i, __float2bfloat16_rn(v));
 }
 
+/* The sum of v over the block, returned to every thread; blockDim.x a
+ * multiple of 32, at most 1024. */
+static __device__ float rmoe_block_sum(float v)
+{
+	__shared__ float part[32];
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_down_sync(0xffffffffu, v, o);
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+	if (warp == 0)
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_down_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if (threadIdx.x == 0)
+		part[0] = v;
+	__syncthreads();
+	v = part[0];
+	__syncthreads();
+	return v;
+}
+
 template <typename T> struct rmoe_cuda_type;
 template <> struct rmoe_cuda_type<float> {
 	static constexpr cudaDataType_t id = CUDA_R_32F;

@@ -23,28 +23,6 @@ template <typename T> __global__ void swiglu_bwd_k(int64_t n, T *gate, T *up, co
 	}
 }
 
-static __device__ float warp_block_sum(float v)
-{
-	__shared__ float part[32];
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_down_sync(0xffffffffu, v, o);
-	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-	if (warp == 0)
-		for (int o = 16; o > 0; o >>= 1)
-			v += __shfl_down_sync(0xffffffffu, v, o);
-	__syncthreads();
-	if (threadIdx.x == 0)
-		part[0] = v;
-	__syncthreads();
-	v = part[0];
-	__syncthreads();
-	return v;
-}
-
 /* Per row of the slice (a block each): dg[p] = <u, act>, then act and u
  * scaled by the pair's routing weight g (§3.3: the weight applied in the
  * kernel, not to a copy of the rows). */
@@ -59,7 +37,7 @@ __global__ void pair_weight_k(int64_t m, int64_t F, int64_t first, const int32_t
 		float acc = 0.0f;
 		for (int64_t j = threadIdx.x; j < F; j += blockDim.x)
 			acc += rmoe_ld(ui, j) * rmoe_ld(a, j);
-		acc = warp_block_sum(acc);
+		acc = rmoe_block_sum(acc);
 		if (threadIdx.x == 0)
 			dg[p] = acc;
 		for (int64_t j = threadIdx.x; j < F; j += blockDim.x) {

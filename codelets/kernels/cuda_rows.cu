@@ -39,49 +39,13 @@ static int router_x(cudaStream_t s, int bf16, int64_t n, const void *x, const fl
 
 /* ---- router ------------------------------------------------------------------------ */
 
-/* One thread per token: softmax, then the K largest (ties keep the lower
- * expert first), renormalised; as rmoe_kernel_router_fwd. */
+/* One thread per token: softmax, top-k and renormalisation, as the CPU
+ * kernel (the same rmoe_router_token). */
 __global__ void softmax_topk_k(int64_t T, int64_t E, int64_t K, int norm, float *probs, int32_t *topk_idx,
                                float *topk_w)
 {
-	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T; t += (int64_t)gridDim.x * blockDim.x) {
-		float *p = probs + t * E;
-		float max = p[0];
-		for (int64_t e = 1; e < E; e++)
-			max = p[e] > max ? p[e] : max;
-		float sum = 0.0f;
-		for (int64_t e = 0; e < E; e++) {
-			p[e] = expf(p[e] - max);
-			sum += p[e];
-		}
-		float inv = 1.0f / sum;
-		for (int64_t e = 0; e < E; e++)
-			p[e] *= inv;
-		int32_t *idx = topk_idx + t * K;
-		float *w = topk_w + t * K;
-		int64_t n = 0;
-		for (int64_t e = 0; e < E; e++) {
-			float v = p[e];
-			if (n == K && !(v > w[K - 1]))
-				continue;
-			int64_t j = n < K ? n++ : K - 1;
-			while (j > 0 && w[j - 1] < v) {
-				w[j] = w[j - 1];
-				idx[j] = idx[j - 1];
-				j--;
-			}
-			w[j] = v;
-			idx[j] = (int32_t)e;
-		}
-		if (norm) {
-			double sw = 0.0;
-			for (int64_t k = 0; k < K; k++)
-				sw += w[k];
-			if (sw > 0.0)
-				for (int64_t k = 0; k < K; k++)
-					w[k] = (float)(w[k] / sw);
-		}
-	}
+	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T; t += (int64_t)gridDim.x * blockDim.x)
+		rmoe_router_token(E, K, norm, probs + t * E, topk_idx + t * K, topk_w + t * K);
 }
 
 extern "C" int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t T, int64_t H, int64_t E,
@@ -104,40 +68,13 @@ extern "C" int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, 
 	return rc;
 }
 
-/* One thread per token: dlogits from dg through the renormalisation, plus
- * dprobs, then the softmax Jacobian; as the CPU kernel's router_dlogits. */
+/* One thread per token: dlogits, as the CPU kernel (rmoe_router_dlogits_token). */
 __global__ void dlogits_k(int64_t T, int64_t E, int64_t K, int norm, const float *probs, const int32_t *topk_idx,
                           const float *topk_w, const float *dg, const float *dprobs, float *dlogits)
 {
-	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T; t += (int64_t)gridDim.x * blockDim.x) {
-		const float *p = probs + t * E;
-		const int32_t *idx = topk_idx + t * K;
-		const float *w = topk_w + t * K, *g = dg + t * K;
-		float *d = dlogits + t * E;
-		for (int64_t e = 0; e < E; e++)
-			d[e] = 0.0f;
-		if (norm) {
-			double sp = 0.0, dg_w = 0.0;
-			for (int64_t k = 0; k < K; k++) {
-				sp += p[idx[k]];
-				dg_w += (double)g[k] * w[k];
-			}
-			if (sp > 0.0)
-				for (int64_t k = 0; k < K; k++)
-					d[idx[k]] += (float)((g[k] - dg_w) / sp);
-		} else {
-			for (int64_t k = 0; k < K; k++)
-				d[idx[k]] += g[k];
-		}
-		if (dprobs)
-			for (int64_t e = 0; e < E; e++)
-				d[e] += dprobs[t * E + e];
-		double p_dp = 0.0;
-		for (int64_t e = 0; e < E; e++)
-			p_dp += (double)p[e] * d[e];
-		for (int64_t e = 0; e < E; e++)
-			d[e] = (float)(p[e] * (d[e] - p_dp));
-	}
+	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T; t += (int64_t)gridDim.x * blockDim.x)
+		rmoe_router_dlogits_token(E, K, norm, probs + t * E, topk_idx + t * K, topk_w + t * K, dg + t * K,
+		                          dprobs ? dprobs + t * E : NULL, dlogits + t * E);
 }
 
 extern "C" int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t T, int64_t H, int64_t E,
@@ -266,30 +203,6 @@ __global__ void scatter_add_k(int64_t H, int64_t K, int64_t first, int64_t count
 	}
 }
 
-/* The sum of v over the block (every thread gets it); blockDim.x a multiple
- * of 32, at most 1024. */
-static __device__ float block_sum(float v)
-{
-	__shared__ float part[32];
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_down_sync(0xffffffffu, v, o);
-	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-	if (warp == 0)
-		for (int o = 16; o > 0; o >>= 1)
-			v += __shfl_down_sync(0xffffffffu, v, o);
-	__syncthreads();
-	if (threadIdx.x == 0)
-		part[0] = v;
-	__syncthreads();
-	v = part[0];
-	__syncthreads();
-	return v;
-}
-
 template <typename T>
 __global__ void unpermute_bwd_k(int64_t H, int64_t K, int64_t first, int64_t count, const T *dy, const T *back,
                                 const int32_t *order, const float *w, T *dout, float *dg)
@@ -303,7 +216,7 @@ __global__ void unpermute_bwd_k(int64_t H, int64_t K, int64_t first, int64_t cou
 			rmoe_st(d, j, w[p] * rmoe_ld(dyt, j));
 			acc += rmoe_ld(dyt, j) * rmoe_ld(bi, j);
 		}
-		acc = block_sum(acc);
+		acc = rmoe_block_sum(acc);
 		if (threadIdx.x == 0)
 			dg[p] = acc;
 	}
@@ -385,10 +298,7 @@ extern "C" int rmoe_cuda_sort_chunks(cudaStream_t s, size_t elsize, int64_t H, i
 			const int64_t *c = counts + q * ne;
 			if (!peer[q])
 				continue;
-			int64_t before = 0;
-			for (int64_t f = 0; f < e; f++)
-				before += c[f];
-			char *chunk = (char *)peer[q] + (size_t)(before * H) * elsize;
+			char *chunk = (char *)peer[q] + (size_t)(rmoe_sort_rows_before(counts, ne, q, e) * H) * elsize;
 			char *there = (char *)sorted + (size_t)(at * H) * elsize;
 			size_t bytes = (size_t)(c[e] * H) * elsize;
 			if (bytes)

@@ -64,6 +64,92 @@ static inline RMOE_HD float rmoe_float_from_bf16(uint16_t b)
 	return f;
 }
 
+/* ---- the router, one token at a time (CPU loops and one GPU thread alike) ---- */
+
+/* p[0..E): logits in, softmax out (max-subtracted); idx/w: the K largest,
+ * descending (an equal value never passes one already chosen, so ties keep
+ * the lower expert first), divided by their sum when norm. */
+static inline RMOE_HD void rmoe_router_token(int64_t E, int64_t K, int norm, float *p, int32_t *idx, float *w)
+{
+	float max = p[0];
+	for (int64_t e = 1; e < E; e++)
+		if (p[e] > max)
+			max = p[e];
+	float sum = 0.0f;
+	for (int64_t e = 0; e < E; e++) {
+		p[e] = expf(p[e] - max);
+		sum += p[e];
+	}
+	float inv = 1.0f / sum;
+	for (int64_t e = 0; e < E; e++)
+		p[e] *= inv;
+	int64_t n = 0;
+	for (int64_t e = 0; e < E; e++) {
+		float v = p[e];
+		if (n == K && !(v > w[K - 1]))
+			continue;
+		int64_t j = n < K ? n++ : K - 1;
+		while (j > 0 && w[j - 1] < v) {
+			w[j] = w[j - 1];
+			idx[j] = idx[j - 1];
+			j--;
+		}
+		w[j] = v;
+		idx[j] = (int32_t)e;
+	}
+	if (norm) {
+		double s = 0.0;
+		for (int64_t k = 0; k < K; k++)
+			s += w[k];
+		if (s > 0.0)
+			for (int64_t k = 0; k < K; k++)
+				w[k] = (float)(w[k] / s);
+	}
+}
+
+/* dlogits of one token from dg: dp through the renormalisation (w = p/S, so
+ * dp_i = (dg_k - <dg, w>) / S), plus any gradient on p itself (dp_extra,
+ * e.g. of a load-balancing loss; may be NULL), then the softmax Jacobian. */
+static inline RMOE_HD void rmoe_router_dlogits_token(int64_t E, int64_t K, int norm, const float *p,
+                                                     const int32_t *idx, const float *w, const float *dg,
+                                                     const float *dp_extra, float *dlogits)
+{
+	for (int64_t e = 0; e < E; e++)
+		dlogits[e] = 0.0f;
+	if (norm) {
+		double s = 0.0, dg_w = 0.0;
+		for (int64_t k = 0; k < K; k++) {
+			s += p[idx[k]];
+			dg_w += (double)dg[k] * w[k];
+		}
+		if (s > 0.0)
+			for (int64_t k = 0; k < K; k++)
+				dlogits[idx[k]] += (float)((dg[k] - dg_w) / s);
+	} else {
+		for (int64_t k = 0; k < K; k++)
+			dlogits[idx[k]] += dg[k];
+	}
+	if (dp_extra)
+		for (int64_t e = 0; e < E; e++)
+			dlogits[e] += dp_extra[e];
+	double p_dp = 0.0;
+	for (int64_t e = 0; e < E; e++)
+		p_dp += (double)p[e] * dlogits[e];
+	for (int64_t e = 0; e < E; e++)
+		dlogits[e] = (float)(p[e] * (dlogits[e] - p_dp));
+}
+
+/* ---- the all-to-all's sort by local expert -------------------------------------- */
+
+/* Rows of peer q's buffer before its chunk of local expert e. */
+static inline RMOE_HD int64_t rmoe_sort_rows_before(const int64_t *counts, int64_t n_experts, int64_t q, int64_t e)
+{
+	int64_t before = 0;
+	for (int64_t f = 0; f < e; f++)
+		before += counts[q * n_experts + f];
+	return before;
+}
+
 /* Partition weights: gate [ne][H][F] | up [ne][H][F] | down [ne][F][H]. */
 static inline RMOE_HD int64_t rmoe_partition_weights_count(int64_t n_experts, int64_t hidden, int64_t ffn)
 {

@@ -39,10 +39,7 @@ void rmoe_kernel_sort_chunks(int64_t H, int64_t n_peers, int64_t ne, const int64
 			const int64_t *peer_counts = counts + q * ne;
 			if (!peer[q])
 				continue;
-			int64_t before = 0;
-			for (int64_t f = 0; f < e; f++)
-				before += peer_counts[f];
-			float *chunk = peer[q] + before * H;
+			float *chunk = peer[q] + rmoe_sort_rows_before(counts, ne, q, e) * H;
 			size_t bytes = (size_t)(peer_counts[e] * H) * sizeof(float);
 			if (bytes) {
 				if (sort)

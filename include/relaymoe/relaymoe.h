@@ -149,6 +149,12 @@ struct rmoe_layer_config {
 	                        the layer and its context can be neither used nor
 	                        destroyed: end the process (MPI_Abort). Choose it
 	                        well above the longest pass. */
+	int64_t partitions;  /* ring dispatch: each rank's experts as this many
+	                        partitions computed one after the other, as the
+	                        hops of a ring on one device (no transfer between
+	                        them): a hop's temporaries are about
+	                        T*K/(ranks*partitions) rows. Divides experts/ranks;
+	                        0 or 1: one partition per rank */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16
@@ -236,6 +242,10 @@ struct rmoe_layer_stats {
 	                                 backward (VmHWM, reset at each pass) */
 	int hops;                     /* ring hops (0 for all-to-all) */
 	int64_t chunk_rows;           /* rows per chunk of a hop (0: whole hops) */
+	int64_t peak_device_forward_bytes;  /* what StarPU held on this rank's device
+	                                       (a GPU's memory node), sampled at
+	                                       every task; 0 without a device */
+	int64_t peak_device_backward_bytes;
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
 

@@ -78,6 +78,7 @@ class LayerConfig(ctypes.Structure):
         ("mem_cap", ctypes.c_int64),
         ("check_finite", ctypes.c_int),
         ("wait_timeout", ctypes.c_double),
+        ("partitions", ctypes.c_int64),
     ]
 
 
@@ -94,6 +95,8 @@ class LayerStats(ctypes.Structure):
         ("peak_rss_bytes", ctypes.c_int64),
         ("hops", ctypes.c_int),
         ("chunk_rows", ctypes.c_int64),
+        ("peak_device_forward_bytes", ctypes.c_int64),
+        ("peak_device_backward_bytes", ctypes.c_int64),
     ]
 
 

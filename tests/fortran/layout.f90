@@ -41,6 +41,7 @@ program layout
              'int')
   call field('rmoe_layer_config', 'wait_timeout', c_loc(l), c_loc(l%wait_timeout), c_sizeof(l%wait_timeout), &
              'float')
+  call field('rmoe_layer_config', 'partitions', c_loc(l), c_loc(l%partitions), c_sizeof(l%partitions), 'int')
 
   call struct('rmoe_layer_stats', c_sizeof(s))
   call field('rmoe_layer_stats', 'forward_seconds', c_loc(s), c_loc(s%forward_seconds), &
@@ -63,6 +64,10 @@ program layout
              c_sizeof(s%peak_rss_bytes), 'int')
   call field('rmoe_layer_stats', 'hops', c_loc(s), c_loc(s%hops), c_sizeof(s%hops), 'int')
   call field('rmoe_layer_stats', 'chunk_rows', c_loc(s), c_loc(s%chunk_rows), c_sizeof(s%chunk_rows), 'int')
+  call field('rmoe_layer_stats', 'peak_device_forward_bytes', c_loc(s), c_loc(s%peak_device_forward_bytes), &
+             c_sizeof(s%peak_device_forward_bytes), 'int')
+  call field('rmoe_layer_stats', 'peak_device_backward_bytes', c_loc(s), c_loc(s%peak_device_backward_bytes), &
+             c_sizeof(s%peak_device_backward_bytes), 'int')
 
   call enum('RMOE_OK', RMOE_OK)
   call enum('RMOE_EINVAL', RMOE_EINVAL)

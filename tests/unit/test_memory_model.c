@@ -127,6 +127,26 @@ static void test_memory_model_alltoall_by_hand(void **state)
 	assert_int_equal(e.largest_buffer, 72 * 4);
 }
 
+/* Two partitions per rank (a ring of 4 partitions over 2 ranks): a hop
+ * computes P/4 = 2 rows instead of 4, so the backward's hop rows halve
+ * (2 * 64 bytes instead of 4 * 64); nothing else changes. */
+static void test_memory_model_partitions_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	c.partitions = 2;
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	assert_int_equal(e.dynamic_backward, 576 + 2 * 64);
+	assert_int_equal(e.dynamic_forward, 144 + 2 * 52);
+	/* The busiest of the 4 partitions may hold every pair: skew up to 4. */
+	c.skew = 4;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	assert_int_equal(e.dynamic_backward, 576 + 8 * 64);
+	c.skew = 4.5;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), RMOE_EINVAL);
+}
+
 /* bf16 halves activations and weights, not the routing (4-byte). */
 static void test_memory_model_bf16_halves_the_tensors(void **state)
 {
@@ -146,6 +166,7 @@ int main(void)
 		cmocka_unit_test(test_memory_model_ring_token_by_hand),
 		cmocka_unit_test(test_memory_model_alltoall_by_hand),
 		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
+		cmocka_unit_test(test_memory_model_partitions_by_hand),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
