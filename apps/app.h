@@ -77,6 +77,19 @@ double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe
 double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
                           const char **worst, int64_t *near_ties);
 
+/* Activations on the rank's device (relaymoe run --io device, device_io.c):
+ * x and dy in the layer's element type, uploaded by open; y and dx read
+ * back into r (as float32) by read. 0 or an RMOE_E* code (reported). */
+struct rmoe_device_io {
+	rmoe_ctx *ctx;
+	int64_t n;                   /* T*H elements */
+	size_t bytes;
+	void *x, *dy, *y, *dx;
+};
+int rmoe_device_io_open(rmoe_ctx *ctx, const struct rmoe_problem *p, struct rmoe_device_io *io);
+int rmoe_device_io_read(const struct rmoe_device_io *io, const struct rmoe_problem *p, struct rmoe_results *r);
+void rmoe_device_io_close(struct rmoe_device_io *io);
+
 /* Rank 0 writes inputs and outputs as .npy into dir (created if needed). */
 int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p, const char *dir);
 

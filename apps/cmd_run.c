@@ -26,7 +26,7 @@
 struct run_opts {
 	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, partitions;
 	double scale;
-	const char *preset, *dispatch, *load, *dump, *csv, *dtype;
+	const char *preset, *dispatch, *load, *dump, *csv, *dtype, *io;
 	const char *trace, *sched;      /* traces and scheduler experiments */
 	int no_prio;
 	int check, no_norm_topk, no_overlap, quiet;
@@ -87,10 +87,11 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
 		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "f32|bf16", "element type of weights, activations, transfers (f32)", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
+		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes (host)", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 27
+#define NOPTS 28
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -116,6 +117,10 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	cfg->check_finite = r->check_finite;
 	cfg->deterministic = r->deterministic;
 	cfg->partitions = r->partitions;
+	if (strcmp(r->io, "host") && strcmp(r->io, "device")) {
+		snprintf(msg, len, "--io '%s': expected host or device", r->io);
+		return RMOE_EINVAL;
+	}
 	if (!strcmp(r->dtype, "bf16")) {
 		cfg->dtype = RMOE_DTYPE_BF16;
 	} else if (strcmp(r->dtype, "f32")) {
@@ -192,9 +197,11 @@ static double max_over_ranks(double v)
 }
 
 /* Runs one dispatcher: warm-up, then repeat timed forward+backward passes. */
-static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dispatch d, int64_t repeat,
-                   int quiet, struct rmoe_results *res, struct outcome *out)
+static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dispatch d, const struct run_opts *r,
+                   struct rmoe_results *res, struct outcome *out)
 {
+	const int64_t repeat = r->repeat;
+	const int quiet = r->quiet;
 	struct rmoe_layer_config cfg = prob->cfg;
 	cfg.dispatch = d;
 	/* The cap and the partitions shape the rings' hops; the all-to-all
@@ -214,13 +221,25 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		rmoe_app_say("dispatch auto: %s (%s)\n", rmoe_dispatch_name(d), rmoe_layer_dispatch_reason(layer));
 	}
 	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
+	/* --io device: the activations stay on the device (device_io.c), held
+	 * for this dispatcher's passes only, as the layer's buffers are. */
+	struct rmoe_device_io dio = {0}, *io = NULL;
+	if (!rc && !strcmp(r->io, "device")) {
+		rc = rmoe_device_io_open(ctx, prob, &dio);
+		if (rc)
+			rmoe_app_error("--io device: %s", rmoe_strerror(rc));
+		rc = rmoe_app_agree(rc);
+		io = rc ? NULL : &dio;
+	}
 	double *fw = calloc((size_t)repeat, sizeof(double)), *bw = calloc((size_t)repeat, sizeof(double));
 	struct rmoe_layer_stats st = {0};
 	double peak_f = 0, peak_b = 0, dev_f = 0, dev_b = 0;
 	for (int64_t it = -1; it < repeat && !rc; it++) {
-		rc = rmoe_layer_forward(layer, prob->x, res->y);
+		rc = io ? rmoe_layer_forward_raw(layer, RMOE_MEMORY_DEVICE, io->x, io->y)
+		        : rmoe_layer_forward(layer, prob->x, res->y);
 		if (!rc)
-			rc = rmoe_layer_backward(layer, prob->dy, res->dx);
+			rc = io ? rmoe_layer_backward_raw(layer, RMOE_MEMORY_DEVICE, io->dy, NULL, io->dx)
+			        : rmoe_layer_backward(layer, prob->dy, res->dx);
 		if (rc) {
 			rmoe_app_error("%s %s", rmoe_dispatch_name(d), rmoe_strerror(rc));
 			break;
@@ -244,6 +263,10 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 	 * the synthetic uniform one (skew 1) and no task sampled memory, so the
 	 * peaks reported are the memory model's. */
 	const int simulated = RMOE_SIMULATED;
+	if (!rc && io)
+		rc = rmoe_app_agree(rmoe_device_io_read(io, prob, res));
+	if (io)
+		rmoe_device_io_close(io);
 	if (!rc && !simulated)
 		rc = rmoe_app_agree(rmoe_results_collect(res, prob, layer));
 	if (!rc) {
@@ -458,7 +481,8 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 
 int rmoe_cmd_run(int argc, char **argv, int first)
 {
-	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both", .dtype = "f32", .partitions = 1};
+	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both", .dtype = "f32", .partitions = 1,
+	                     .io = "host"};
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];
@@ -513,7 +537,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	for (int i = 0; i < ndisp && !rc; i++) {
 		rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
 		if (!rc)
-			rc = run_one(ctx, &prob, which[i], r.repeat, r.quiet, &res[i], &out[i]);
+			rc = run_one(ctx, &prob, which[i], &r, &res[i], &out[i]);
 	}
 	int exit_code = rc ? 1 : report(&r, &cfg, out, res, ndisp, &prob);
 	for (int i = 0; i < 3; i++)

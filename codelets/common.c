@@ -16,6 +16,12 @@
 
 static atomic_flag rmoe_codelets_initialised = ATOMIC_FLAG_INIT;
 
+#ifdef RMOE_HAVE_OPENBLAS_SET_NUM_THREADS
+/* Weak: the library then loads against any CBLAS (a reference BLAS where
+ * OpenBLAS is not installed, as on the GPU machines bench/gpu/ packs for). */
+#pragma weak openblas_set_num_threads
+#endif
+
 void rmoe_codelets_init(void)
 {
 	if (atomic_flag_test_and_set(&rmoe_codelets_initialised))
@@ -23,7 +29,8 @@ void rmoe_codelets_init(void)
 #ifdef RMOE_HAVE_OPENBLAS_SET_NUM_THREADS
 	/* StarPU runs one worker per core: a BLAS call inside a task must not
 	 * start threads of its own on the cores of the other workers. */
-	openblas_set_num_threads(1);
+	if (openblas_set_num_threads)
+		openblas_set_num_threads(1);
 #endif
 	rmoe_sim_cost_init();
 }

@@ -82,10 +82,12 @@ int rmoe_acquire_bounded(starpu_data_handle_t h, int node, enum starpu_data_acce
 
 int rmoe_wait_data(starpu_data_handle_t h)
 {
-	int rc = rmoe_acquire_bounded(h, STARPU_MAIN_RAM, STARPU_R, "data from another rank");
+	/* Waits for the data's writers (a receive, a task) without fetching
+	 * it anywhere: on a GPU it stays on the device. */
+	int rc = rmoe_acquire_bounded(h, STARPU_ACQUIRE_NO_NODE, STARPU_R, "data from another rank");
 	if (rc)
 		return rc;
-	starpu_data_release(h);
+	starpu_data_release_on_node(h, STARPU_ACQUIRE_NO_NODE);
 	return 0;
 }
 

@@ -134,30 +134,50 @@ static int64_t measure_start(void)
 	return rmoe_probe_current();
 }
 
-/* An application's [T, H] float32 array as the graph sees it: the array
- * itself in a float32 layer, a staging copy in the layer's element type
- * otherwise (converted from the array when read is set, zeros when not).
- * NULL when out of memory. */
-static void *edge_in(const struct rmoe_layer *L, float *a, int read)
+/* An application's buffer as a pass sees it: a float32 array of the
+ * float32 calls (the array itself in a float32 layer, else a staging copy
+ * in the layer's element type, converted back at the end), or a _raw call's
+ * buffer in the layer's element type on memory node node, registered as it
+ * is. */
+struct edge {
+	float *user;           /* the float32 call's array; NULL for a raw buffer */
+	void *buf;             /* what is registered */
+	int64_t n;
+	size_t elsize;
+	starpu_data_handle_t h;
+};
+
+/* read: the pass reads the buffer; else it adds into it from zero (zeroed
+ * here on the host, by a task where a raw buffer lives). */
+static int edge_open(struct rmoe_pass *pass, struct edge *e, float *user, void *raw, int node, int64_t n,
+                     size_t elsize, int read)
 {
-	const int64_t n = L->T * L->H;
-	void *buf = L->act == sizeof(float) ? a : malloc((size_t)n * L->act);
-	if (buf && read && buf != a)
-		rmoe_to_elements(a, buf, n, L->act);
-	else if (buf && !read)
-		memset(buf, 0, (size_t)n * L->act);
-	return buf;
+	*e = (struct edge){.user = raw ? NULL : user, .buf = raw, .n = n, .elsize = elsize};
+	if (!raw) {
+		e->buf = elsize == sizeof(float) ? (void *)user : malloc((size_t)n * elsize);
+		if (!e->buf)
+			return rmoe_error(RMOE_ENOMEM, "out of host memory for a staging copy of %lld values", (long long)n);
+		if (read && e->buf != user)
+			rmoe_to_elements(user, e->buf, n, elsize);
+		else if (!read)
+			memset(e->buf, 0, (size_t)n * elsize);
+	}
+	e->h = rmoe_node_vector(pass, raw ? node : STARPU_MAIN_RAM, e->buf, n, elsize);
+	return raw && !read ? rmoe_pass_zero(pass, e->h, n, starpu_sched_get_max_priority(), "zero-output") : 0;
 }
 
-/* A staging copy of the application's array a freed, its contents
- * converted back into a first when writeback is set. */
-static void edge_out(const struct rmoe_layer *L, void *buf, float *a, int writeback)
+/* Unregistering brings the data to the buffer's own memory; a staging
+ * copy is converted back into the application's array when writeback. */
+static void edge_close(struct edge *e, int writeback)
 {
-	if (buf && buf != a) {
+	if (e->h)
+		starpu_data_unregister(e->h);
+	if (e->user && e->buf != e->user) {
 		if (writeback)
-			rmoe_from_elements(buf, a, L->T * L->H, L->act);
-		free(buf);
+			rmoe_from_elements(e->buf, e->user, e->n, e->elsize);
+		free(e->buf);
 	}
+	e->h = NULL;
 }
 
 /* A pass begins once every rank's checks agree (checked collectively: a
@@ -169,6 +189,25 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 		return rc;
 	*t0 = starpu_timing_now();
 	return rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass->tag_base);
+}
+
+/* The memory node of a _raw call's buffers into *node: 0, or an error
+ * (reported). */
+static int raw_node(const struct rmoe_layer *L, enum rmoe_memory where, const char *call, int *node)
+{
+	*node = STARPU_MAIN_RAM;
+	if (where == RMOE_MEMORY_HOST)
+		return 0;
+	if (where != RMOE_MEMORY_DEVICE)
+		return rmoe_error(RMOE_EINVAL, "%s: where = %d: expected RMOE_MEMORY_HOST or RMOE_MEMORY_DEVICE", call,
+		                  (int)where);
+	if ((*node = rmoe_ctx_device_node(L->ctx)) < 0)
+		return rmoe_error(RMOE_ENOTSUP, "%s: RMOE_MEMORY_DEVICE but rank %d has no CUDA worker", call,
+		                  L->ctx->rank);
+	if (L->cfg.check_finite)
+		return rmoe_error(RMOE_ENOTSUP, "%s: check_finite reads the buffers on the host; it does not take "
+		                  "device buffers", call);
+	return 0;
 }
 
 /* ---- the passes ---------------------------------------------------------------------------- */
@@ -187,36 +226,44 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	}
 }
 
-int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
+/* §3.3: the forward keeps x (a copy: the caller may reuse its buffer) and
+ * the routing; nothing else survives to the backward. A raw x is copied by
+ * a task where it lives (on a device, device to device). */
+static int keep_x(struct rmoe_layer *L, int raw, const void *x, int node)
 {
-	if (!L)
-		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer must not be NULL");
-	rmoe_wait_timeout_set(L->cfg.wait_timeout);
-	int rc = 0;
-	if (!x || !y)
-		rc = rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: x and y must not be NULL");
-	else if (L->Fs > 0 && !L->have_shared_weights)
+	if (!raw)
+		return rmoe_write_elements(L->h_x, L->x_saved, x, L->T * L->H, L->act);
+	starpu_data_handle_t h = rmoe_node_vector(NULL, node, (void *)x, L->T * L->H, L->act);
+	int ret = starpu_data_cpy(L->h_x, h, 1, NULL, NULL);
+	starpu_data_unregister_submit(h);
+	return ret ? rmoe_error(RMOE_ESTARPU, "starpu_data_cpy of x failed (%d)", ret) : 0;
+}
+
+/* x, y: the float32 call's arrays, or (raw) buffers in the layer's element
+ * type on memory node node. rc: the caller's checks (agreed on first). */
+static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int rc)
+{
+	const char *call = raw ? "rmoe_layer_forward_raw" : "rmoe_layer_forward";
+	if (!rc && (!x || !y))
+		rc = rmoe_error(RMOE_EINVAL, "%s: x and y must not be NULL", call);
+	else if (!rc && L->Fs > 0 && !L->have_shared_weights)
 		rc = rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
 		                "(rmoe_layer_set_shared)", (long long)L->Fs);
-	else if (L->cfg.check_finite)
+	else if (!rc && L->cfg.check_finite && !raw)
 		rc = rmoe_layer_find_nonfinite(L, x, NULL, NULL, 1);
 	double t0;
 	struct rmoe_pass pass = {0};
 	if ((rc = pass_begin(L, &pass, rc, "the forward's checks", &t0)))
 		return rc;
-	/* §3.3: the forward keeps x (a copy: the caller may reuse its buffer)
-	 * and the routing; nothing else survives to the backward. */
-	if ((rc = rmoe_write_elements(L->h_x, L->x_saved, x, L->T * L->H, L->act)))
+	if ((rc = keep_x(L, raw, x, node)))
 		return rc;
-	void *ybuf = edge_in(L, y, 0);
-	if (!ybuf)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory for the output's staging copy");
-	starpu_data_handle_t hy = rmoe_host_vector(&pass, ybuf, L->T * L->H, L->act);
-
+	struct edge ey;
 	int64_t dyn_base = measure_start();
-	rc = submit_router_fwd(L);
+	rc = edge_open(&pass, &ey, raw ? NULL : y, raw ? y : NULL, node, L->T * L->H, L->act, 0);
+	if (!rc)
+		rc = submit_router_fwd(L);
 	if (!rc && L->Fs > 0)
-		rc = submit_shared_fwd(L, &pass, hy);
+		rc = submit_shared_fwd(L, &pass, ey.h);
 	/* The shared expert runs alone, before the dispatch posts its first
 	 * receives: its buffers and the relay's never coexist, so the peak is
 	 * the larger of the two phases, whatever the timing (memory_model.c). */
@@ -225,15 +272,15 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	if (!rc)
 		rc = read_counts(L);
 	if (!rc)
-		rc = dispatch(L, &pass, NULL, hy);
+		rc = dispatch(L, &pass, NULL, ey.h);
 	/* After RMOE_EPEER tasks may still hold y: nothing more is waited for. */
-	if (rc != RMOE_EPEER) {
-		int frc = rmoe_pass_finish(L, &pass, &hy, 1);
+	if (rc != RMOE_EPEER && ey.h) {
+		int frc = rmoe_pass_finish(L, &pass, &ey.h, 1);
 		if (frc == RMOE_EPEER)
 			return frc;
-		starpu_data_unregister(hy);
-		edge_out(L, ybuf, y, !rc);
 	}
+	if (rc != RMOE_EPEER)
+		edge_close(&ey, !rc);
 	if (rc)
 		return rc;
 	L->have_forward = 1;
@@ -241,9 +288,75 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	return 0;
 }
 
+int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer must not be NULL");
+	rmoe_wait_timeout_set(L->cfg.wait_timeout);
+	return forward(L, 0, x, y, STARPU_MAIN_RAM, 0);
+}
+
+int rmoe_layer_forward_raw(rmoe_layer *L, enum rmoe_memory where, const void *x, void *y)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward_raw: layer must not be NULL");
+	rmoe_wait_timeout_set(L->cfg.wait_timeout);
+	int node;
+	int rc = raw_node(L, where, "rmoe_layer_forward_raw", &node);
+	return forward(L, 1, x, y, node, rc);
+}
+
 int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
 {
 	return rmoe_layer_backward_ex(L, dy, NULL, dx);
+}
+
+/* dy, dx: the float32 call's arrays, or (raw) buffers in the layer's
+ * element type on memory node node, dprobs (float32, may be NULL) with them. */
+static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs, void *dx, int node, int rc)
+{
+	const char *call = raw ? "rmoe_layer_backward_raw" : "rmoe_layer_backward";
+	if (!rc && (!dy || !dx))
+		rc = rmoe_error(RMOE_EINVAL, "%s: dy and dx must not be NULL", call);
+	else if (!rc && !L->have_forward)
+		rc = rmoe_error(RMOE_ESTATE, "%s called before any forward", call);
+	else if (!rc && L->cfg.check_finite && !raw)
+		rc = rmoe_layer_find_nonfinite(L, NULL, dy, dprobs, 0);
+	double t0;
+	struct rmoe_pass pass = {.backward = 1};
+	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
+		return rc;
+	struct edge edx = {0}, edy = {0}, edp = {0};
+	int64_t dyn_base = measure_start();
+	rc = edge_open(&pass, &edx, raw ? NULL : dx, raw ? dx : NULL, node, L->T * L->H, L->act, 0);
+	if (!rc)
+		rc = edge_open(&pass, &edy, raw ? NULL : (float *)dy, raw ? (void *)dy : NULL, node, L->T * L->H, L->act, 1);
+	if (!rc && dprobs)
+		rc = edge_open(&pass, &edp, raw ? NULL : (float *)dprobs, raw ? (void *)dprobs : NULL, node, L->T * L->E,
+		               sizeof(float), 1);
+	if (!rc && L->Fs > 0)
+		rc = submit_shared_bwd(L, &pass, edy.h, edx.h);
+	/* As forward: the shared expert's phase, then the dispatch's. */
+	if (!rc && L->Fs > 0)
+		rc = rmoe_wait_tasks("the shared expert");
+	if (!rc)
+		rc = dispatch(L, &pass, edy.h, edx.h);
+	if (!rc)
+		rc = submit_router_bwd(L, edx.h, edp.h);
+	starpu_data_handle_t outs[] = {edx.h, L->h_dw_part, L->h_dw_router, L->h_dws};
+	/* After RMOE_EPEER tasks may still hold dy and dx: nothing more is waited for. */
+	if (rc != RMOE_EPEER) {
+		int frc = rmoe_pass_finish(L, &pass, outs, 4);
+		if (frc == RMOE_EPEER)
+			return frc;
+		edge_close(&edx, !rc);
+		edge_close(&edy, 0);
+		edge_close(&edp, 0);
+	}
+	if (rc)
+		return rc;
+	record(L, &pass, dyn_base, t0);
+	return 0;
 }
 
 int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, float *dx)
@@ -251,52 +364,15 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 	if (!L)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer must not be NULL");
 	rmoe_wait_timeout_set(L->cfg.wait_timeout);
-	int rc = 0;
-	if (!dy || !dx)
-		rc = rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: dy and dx must not be NULL");
-	else if (!L->have_forward)
-		rc = rmoe_error(RMOE_ESTATE, "rmoe_layer_backward called before any rmoe_layer_forward");
-	else if (L->cfg.check_finite)
-		rc = rmoe_layer_find_nonfinite(L, NULL, dy, dprobs, 0);
-	double t0;
-	struct rmoe_pass pass = {.backward = 1};
-	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
-		return rc;
-	void *dxbuf = edge_in(L, dx, 0), *dybuf = edge_in(L, (float *)dy, 1);
-	if (!dxbuf || !dybuf) {
-		edge_out(L, dxbuf, dx, 0);
-		edge_out(L, dybuf, (float *)dy, 0);
-		return rmoe_error(RMOE_ENOMEM, "out of host memory for the gradients' staging copies");
-	}
-	starpu_data_handle_t hdx = rmoe_host_vector(&pass, dxbuf, L->T * L->H, L->act);
-	starpu_data_handle_t hdy = rmoe_host_vector(&pass, dybuf, L->T * L->H, L->act);
-	starpu_data_handle_t hdp = dprobs ? rmoe_host_vector(&pass, (void *)dprobs, L->T * L->E, sizeof(float)) : NULL;
+	return backward(L, 0, dy, dprobs, dx, STARPU_MAIN_RAM, 0);
+}
 
-	int64_t dyn_base = measure_start();
-	if (L->Fs > 0)
-		rc = submit_shared_bwd(L, &pass, hdy, hdx);
-	/* As forward: the shared expert's phase, then the dispatch's. */
-	if (!rc && L->Fs > 0)
-		rc = rmoe_wait_tasks("the shared expert");
-	if (!rc)
-		rc = dispatch(L, &pass, hdy, hdx);
-	if (!rc)
-		rc = submit_router_bwd(L, hdx, hdp);
-	starpu_data_handle_t outs[] = {hdx, L->h_dw_part, L->h_dw_router, L->h_dws};
-	/* After RMOE_EPEER tasks may still hold dy and dx: nothing more is waited for. */
-	if (rc != RMOE_EPEER) {
-		int frc = rmoe_pass_finish(L, &pass, outs, 4);
-		if (frc == RMOE_EPEER)
-			return frc;
-		starpu_data_unregister(hdx);
-		starpu_data_unregister(hdy);
-		if (hdp)
-			starpu_data_unregister(hdp);
-		edge_out(L, dxbuf, dx, !rc);
-		edge_out(L, dybuf, (float *)dy, 0);
-	}
-	if (rc)
-		return rc;
-	record(L, &pass, dyn_base, t0);
-	return 0;
+int rmoe_layer_backward_raw(rmoe_layer *L, enum rmoe_memory where, const void *dy, const float *dprobs, void *dx)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward_raw: layer must not be NULL");
+	rmoe_wait_timeout_set(L->cfg.wait_timeout);
+	int node;
+	int rc = raw_node(L, where, "rmoe_layer_backward_raw", &node);
+	return backward(L, 1, dy, dprobs, dx, node, rc);
 }

@@ -52,6 +52,18 @@ void rmoe_round_to_dtype(float *values, int64_t n, enum rmoe_dtype dtype)
 	}
 }
 
+void rmoe_to_dtype(const float *src, void *dst, int64_t n, enum rmoe_dtype dtype)
+{
+	if (src && dst)
+		rmoe_to_elements(src, dst, n, dtype == RMOE_DTYPE_BF16 ? 2 : sizeof(float));
+}
+
+void rmoe_from_dtype(const void *src, float *dst, int64_t n, enum rmoe_dtype dtype)
+{
+	if (src && dst)
+		rmoe_from_elements(src, dst, n, dtype == RMOE_DTYPE_BF16 ? 2 : sizeof(float));
+}
+
 static int check_owned(const rmoe_layer *L, int64_t e)
 {
 	if (e < L->first_expert || e >= L->first_expert + L->e_local)

@@ -27,23 +27,46 @@
 
 /* ---- buffers ------------------------------------------------------------------ */
 
+int64_t rmoe_alloc_class(int64_t bytes)
+{
+	if (bytes <= 4096)
+		return 4096;
+	int s = 63 - __builtin_clzll((unsigned long long)bytes);
+	int64_t step = (int64_t)1 << (s - 3);
+	return (bytes + step - 1) / step * step;
+}
+
 starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize)
 {
 	starpu_data_handle_t h;
-	starpu_vector_data_register(&h, -1, 0, (uint32_t)n, elsize);
 	int64_t bytes = n * (int64_t)elsize;
+	/* StarPU frees a temporary's main-memory buffer at once, but keeps a
+	 * device's in a cache that serves only an allocation of the same
+	 * size: with row counts that differ from partition to partition every
+	 * temporary would stay allocated until the device is full. Sizes in
+	 * classes of an eighth of an octave (at most 12.5% over) make the next
+	 * partition reuse them; host-only runs keep exact sizes. */
+	if (starpu_cuda_worker_get_count() > 0)
+		starpu_vector_data_register_allocsize(&h, -1, 0, (uint32_t)n, elsize, (size_t)rmoe_alloc_class(bytes));
+	else
+		starpu_vector_data_register(&h, -1, 0, (uint32_t)n, elsize);
 	if (bytes > pass->largest_temporary)
 		pass->largest_temporary = bytes;
 	return h;
 }
 
-starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)
+starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *ptr, int64_t n, size_t elsize)
 {
-	if (pass)
+	if (pass && node == STARPU_MAIN_RAM)
 		pass->resident += n * (int64_t)elsize;
 	starpu_data_handle_t h;
-	starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elsize);
+	starpu_vector_data_register(&h, node, (uintptr_t)ptr, (uint32_t)n, elsize);
 	return h;
+}
+
+starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)
+{
+	return rmoe_node_vector(pass, STARPU_MAIN_RAM, ptr, n, elsize);
 }
 
 int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h)
@@ -83,13 +106,16 @@ static void pass_release(struct rmoe_pass *pass)
 int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs, int nouts)
 {
 	int rc;
+	/* Waits for the outputs where they are: a device's stay there until
+	 * the application reads them (unregistering an application's buffer,
+	 * or rmoe_layer_get_grad_*, brings them home). */
 	for (int i = 0; i < nouts; i++)
 		if (outs[i]) {
-			if ((rc = rmoe_acquire_bounded(outs[i], STARPU_MAIN_RAM, STARPU_R, "the pass's outputs")) ==
+			if ((rc = rmoe_acquire_bounded(outs[i], STARPU_ACQUIRE_NO_NODE, STARPU_R, "the pass's outputs")) ==
 			    RMOE_EPEER)
 				return rc;
 			if (!rc)
-				starpu_data_release(outs[i]);
+				starpu_data_release_on_node(outs[i], STARPU_ACQUIRE_NO_NODE);
 		}
 	if ((rc = rmoe_wait_tasks("the pass's tasks and transfers")))
 		return rc;
@@ -106,11 +132,14 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 			starpu_data_release_on_node(pass->held[i], STARPU_ACQUIRE_NO_NODE);
 	}
 	pass_release(pass);
-	if ((rc = rmoe_acquire_bounded(L->h_w_part, STARPU_MAIN_RAM, STARPU_RW, "the weights' last transfer")) ==
+	/* A write access waits for the weights' last send; on no node it
+	 * moves them nowhere (an access on main memory would invalidate the
+	 * device's copy, and the next pass would upload all the weights). */
+	if ((rc = rmoe_acquire_bounded(L->h_w_part, STARPU_ACQUIRE_NO_NODE, STARPU_RW, "the weights' last transfer")) ==
 	    RMOE_EPEER)
 		return rc;
 	if (!rc)
-		starpu_data_release(L->h_w_part);
+		starpu_data_release_on_node(L->h_w_part, STARPU_ACQUIRE_NO_NODE);
 	return 0;
 }
 

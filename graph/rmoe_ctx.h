@@ -35,6 +35,10 @@ int rmoe_discover_topology(rmoe_ctx *ctx, const struct rmoe_cluster *cluster, st
  * much memory it may hold there, now (out[nranks]). */
 int rmoe_discover_devices(rmoe_ctx *ctx, struct rmoe_device_info *out);
 
+/* The memory node of this rank's device (its first CUDA worker's), or -1
+ * without one. */
+int rmoe_ctx_device_node(const rmoe_ctx *ctx);
+
 /* Reserve count consecutive StarPU-MPI tags for one pass. All ranks call it
  * in the same order, so they agree on the block. */
 int rmoe_tags_reserve(rmoe_ctx *ctx, int64_t count, int64_t *base);

@@ -31,6 +31,10 @@ struct rmoe_pass {
 
 /* ---- buffers -------------------------------------------------------------------- */
 
+/* The bytes a device temporary of bytes is allocated with: the next of
+ * eight size classes per octave (4 KiB at least), at most 12.5% over. */
+int64_t rmoe_alloc_class(int64_t bytes);
+
 /* A temporary vector handle of n elements of elsize bytes, allocated by
  * StarPU when its first task runs and freed after unregister_submit once its
  * last task ends. Tracks the largest one in pass. */
@@ -45,6 +49,9 @@ static inline starpu_data_handle_t rmoe_act_vector(struct rmoe_pass *pass, const
 /* A host buffer registered (home node: main memory); with pass, counted as
  * the pass's resident bytes. */
 starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize);
+/* The same on memory node node (an application's buffer on its device);
+ * only main memory counts into pass->resident. */
+starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *ptr, int64_t n, size_t elsize);
 
 /* A ring's relay buffer (weights, gradients, travelling tokens) stays
  * allocated until the pass ends instead of being freed when its last

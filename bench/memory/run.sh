@@ -125,7 +125,7 @@ EOF
 )
     printf '%-16s EP=1  torch            ' "$preset"
     t0=$SECONDS
-    "$py" "$here/bench/memory/torch_moe.py" bench --hidden "$h" --ffn "$f" --experts "$e" \
+    "$py" "$here/bench/gpu/torch_moe.py" bench --hidden "$h" --ffn "$f" --experts "$e" \
       --topk "$k" --tokens "$t" --repeat $((repeat + 1)) > "$tmp/torch__${preset}__${round}.json"
     echo "$((SECONDS - t0)) s"
   done
@@ -139,7 +139,7 @@ if [ $torch -eq 1 ]; then
     "$here/scripts/mpirun.sh" -np 2 "$app" run --hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 64 \
       --dispatch "$d" --repeat 1 --quiet --dump "$tmp/dump-$d" > /dev/null
     echo "relaymoe run --dispatch $d (2 ranks, H=32 F=16 E=8 K=2, 64 tokens per rank):" >> "$tmp/check.log"
-    "$py" "$here/bench/memory/torch_moe.py" check "$tmp/dump-$d" --topk 2 >> "$tmp/check.log" || true
+    "$py" "$here/bench/gpu/torch_moe.py" check "$tmp/dump-$d" --topk 2 >> "$tmp/check.log" || true
   done
 fi
 

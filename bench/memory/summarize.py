@@ -59,7 +59,7 @@ def load_runs(d):
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
                 for k, v in r.items():
-                    if k != "dispatch":
+                    if k not in ("dispatch", "dtype"):
                         r[k] = float(v)
                 for k in ("ranks", "hidden", "ffn", "experts", "topk", "tokens", "chunk_rows"):
                     r[k] = int(r[k])
@@ -507,7 +507,7 @@ def main():
     if peer:
         say(f"## PyTorch peer at EP=1 (scale {S:g}, fp32, one thread)")
         say("")
-        say("`bench/memory/torch_moe.py`: the same layer all-to-all style (router softmax top-k with "
+        say("`bench/gpu/torch_moe.py`: the same layer all-to-all style (router softmax top-k with "
             "renormalised weights, permute and top-k expand to [T·K, H], a loop of torch.matmul over the "
             "experts, weighted unpermute), the whole block under one `torch.utils.checkpoint`, "
             "`torch.set_num_threads(1)`; each shape in a fresh process, median of "

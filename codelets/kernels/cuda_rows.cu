@@ -21,20 +21,29 @@ template <typename S, typename T> __global__ void accumulate_k(int64_t n, const 
 		rmoe_st(dst, i, rmoe_ld(dst, i) + rmoe_ld(src, i));
 }
 
-/* x of the router in fp32: the router's weights are fp32, and cublasGemmEx
- * takes one type for A and B. *f receives x itself when it is fp32, else a
- * scratch copy the caller releases. */
-static int router_x(cudaStream_t s, int bf16, int64_t n, const void *x, const float **f, float **scratch)
+/* Rows per block of the router: bf16 rows are converted to an fp32 scratch
+ * of this many rows (32 MiB at H = 2048), not of all T, since the router's
+ * weights are fp32 and cublasGemmEx takes one type for A and B; the
+ * backward's dlogits and bf16 dx go through block-sized scratch alike. */
+#define RMOE_ROUTER_ROWS 4096
+
+/* The fp32 rows [t0, t0 + n) of x: x itself when fp32, else converted into
+ * scratch. */
+static int router_rows(cudaStream_t s, int bf16, int64_t t0, int64_t n, int64_t H, const void *x, float *scratch,
+                       const float **f)
 {
-	*scratch = NULL;
-	*f = (const float *)x;
-	if (!bf16)
+	if (!bf16) {
+		*f = (const float *)x + t0 * H;
 		return 0;
-	if (rmoe_cuda_scratch((void **)scratch, (size_t)n * sizeof(float), s))
-		return -1;
-	convert_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(n, (const rmoe_bf16_t *)x, *scratch);
-	*f = *scratch;
+	}
+	convert_k<<<rmoe_cuda_blocks(n * H), RMOE_CUDA_THREADS, 0, s>>>(n * H, (const rmoe_bf16_t *)x + t0 * H, scratch);
+	*f = scratch;
 	return rmoe_cuda_check("bf16 to fp32");
+}
+
+static inline int64_t router_block(int64_t T)
+{
+	return T < RMOE_ROUTER_ROWS ? T : RMOE_ROUTER_ROWS;
 }
 
 /* ---- router ------------------------------------------------------------------------ */
@@ -54,17 +63,22 @@ extern "C" int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, 
 {
 	if (T == 0)
 		return 0;
-	const float *xf;
-	float *scratch;
-	int rc = router_x(s, bf16, T * H, x, &xf, &scratch);
-	if (!rc)
-		rc = rmoe_gemm_rm(b, 0, 0, T, E, H, 1.0f, xf, CUDA_R_32F, H, w_router, CUDA_R_32F, E, 0.0f, probs,
-		                  CUDA_R_32F, E);
+	const int64_t rows = router_block(T);
+	float *xs = NULL;
+	int rc = bf16 ? rmoe_cuda_scratch((void **)&xs, (size_t)(rows * H) * sizeof(float), s) : 0;
+	for (int64_t t0 = 0; t0 < T && !rc; t0 += rows) {
+		const int64_t n = T - t0 < rows ? T - t0 : rows;
+		const float *xf;
+		rc = router_rows(s, bf16, t0, n, H, x, xs, &xf);
+		if (!rc)
+			rc = rmoe_gemm_rm(b, 0, 0, n, E, H, 1.0f, xf, CUDA_R_32F, H, w_router, CUDA_R_32F, E, 0.0f,
+			                  probs + t0 * E, CUDA_R_32F, E);
+	}
 	if (!rc) {
 		softmax_topk_k<<<rmoe_cuda_blocks(T), RMOE_CUDA_THREADS, 0, s>>>(T, E, K, norm, probs, topk_idx, topk_w);
 		rc = rmoe_cuda_check("softmax and top-k");
 	}
-	rmoe_cuda_release(scratch, s);
+	rmoe_cuda_release(xs, s);
 	return rc;
 }
 
@@ -84,30 +98,37 @@ extern "C" int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, 
 {
 	if (T == 0)
 		return rmoe_cuda_ok(cudaMemsetAsync(dw_router, 0, (size_t)(H * E) * sizeof(float), s), "memset");
-	const float *xf;
-	float *xs, *dlogits = NULL, *dxs = NULL;
-	int rc = router_x(s, bf16, T * H, x, &xf, &xs);
-	if (!rc)
-		rc = rmoe_cuda_scratch((void **)&dlogits, (size_t)(T * E) * sizeof(float), s);
-	if (!rc) {
-		dlogits_k<<<rmoe_cuda_blocks(T), RMOE_CUDA_THREADS, 0, s>>>(T, E, K, norm, probs, topk_idx, topk_w, dg,
-		                                                              dprobs, dlogits);
+	const int64_t rows = router_block(T);
+	float *xs = NULL, *dlogits = NULL, *dxs = NULL;
+	int rc = rmoe_cuda_scratch((void **)&dlogits, (size_t)(rows * E) * sizeof(float), s);
+	if (!rc && bf16 && !(rc = rmoe_cuda_scratch((void **)&xs, (size_t)(rows * H) * sizeof(float), s)))
+		rc = rmoe_cuda_scratch((void **)&dxs, (size_t)(rows * H) * sizeof(float), s);
+	for (int64_t t0 = 0; t0 < T && !rc; t0 += rows) {
+		const int64_t n = T - t0 < rows ? T - t0 : rows;
+		dlogits_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(
+			n, E, K, norm, probs + t0 * E, topk_idx + t0 * K, topk_w + t0 * K, dg + t0 * K,
+			dprobs ? dprobs + t0 * E : NULL, dlogits);
 		rc = rmoe_cuda_check("router dlogits");
-	}
-	/* dw_router = x^T dlogits; dx += dlogits w_router^T (through an fp32
-	 * scratch when dx is bf16: the GEMM's C is of A's type). */
-	if (!rc)
-		rc = rmoe_gemm_rm(b, 1, 0, H, E, T, 1.0f, xf, CUDA_R_32F, H, dlogits, CUDA_R_32F, E, 0.0f, dw_router,
-		                  CUDA_R_32F, E);
-	if (!rc && !bf16)
-		rc = rmoe_gemm_rm(b, 0, 1, T, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 1.0f, dx,
-		                  CUDA_R_32F, H);
-	if (!rc && bf16 && !(rc = rmoe_cuda_scratch((void **)&dxs, (size_t)(T * H) * sizeof(float), s)))
-		rc = rmoe_gemm_rm(b, 0, 1, T, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 0.0f, dxs,
-		                  CUDA_R_32F, H);
-	if (!rc && bf16) {
-		accumulate_k<<<rmoe_cuda_blocks(T * H), RMOE_CUDA_THREADS, 0, s>>>(T * H, dxs, (rmoe_bf16_t *)dx);
-		rc = rmoe_cuda_check("router dx");
+		const float *xf;
+		if (!rc)
+			rc = router_rows(s, bf16, t0, n, H, x, xs, &xf);
+		/* dw_router = x^T dlogits, summed over the blocks; dx += dlogits
+		 * w_router^T (through the fp32 scratch when dx is bf16: the GEMM's
+		 * C is of A's type). */
+		if (!rc)
+			rc = rmoe_gemm_rm(b, 1, 0, H, E, n, 1.0f, xf, CUDA_R_32F, H, dlogits, CUDA_R_32F, E, t0 ? 1.0f : 0.0f,
+			                  dw_router, CUDA_R_32F, E);
+		if (!rc && !bf16)
+			rc = rmoe_gemm_rm(b, 0, 1, n, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 1.0f,
+			                  (float *)dx + t0 * H, CUDA_R_32F, H);
+		if (!rc && bf16)
+			rc = rmoe_gemm_rm(b, 0, 1, n, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 0.0f, dxs,
+			                  CUDA_R_32F, H);
+		if (!rc && bf16) {
+			accumulate_k<<<rmoe_cuda_blocks(n * H), RMOE_CUDA_THREADS, 0, s>>>(n * H, dxs,
+			                                                                      (rmoe_bf16_t *)dx + t0 * H);
+			rc = rmoe_cuda_check("router dx");
+		}
 	}
 	rmoe_cuda_release(xs, s);
 	rmoe_cuda_release(dlogits, s);

@@ -208,6 +208,42 @@ RMOE_API int rmoe_layer_backward(rmoe_layer *layer, const float *dy, float *dx);
  * a load-balancing loss on the probabilities has. */
 RMOE_API int rmoe_layer_backward_ex(rmoe_layer *layer, const float *dy, const float *dprobs, float *dx);
 
+/* ---- activations in the layer's element type, on the host or the device -- */
+
+/* Where the buffers of the _raw calls live. */
+enum rmoe_memory {
+	RMOE_MEMORY_HOST = 0,   /* main memory */
+	RMOE_MEMORY_DEVICE = 1, /* this rank's CUDA device (that of its first CUDA
+	                           worker): what cudaMalloc, or rmoe_ctx_alloc,
+	                           returned there */
+};
+
+/* rmoe_layer_forward and rmoe_layer_backward_ex on buffers in the layer's
+ * element type (float for f32, bf16 bits as uint16_t for bf16), converted
+ * nowhere; on the device nothing goes through the host, as a GPU training
+ * step keeps its activations on the device. x, y, dy, dx [T, H]; dprobs
+ * [T, E] float (may be NULL) in the same memory. The weights' gradients stay
+ * where they were computed until rmoe_layer_get_grad_* reads them.
+ * RMOE_ENOTSUP for RMOE_MEMORY_DEVICE on a rank without a CUDA worker, or
+ * with check_finite (which reads on the host). Collective, as the others. */
+RMOE_API int rmoe_layer_forward_raw(rmoe_layer *layer, enum rmoe_memory where, const void *x, void *y);
+RMOE_API int rmoe_layer_backward_raw(rmoe_layer *layer, enum rmoe_memory where, const void *dy,
+                                     const float *dprobs, void *dx);
+
+/* Buffers for the _raw calls, through StarPU (on the device: counted in
+ * its memory, as the layer's own buffers are). Not collective. */
+RMOE_API int rmoe_ctx_alloc(rmoe_ctx *ctx, enum rmoe_memory where, size_t bytes, void **ptr);
+RMOE_API int rmoe_ctx_free(rmoe_ctx *ctx, enum rmoe_memory where, void *ptr, size_t bytes);
+/* Copies bytes between any two of them (host to device, device to host,
+ * ...); returns when the copy is done. */
+RMOE_API int rmoe_ctx_copy(rmoe_ctx *ctx, void *dst, enum rmoe_memory dst_where, const void *src,
+                           enum rmoe_memory src_where, size_t bytes);
+
+/* n float32 values to a layer's element type (bf16: rounded to nearest
+ * even), and back; dst and src do not overlap. */
+RMOE_API void rmoe_to_dtype(const float *src, void *dst, int64_t n, enum rmoe_dtype dtype);
+RMOE_API void rmoe_from_dtype(const void *src, float *dst, int64_t n, enum rmoe_dtype dtype);
+
 /* Gradients of the last backward. dw_router is this rank's part (from its own
  * tokens): sum it over ranks as for any replicated parameter. Expert
  * gradients are complete (all ranks' tokens) and read on the owner. */

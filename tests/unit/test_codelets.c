@@ -1,6 +1,7 @@
 /* Unit tests of the CPU codelets: each one submitted through
  * starpu_task_insert on seeded random inputs and compared with a naive loop
  * in double precision written here. */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -339,27 +340,40 @@ static struct rmoe_expert_shape expert_shape(int64_t H, int64_t F, int64_t ne, c
 
 /* ---- group set-up ------------------------------------------------------- */
 
+/* RMOE_TEST_DEVICE=cuda runs every test on one CUDA worker and no CPU
+ * worker (the gpu label): the CUDA codelets against the same double loops,
+ * at the same tolerances. Without a CUDA worker that run is skipped (77). */
+static int on_cuda;
+
 static int group_setup(void **state)
 {
 	(void)state;
+	const char *dev = getenv("RMOE_TEST_DEVICE");
+	on_cuda = dev && strcmp(dev, "cuda") == 0;
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
-	conf.ncpus = 1;
-	conf.ncuda = 0;
+	conf.ncpus = on_cuda ? 0 : 1;
+	conf.ncuda = on_cuda ? 1 : 0;
 	conf.nopencl = 0;
 	int ret = starpu_init(&conf);
+	if (ret == -ENODEV && on_cuda) {
+		fprintf(stderr, "test_codelets: RMOE_TEST_DEVICE=cuda but StarPU found no CUDA worker: skipped\n");
+		exit(77);
+	}
 	if (ret != 0) {
 		fprintf(stderr, "starpu_init: %d\n", ret);
 		return -1;
 	}
 	rmoe_codelets_init();
 	rmoe_codelets_init(); /* idempotent */
+	rmoe_codelets_start();
 	return 0;
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
+	rmoe_codelets_stop();
 	starpu_shutdown();
 	return 0;
 }
@@ -1379,6 +1393,8 @@ static void test_codelets_single_rank_pipeline(void **state)
 static void test_codelets_probe_sees_temporaries(void **state)
 {
 	(void)state;
+	if (on_cuda)
+		skip(); /* the main-memory probe; the device's is checked by tests/gpu */
 	const int64_t n = 1 << 20, fb = (int64_t)sizeof(float);
 	wait_all();
 	rmoe_probe_reset();

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The gpu label: the CUDA codelets against the CPU reference, on a machine
+# with an NVIDIA GPU and a relaymoe built with -DRMOE_CUDA=ON. Skipped (77)
+# where StarPU finds no CUDA worker, so the whole suite runs anywhere.
+#   gpu_checks.sh BUILD_DIR MPIEXEC [RESULTS_DIR]
+# BUILD_DIR: a relaymoe build tree, or a bundle of bench/gpu/pack.sh (the
+# same layout: apps/relaymoe, tests/unit/test_codelets, tests/mpi/test_raw).
+# 1. test_codelets on one CUDA worker and no CPU worker: every codelet
+#    against its double-precision loop (fp32 within 1e-5, bf16 within 2e-2
+#    of the fp32 kernel), the same tolerances as on the CPU;
+# 2. relaymoe run --check with CUDA workers only, fp32 (1e-5) and bf16
+#    (1e-2 relative norm error against the reference), ring, token and
+#    all-to-all: one rank with 4 partitions, two ranks sharing the GPU, and
+#    CPU and CUDA workers together (data moving between the two); the
+#    activations on the device (--io device, and the _raw calls against the
+#    float32 calls bit for bit); and the device's peak memory reported;
+# 3. compute-sanitizer's memcheck over one small case of each (where the
+#    tool is installed).
+# One line per case; RESULTS_DIR (optional) gets gpu_checks.log and a CSV.
+# GPU_CHECKS_DRY_RUN=1 runs the same cases on CPU workers instead (the
+# script itself checked on a machine without a GPU; no sanitizer).
+set -uo pipefail
+build=$1 mpiexec=$2 results=${3:-}
+app=$build/apps/relaymoe codelets=$build/tests/unit/test_codelets raw=$build/tests/mpi/test_raw
+dry=${GPU_CHECKS_DRY_RUN:-0}
+export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export STARPU_HOME=${STARPU_HOME:-$(mktemp -d)}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0 passes=0
+log() { echo "$*"; [ -n "$results" ] && echo "$*" >>"$results/gpu_checks.log"; return 0; }
+ok() { passes=$((passes + 1)); log "ok: $*"; }
+bad() { fails=$((fails + 1)); log "FAIL: $*"; }
+[ -n "$results" ] && { mkdir -p "$results"; : >"$results/gpu_checks.log"; }
+
+small=(--hidden 64 --ffn 32 --experts 16 --topk 4 --tokens 256 --repeat 1 --quiet)
+if [ "$dry" = 1 ]; then gpu=(STARPU_NCPU=1 STARPU_NCUDA=0) mixed=(STARPU_NCPU=2 STARPU_NCUDA=0) device= wname=CPU
+else gpu=(STARPU_NCPU=0 STARPU_NCUDA=1) mixed=(STARPU_NCPU=1 STARPU_NCUDA=1) device=cuda wname=CUDA; fi
+cuda_only() { env "${gpu[@]}" "$@"; }
+
+# Is there a CUDA worker at all? StarPU's answer, through the program.
+probe=$(cuda_only timeout 300 "$app" run "${small[@]}" --dispatch ring 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "found no worker" <<<"$probe"; then
+  log "gpu_checks: StarPU found no CUDA worker (a build without -DRMOE_CUDA=ON, or no GPU): skipped"
+  exit 77
+fi
+[ $rc -eq 0 ] && ok "a run on $wname workers only" || { bad "a run on $wname workers only (rc=$rc)"; log "$probe"; }
+
+# 1. Every codelet on the CUDA worker against its double loop.
+out=$(RMOE_TEST_DEVICE=$device timeout 600 "$codelets" 2>&1); rc=$?
+n=$(grep -c "^\[       OK \]" <<<"$out")
+[ $rc -eq 0 ] && ok "test_codelets on $wname: $n tests passed" || { bad "test_codelets on $wname (rc=$rc)"; log "$out"; }
+
+# 2. The layer end to end against the reference.
+csv=$work/runs.csv
+check_run() { # check_run NAME NP ENV... -- ARGS...
+  local name=$1 np=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local out rc
+  out=$(env "${envs[@]}" timeout 300 "$mpiexec" -n "$np" --oversubscribe --bind-to none "$app" run \
+        "${small[@]}" --check --csv "$csv" "$@" 2>&1); rc=$?
+  local checks pass
+  checks=$(grep -c "vs reference" <<<"$out"); pass=$(grep -c "vs reference.*PASS" <<<"$out")
+  if [ $rc -eq 0 ] && [ "$checks" -gt 0 ] && [ "$checks" -eq "$pass" ]; then
+    ok "$name: $(grep "vs reference" <<<"$out" | sed -E 's/.*check ([a-z0-9]+) vs reference: largest relative error ([^ ]+).*/\1 \2/' | paste -sd, -)"
+  else bad "$name (rc=$rc, $pass of $checks checks passed)"; log "$out"; fi
+}
+for dt in f32 bf16; do
+  check_run "1 rank, 4 partitions, $dt" 1 "${gpu[@]}" -- --dtype $dt --dispatch ring --partitions 4
+  check_run "1 rank, ring/token/a2a, $dt" 1 "${gpu[@]}" -- --dtype $dt --dispatch all
+  check_run "2 ranks sharing the GPU, $dt" 2 "${gpu[@]}" -- --dtype $dt --dispatch all
+done
+check_run "2 ranks, CPU and CUDA workers (dmdas), bf16" 2 "${mixed[@]}" -- --dtype bf16 --dispatch all --sched dmdas
+if [ "$dry" = 1 ]; then
+  log "dry run: --io device and device buffers not run"
+else
+  for dt in f32 bf16; do
+    check_run "activations on the device (--io device), $dt" 1 "${gpu[@]}" -- --dtype $dt --dispatch all --io device
+  done
+  out=$(env "${gpu[@]}" timeout 300 "$mpiexec" -n 1 "$raw" device 2>&1); rc=$?
+  [ $rc -eq 0 ] && ok "_raw calls on device buffers = float32 calls, bit for bit (ring, token, a2a; f32, bf16)" \
+    || { bad "_raw calls on device buffers (rc=$rc)"; log "$out"; }
+fi
+# The device's peak memory is reported for runs on CUDA workers.
+if [ "$dry" = 1 ]; then log "dry run: no device memory to report"
+elif [ -s "$csv" ] && python3 - "$csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+bad = [r for r in rows if float(r["peak_device_fwd_bytes"]) <= 0 or float(r["peak_device_bwd_bytes"]) <= 0]
+sys.exit(1 if not rows or bad else 0)
+PY
+then ok "device peak memory reported by every run"; else bad "a run reported no device peak memory"; fi
+[ -n "$results" ] && cp "$csv" "$results/gpu_checks.csv"
+
+# 3. compute-sanitizer (memcheck): the codelets, and one layer on one rank.
+if [ "$dry" = 1 ]; then log "dry run: compute-sanitizer not run"
+elif command -v compute-sanitizer >/dev/null; then
+  out=$(RMOE_TEST_DEVICE=$device timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$codelets" 2>&1); rc=$?
+  [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: test_codelets on CUDA" \
+    || { bad "compute-sanitizer memcheck: test_codelets (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
+  out=$(cuda_only timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$app" run "${small[@]}" \
+        --dtype bf16 --dispatch all --partitions 2 --check 2>&1); rc=$?
+  [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: relaymoe run bf16, 1 rank" \
+    || { bad "compute-sanitizer memcheck: relaymoe run (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
+else
+  log "compute-sanitizer not installed: memcheck not run"
+fi
+
+log "gpu_checks: $passes passed, $fails failed"
+[ $fails -eq 0 ]
