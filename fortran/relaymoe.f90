@@ -45,6 +45,7 @@ module relaymoe
   integer(c_int), parameter, public :: RMOE_DISPATCH_ALLTOALL = 0, RMOE_DISPATCH_RING_EXPERT = 1, &
     RMOE_DISPATCH_RING_TOKEN = 2, RMOE_DISPATCH_AUTO = 3
   integer(c_int), parameter, public :: RMOE_DTYPE_F32 = 0, RMOE_DTYPE_BF16 = 1
+  integer(c_int), parameter, public :: RMOE_MEMORY_HOST = 0, RMOE_MEMORY_DEVICE = 1
 
   ! ---- struct mirrors -----------------------------------------------------------
   ! Strings (sched, cluster_file, trace) are set through the optional
@@ -130,7 +131,8 @@ module relaymoe
     rmoe_layer_set_router, rmoe_layer_get_router, rmoe_layer_set_expert, rmoe_layer_get_expert, &
     rmoe_layer_set_shared, rmoe_layer_forward, rmoe_layer_backward, rmoe_layer_get_grad_router, &
     rmoe_layer_get_grad_expert, rmoe_layer_get_grad_shared, rmoe_layer_check_finite, rmoe_layer_get_routing, &
-    rmoe_layer_get_stats, rmoe_dispatch_name, rmoe_dispatch_parse
+    rmoe_layer_get_stats, rmoe_dispatch_name, rmoe_dispatch_parse, rmoe_layer_forward_raw, &
+    rmoe_layer_backward_raw
 
   ! The last error raised by a check of this module (0: none, defer to C).
   integer(c_int) :: f_code = 0
@@ -267,6 +269,18 @@ module relaymoe
     function c_layer_forward(layer, x, y) bind(c, name='rmoe_layer_forward') result(rc)
       import :: c_ptr, c_int
       type(c_ptr), value :: layer, x, y
+      integer(c_int) :: rc
+    end function
+    function c_layer_forward_raw(layer, where, x, y) bind(c, name='rmoe_layer_forward_raw') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, x, y
+      integer(c_int), value :: where
+      integer(c_int) :: rc
+    end function
+    function c_layer_backward_raw(layer, where, dy, dprobs, dx) bind(c, name='rmoe_layer_backward_raw') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, dy, dprobs, dx
+      integer(c_int), value :: where
       integer(c_int) :: rc
     end function
     function c_layer_backward_ex(layer, dy, dprobs, dx) bind(c, name='rmoe_layer_backward_ex') result(rc)
@@ -683,6 +697,31 @@ contains
       return
     end if
     rc = from_c(c_layer_forward(layer%ptr, c_loc(x), c_loc(y)))
+  end function
+
+  !> The forward on buffers in the layer's element type (c_float, or bf16
+  !> bits as 2-byte integers) given as addresses, in main memory or on the
+  !> rank's CUDA device (where: RMOE_MEMORY_HOST or RMOE_MEMORY_DEVICE; a
+  !> device address from cudaMalloc, e.g. c_devloc in CUDA Fortran).
+  !> Collective; the C library checks everything.
+  function rmoe_layer_forward_raw(layer, where, x, y) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    integer(c_int), intent(in) :: where
+    type(c_ptr), intent(in) :: x, y
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = from_c(c_layer_forward_raw(layer%ptr, where, x, y))
+  end function
+
+  !> The backward likewise; dprobs (c_float, experts x tokens) may be
+  !> c_null_ptr.
+  function rmoe_layer_backward_raw(layer, where, dy, dx, dprobs) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    integer(c_int), intent(in) :: where
+    type(c_ptr), intent(in) :: dy, dx, dprobs
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = from_c(c_layer_backward_raw(layer%ptr, where, dy, dprobs, dx))
   end function
 
   !> dx(hidden, tokens) for dy(hidden, tokens) of the last forward, and

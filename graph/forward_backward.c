@@ -319,7 +319,7 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 	if (!rc && (!dy || !dx))
 		rc = rmoe_error(RMOE_EINVAL, "%s: dy and dx must not be NULL", call);
 	else if (!rc && !L->have_forward)
-		rc = rmoe_error(RMOE_ESTATE, "%s called before any forward", call);
+		rc = rmoe_error(RMOE_ESTATE, "%s called before any rmoe_layer_forward", call);
 	else if (!rc && L->cfg.check_finite && !raw)
 		rc = rmoe_layer_find_nonfinite(L, NULL, dy, dprobs, 0);
 	double t0;

@@ -42,6 +42,9 @@ RMOE_DISPATCH_AUTO = 3
 RMOE_DTYPE_F32 = 0
 RMOE_DTYPE_BF16 = 1
 
+RMOE_MEMORY_HOST = 0
+RMOE_MEMORY_DEVICE = 1
+
 ENUMS = {name: value for name, value in globals().items() if name.startswith("RMOE_")}
 ERROR_NAMES = {value: name for name, value in ENUMS.items()
                if name == "RMOE_OK" or name.startswith("RMOE_E")}
@@ -198,6 +201,8 @@ def _prototypes(lib):
         "rmoe_layer_set_shared": (c_int, [vp, vp, vp, vp]),
         "rmoe_layer_forward": (c_int, [vp, vp, vp]),
         "rmoe_layer_backward_ex": (c_int, [vp, vp, vp, vp]),
+        "rmoe_layer_forward_raw": (c_int, [vp, c_int, vp, vp]),
+        "rmoe_layer_backward_raw": (c_int, [vp, c_int, vp, vp, vp]),
         "rmoe_layer_get_grad_router": (c_int, [vp, vp]),
         "rmoe_layer_get_grad_expert": (c_int, [vp, c_int64, vp, vp, vp]),
         "rmoe_layer_get_grad_shared": (c_int, [vp, vp, vp, vp]),

@@ -82,6 +82,13 @@ def _ptr(a):
     return None if a is None else a.ctypes.data
 
 
+def _address(name, v):
+    """A buffer's address for the _raw calls: an int (data_ptr(), ctypes) > 0."""
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise TypeError(f"{name} = {v!r}: expected a buffer's address, a positive int (e.g. tensor.data_ptr())")
+    return v
+
+
 def _int(name, v):
     # Values are the library's to check (collectively); the type is ours.
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
@@ -447,6 +454,23 @@ class Layer:
             raise
         _check(L.rmoe_layer_backward_ex(h, _ptr(dy), _ptr(dprobs), _ptr(dx)))
         return dx
+
+    def forward_raw(self, x_ptr, y_ptr, device=True):
+        """The forward on buffers given by address, in the layer's element type
+        ([T, H] float32, or bf16 such as a torch.bfloat16 tensor's data_ptr()),
+        on the rank's CUDA device (device=True) or in main memory: nothing is
+        converted or copied through the host. Collective."""
+        where = _capi.RMOE_MEMORY_DEVICE if device else _capi.RMOE_MEMORY_HOST
+        _check(lib().rmoe_layer_forward_raw(self._handle(), where, _address("x_ptr", x_ptr),
+                                            _address("y_ptr", y_ptr)))
+        self.forwards += 1
+
+    def backward_raw(self, dy_ptr, dx_ptr, dprobs_ptr=None, device=True):
+        """The backward likewise; dprobs_ptr ([T, E] float32) may be None."""
+        where = _capi.RMOE_MEMORY_DEVICE if device else _capi.RMOE_MEMORY_HOST
+        _check(lib().rmoe_layer_backward_raw(self._handle(), where, _address("dy_ptr", dy_ptr),
+                                             None if dprobs_ptr is None else _address("dprobs_ptr", dprobs_ptr),
+                                             _address("dx_ptr", dx_ptr)))
 
     def check_finite(self, x=None, dy=None):
         """Collective: RelayMoEError RMOE_ENONFINITE on every rank when a

@@ -87,6 +87,8 @@ program layout
   call enum('RMOE_DISPATCH_AUTO', RMOE_DISPATCH_AUTO)
   call enum('RMOE_DTYPE_F32', RMOE_DTYPE_F32)
   call enum('RMOE_DTYPE_BF16', RMOE_DTYPE_BF16)
+  call enum('RMOE_MEMORY_HOST', RMOE_MEMORY_HOST)
+  call enum('RMOE_MEMORY_DEVICE', RMOE_MEMORY_DEVICE)
 
 contains
 

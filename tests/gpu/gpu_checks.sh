@@ -47,7 +47,7 @@ fi
 [ $rc -eq 0 ] && ok "a run on $wname workers only" || { bad "a run on $wname workers only (rc=$rc)"; log "$probe"; }
 
 # 1. Every codelet on the CUDA worker against its double loop.
-out=$(RMOE_TEST_DEVICE=$device timeout 600 "$codelets" 2>&1); rc=$?
+out=$(RMOE_TEST_DEVICE=$device timeout 120 "$codelets" 2>&1); rc=$?
 n=$(grep -c "^\[       OK \]" <<<"$out")
 [ $rc -eq 0 ] && ok "test_codelets on $wname: $n tests passed" || { bad "test_codelets on $wname (rc=$rc)"; log "$out"; }
 
@@ -97,10 +97,10 @@ then ok "device peak memory reported by every run"; else bad "a run reported no 
 # 3. compute-sanitizer (memcheck): the codelets, and one layer on one rank.
 if [ "$dry" = 1 ]; then log "dry run: compute-sanitizer not run"
 elif command -v compute-sanitizer >/dev/null; then
-  out=$(RMOE_TEST_DEVICE=$device timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$codelets" 2>&1); rc=$?
+  out=$(RMOE_TEST_DEVICE=$device timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$codelets" 2>&1); rc=$?
   [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: test_codelets on CUDA" \
     || { bad "compute-sanitizer memcheck: test_codelets (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
-  out=$(cuda_only timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$app" run "${small[@]}" \
+  out=$(cuda_only timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$app" run "${small[@]}" \
         --dtype bf16 --dispatch all --partitions 2 --check 2>&1); rc=$?
   [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: relaymoe run bf16, 1 rank" \
     || { bad "compute-sanitizer memcheck: relaymoe run (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }

@@ -77,6 +77,8 @@ expect "unknown preset" 2 "--preset 'Qwen9' is not a known shape; expected one o
 expect "scale without preset" 2 "--scale 4 needs --preset" 1 run --scale 4 "${never[@]}"
 expect "scale leaves zero" 2 "--scale 1e\+06 leaves MoE-E64 with hidden=0" 1 run --preset MoE-E64 --scale 1e6 "${never[@]}"
 expect "unknown dispatch" 2 "--dispatch 'rings': expected ring, token, a2a, auto, both or all" 1 run --dispatch rings "${never[@]}"
+expect "unknown dtype" 2 "--dtype 'bf32': expected f32 or bf16" 1 run --dtype bf32 "${never[@]}"
+expect "unknown io" 2 "--io 'gpu': expected host or device" 1 run --io gpu "${never[@]}"
 expect "plan option typo" 2 "did you mean --ranks" 1 plan --rank 8
 
 # ---- configuration values ------------------------------------------------------
@@ -87,6 +89,8 @@ expect "pairs overflow int32" 2 "tokens x topk = 1000000000000 x 8 pairs: more t
 expect "buffer over 2^32 elements" 2 "tokens x hidden = 40000000 x 128 elements: more than 4294967295" 1 run --tokens 40000000 "${never[@]}"
 expect "expert weights over 2^32 elements" 2 "partition weights .* more than 4294967295" 1 run --hidden 100000 --ffn 100000 --experts 1 --topk 1 --tokens 1 "${never[@]}"
 expect "shared expert too wide" 2 "shared expert weights = 384 x 1000000000 elements" 1 run --shared-ffn 1000000000 "${never[@]}"
+expect "partitions not dividing the experts" 2 "partitions = 3 does not divide the 8 experts of each of the 1 rank\(s\): expected a divisor of experts/ranks" 1 run "${small[@]}" --partitions 3 "${never[@]}"
+every_rank "device activations without a GPU" "--io device: rmoe_ctx_alloc: RMOE_MEMORY_DEVICE but rank [0-9] has no CUDA worker" 2 run "${small[@]}" --io device "${never[@]}"
 expect "memory cap too small" 1 "mem_cap|memory cap|cap of" 2 run "${small[@]}" --dispatch ring --mem-cap 1K "${never[@]}"
 RMOE_WAIT_TIMEOUT=soon expect "malformed RMOE_WAIT_TIMEOUT" 2 "wait_timeout = -1: expected 0 \(wait forever\) or seconds" 1 run "${small[@]}" "${never[@]}"
 

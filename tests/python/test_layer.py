@@ -122,3 +122,29 @@ def test_bf16(ctx, comm):
         y, _ = ref.forward(to_bf16(x), wb, SHAPE["topk"])
         # bf16 intermediates keep 8 significant bits: a few 1e-3.
         assert ref.relative_error(layer.forward(x), y) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_raw_calls_on_host_buffers(ctx, comm, dtype):
+    # forward_raw/backward_raw take addresses of buffers in the layer's
+    # element type (on a GPU: torch tensors' data_ptr()); here NumPy
+    # buffers in main memory. Same outputs as the float32 calls, bit for bit
+    # in deterministic mode: bf16 as the top 16 bits of the float32 values.
+    cfg = dict(SHAPE, dtype=dtype, deterministic=True)
+    w = make_weights(12, **SHAPE)
+    _, _, x, dy = make_tokens(13, comm, **SHAPE)
+    with relaymoe.Layer(ctx, **cfg) as layer:
+        layer.set_weights(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
+        y, dx = layer.forward(x), layer.backward(dy)
+        if dtype == "bf16":
+            to_el = lambda a: (to_bf16(a).view(np.uint32) >> 16).astype(np.uint16)
+            from_el = lambda a: (a.astype(np.uint32) << 16).view(np.float32)
+        else:
+            to_el = from_el = lambda a: np.ascontiguousarray(a, np.float32)
+        xr, dyr = to_el(x), to_el(dy)
+        yr, dxr = np.zeros_like(xr), np.zeros_like(xr)
+        layer.forward_raw(xr.ctypes.data, yr.ctypes.data, device=False)
+        layer.backward_raw(dyr.ctypes.data, dxr.ctypes.data, device=False)
+        assert np.array_equal(from_el(yr), y) and np.array_equal(from_el(dxr), dx)
+        with pytest.raises(TypeError, match="expected a buffer's address"):
+            layer.forward_raw(0, yr.ctypes.data, device=False)
