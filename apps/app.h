@@ -29,6 +29,35 @@ void rmoe_app_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Every rank prints an error line prefixed with its rank. */
 void rmoe_app_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A layer configuration of this shape, every other field at its default. */
+static inline void rmoe_app_layer_shape(struct rmoe_layer_config *cfg, int64_t hidden, int64_t ffn, int64_t experts,
+                                        int64_t topk, int64_t tokens)
+{
+	rmoe_layer_config_init(cfg);
+	cfg->hidden = hidden;
+	cfg->ffn = ffn;
+	cfg->experts = experts;
+	cfg->topk = topk;
+	cfg->tokens = tokens;
+}
+
+/* The start of a multi-rank test: MPI (MPI_THREAD_MULTIPLE) and a context
+ * over MPI_COMM_WORLD, *nranks its size. NULL, after MPI_Finalize, when no
+ * rank could create the context: the test then reports itself skipped
+ * (77), as StarPU found nothing to run on. */
+static inline rmoe_ctx *rmoe_app_test_start(int *argc, char ***argv, int *nranks)
+{
+	int provided;
+	MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+	MPI_Comm_size(MPI_COMM_WORLD, nranks);
+	rmoe_ctx *ctx = NULL;
+	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+		MPI_Finalize();
+		return NULL;
+	}
+	return ctx;
+}
+
 /* The tensors of one layer problem on this rank: its tokens, its output
  * gradient, the replicated router (and shared expert) and its own experts. */
 struct rmoe_problem {

@@ -43,12 +43,8 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 	int nranks;
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	cfg.hidden = s->hidden;
-	cfg.ffn = s->ffn;
-	cfg.experts = s->experts_per_rank * nranks;
-	cfg.topk = s->topk < 0 ? cfg.experts : s->topk;
-	cfg.tokens = s->tokens;
+	const int64_t experts = s->experts_per_rank * nranks;
+	rmoe_app_layer_shape(&cfg, s->hidden, s->ffn, experts, s->topk < 0 ? experts : s->topk, s->tokens);
 	cfg.shared_ffn = s->shared_ffn;
 	cfg.chunk_rows = s->chunk_rows;
 	cfg.norm_topk = s->norm_topk;
@@ -113,16 +109,10 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 
 int main(int argc, char **argv)
 {
-	int provided;
-	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
-		rmoe_app_error("%s", rmoe_strerror(RMOE_ESTARPU));
-		MPI_Finalize();
-		return 77;
-	}
 	int nranks;
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	if (!ctx)
+		return 77;
 	rmoe_app_say("test_layer on %d rank(s)\n", nranks);
 	const struct scenario scenarios[] = {
 		/* name, H, F, E/rank, K, T, shared, chunk, norm, skew, overlap */

@@ -43,21 +43,13 @@ static int run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct 
 
 int main(int argc, char **argv)
 {
-	int provided, nranks;
-	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
-		MPI_Finalize();
+	int nranks;
+	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	if (!ctx)
 		return 77;
-	}
 	rmoe_app_say("test_memcap on %d rank(s), cap %d bytes\n", nranks, CAP);
 	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	cfg.hidden = 64;
-	cfg.ffn = 48;
-	cfg.experts = 4 * nranks;
-	cfg.topk = 4;
+	rmoe_app_layer_shape(&cfg, 64, 48, 4 * nranks, 4, 256);
 	const enum rmoe_dispatch modes[2] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN};
 	for (int64_t tokens = 256; tokens <= 2048; tokens *= 2) {
 		cfg.tokens = tokens;

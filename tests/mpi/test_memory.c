@@ -48,12 +48,7 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	cfg.hidden = 64;
-	cfg.ffn = 16;
-	cfg.experts = 8 * nranks;
-	cfg.topk = 4;
-	cfg.tokens = 512;
+	rmoe_app_layer_shape(&cfg, 64, 16, 8 * nranks, 4, 512);
 	struct rmoe_problem prob;
 	if (rmoe_problem_init(&prob, &cfg, 3, NULL))
 		return 1;

@@ -128,15 +128,10 @@ static void bad_arguments(rmoe_ctx *ctx, struct rmoe_layer_config cfg, int have_
 
 int main(int argc, char **argv)
 {
-	int provided;
-	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
-		MPI_Finalize();
-		return 77;
-	}
 	int nranks;
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	if (!ctx)
+		return 77;
 	void *probe = NULL;
 	int have_device = rmoe_ctx_alloc(ctx, RMOE_MEMORY_DEVICE, 64, &probe) == 0;
 	if (probe)
@@ -151,12 +146,7 @@ int main(int argc, char **argv)
 	enum rmoe_memory where = want_device ? RMOE_MEMORY_DEVICE : RMOE_MEMORY_HOST;
 	rmoe_app_say("test_raw on %d rank(s), buffers on the %s\n", nranks, want_device ? "device" : "host");
 	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	cfg.hidden = 24;
-	cfg.ffn = 16;
-	cfg.experts = 4 * nranks;
-	cfg.topk = 3;
-	cfg.tokens = 37;
+	rmoe_app_layer_shape(&cfg, 24, 16, 4 * nranks, 3, 37);
 	cfg.shared_ffn = 8;
 	cfg.deterministic = 1;
 	const enum rmoe_dispatch ds[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL};

@@ -109,12 +109,7 @@ int main(int argc, char **argv)
 	/* The layer on this non-identity ring: both ring dispatchers against
 	 * all-to-all, which does not use the ring. */
 	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	cfg.hidden = 24;
-	cfg.ffn = 12;
-	cfg.experts = 8;
-	cfg.topk = 3;
-	cfg.tokens = 40;
+	rmoe_app_layer_shape(&cfg, 24, 12, 8, 3, 40);
 	struct rmoe_problem prob;
 	rc = rmoe_app_agree(rmoe_problem_init(&prob, &cfg, 5, NULL));
 	struct rmoe_results res[3];

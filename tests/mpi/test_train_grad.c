@@ -128,14 +128,10 @@ static int run(rmoe_ctx *ctx, enum rmoe_dispatch d, int nranks)
 
 int main(int argc, char **argv)
 {
-	int provided, nranks;
-	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
-		MPI_Finalize();
+	int nranks;
+	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	if (!ctx)
 		return 77;
-	}
 	int rc = run(ctx, RMOE_DISPATCH_RING_EXPERT, nranks);
 	if (!rc)
 		rc = run(ctx, RMOE_DISPATCH_ALLTOALL, nranks);
