@@ -30,16 +30,6 @@ int rmoe_write_elements(starpu_data_handle_t h, void *buf, const float *src, int
 	return 0;
 }
 
-int rmoe_read_elements(starpu_data_handle_t h, const void *buf, float *dst, int64_t n, size_t elsize)
-{
-	int ret = starpu_data_acquire(h, STARPU_R);
-	if (ret != 0)
-		return rmoe_error(RMOE_ESTARPU, "starpu_data_acquire failed (%d)", ret);
-	rmoe_from_elements(buf, dst, n, elsize);
-	starpu_data_release(h);
-	return 0;
-}
-
 void rmoe_round_to_dtype(float *values, int64_t n, enum rmoe_dtype dtype)
 {
 	if (dtype != RMOE_DTYPE_BF16 || !values)

@@ -64,10 +64,9 @@ void rmoe_layer_free_buffer(void *p, int64_t n, size_t elsize);
 /* Copy between host memory and a registered buffer, waiting for the tasks
  * and transfers that use it (layer_io.c). */
 int rmoe_copy_handle(starpu_data_handle_t h, void *dst, const void *src, size_t bytes, int write);
-/* The same between an application's float32 array of n values and a
- * buffer of elements of elsize bytes (bf16 converted at the edge). */
+/* An application's float32 array of n values into a registered buffer of
+ * elements of elsize bytes (bf16 converted at the edge). */
 int rmoe_write_elements(starpu_data_handle_t h, void *buf, const float *src, int64_t n, size_t elsize);
-int rmoe_read_elements(starpu_data_handle_t h, const void *buf, float *dst, int64_t n, size_t elsize);
 
 /* This rank's part of the finite check (layer_io.c): the given inputs, then
  * (weights) the router, the owned experts and the shared expert. */

@@ -50,26 +50,19 @@ static double sigmoid(double a)
  * `relaymoe run --check` on tens of thousands of tokens. */
 #define LANES 8
 
-/* y += a * x */
-static void axpy(int64_t n, double a, const float *restrict x, double *restrict y)
-{
-	int64_t i = 0;
-	for (; i + LANES <= n; i += LANES)
-		for (int j = 0; j < LANES; j++)
-			y[i + j] += a * x[i + j];
-	for (; i < n; i++)
-		y[i] += a * x[i];
-}
-
-static void axpy_d(int64_t n, double a, const double *restrict x, double *restrict y)
-{
-	int64_t i = 0;
-	for (; i + LANES <= n; i += LANES)
-		for (int j = 0; j < LANES; j++)
-			y[i + j] += a * x[i + j];
-	for (; i < n; i++)
-		y[i] += a * x[i];
-}
+/* y += a * x, for float and for double x */
+#define DEFINE_AXPY(name, T)                                                                  \
+	static void name(int64_t n, double a, const T *restrict x, double *restrict y)         \
+	{                                                                                      \
+		int64_t i = 0;                                                                 \
+		for (; i + LANES <= n; i += LANES)                                             \
+			for (int j = 0; j < LANES; j++)                                        \
+				y[i + j] += a * x[i + j];                                      \
+		for (; i < n; i++)                                                             \
+			y[i] += a * x[i];                                                      \
+	}
+DEFINE_AXPY(axpy, float)
+DEFINE_AXPY(axpy_d, double)
 
 /* y [n] += scale * v [m] M [m, n], i-k-j: four rows of M per pass over y,
  * which quarters the loads and stores of y. */

@@ -262,6 +262,17 @@ static double gib(int64_t b)
 	return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
+/* An empty text in buf, and the layer's cost: 0 when there is no plan to
+ * write. */
+static int text_begin(struct text *t, char *buf, size_t len, const struct rmoe_attn_plan_input *in,
+                      const struct rmoe_attn_plan *p, struct rmoe_attn_layer_cost *c)
+{
+	*t = (struct text){buf, len, 0};
+	if (len)
+		buf[0] = '\0';
+	return p && !rmoe_attn_layer_cost(in, 0, c);
+}
+
 static double mib(int64_t b)
 {
 	return (double)b / (1024.0 * 1024.0);
@@ -270,11 +281,9 @@ static double mib(int64_t b)
 int rmoe_attn_plan_format(const struct rmoe_attn_plan_input *in, const struct rmoe_attn_plan *p,
                           const char *label, char *buf, size_t len)
 {
-	struct text t = {buf, len, 0};
-	if (len)
-		buf[0] = '\0';
+	struct text t;
 	struct rmoe_attn_layer_cost c;
-	if (rmoe_attn_layer_cost(in, 0, &c) || !p)
+	if (!text_begin(&t, buf, len, in, p, &c))
 		return 0;
 	say(&t, "attention recomputation plan%s%s%s: %lld layers, sequence %lld, micro-batch %lld, "
 	    "TP=%lld CP=%lld SP %s EP=%lld, %d-byte activations\n",
@@ -332,11 +341,9 @@ int rmoe_attn_plan_format(const struct rmoe_attn_plan_input *in, const struct rm
 int rmoe_attn_plan_json(const struct rmoe_attn_plan_input *in, const struct rmoe_attn_plan *p,
                         const char *label, char *buf, size_t len)
 {
-	struct text t = {buf, len, 0};
-	if (len)
-		buf[0] = '\0';
+	struct text t;
 	struct rmoe_attn_layer_cost c;
-	if (rmoe_attn_layer_cost(in, 0, &c) || !p)
+	if (!text_begin(&t, buf, len, in, p, &c))
 		return 0;
 	say(&t, "{\"label\": \"%s\", \"layers\": %lld, \"fits\": %s, \"budget_bytes\": %lld, "
 	    "\"peak_full_bytes\": %lld, \"used_bytes\": %lld, \"peak_plan_bytes\": %lld, ",

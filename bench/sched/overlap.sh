@@ -21,17 +21,9 @@ np=${NP:-4}
 app=${RMOE_FXT_APP:-$here/build/relaymoe-fxt/apps/relaymoe}
 out=$here/bench/results
 name=${NAME:-overlap}
-py=/usr/bin/python3
 [ -x "$app" ] || { echo "overlap.sh: no relaymoe with FxT at $app (run .ci/stage-fxt.sh, or set RMOE_FXT_APP)" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export STARPU_HOME=${STARPU_HOME:-$(dirname "$(dirname "$app")")/starpu-home}
-mkdir -p "$STARPU_HOME" "$out"
-repeat=3
-# Passes 0-1 are the warm-up forward and backward.
-counted=2-$((2 * repeat + 1))
-# shellcheck disable=SC2206
-extra=(${RUN_ARGS:-})
+# shellcheck source=common.sh
+. "$here/bench/sched/common.sh"
 rows=$work/rows.csv
 echo "round,mode,traced,fwd_ms,bwd_ms,transfer_ms,hidden_ms,hidden_frac,compute_ms,transfers" >"$rows"
 

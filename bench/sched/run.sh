@@ -24,15 +24,8 @@ if [ -z "$app" ]; then
 fi
 [ -x "$app" ] || { echo "sched/run.sh: no relaymoe at $app" >&2; exit 1; }
 out=$here/bench/results
-py=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export STARPU_HOME=${STARPU_HOME:-$(dirname "$(dirname "$app")")/starpu-home}
-mkdir -p "$STARPU_HOME" "$out"
-repeat=3
-counted=2-$((2 * repeat + 1))
-# shellcheck disable=SC2206
-extra=(${RUN_ARGS:-})
+# shellcheck source=common.sh
+. "$here/bench/sched/common.sh"
 trace=0
 grep -qs '^#define RMOE_STARPU_HAS_FXT 1' "$(dirname "$(dirname "$app")")/generated/rmoe_config.h" && trace=1
 rows=$work/rows.csv

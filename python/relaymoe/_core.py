@@ -383,12 +383,7 @@ class Layer:
 
     def get_expert(self, e):
         """(w_gate, w_up, w_down) of owned expert e."""
-        h = self._handle()
-        e = self._expert_index(e)
-        (sg, _), (su, _), (sd, _) = self._expert_shapes(self.ffn)
-        g, u, d = np.empty(sg, np.float32), np.empty(su, np.float32), np.empty(sd, np.float32)
-        _check(lib().rmoe_layer_get_expert(h, e, _ptr(g), _ptr(u), _ptr(d)))
-        return g, u, d
+        return self._expert_triplet(lib().rmoe_layer_get_expert, e)
 
     def set_shared(self, w_gate, w_up, w_down):
         """The shared expert (shared_ffn = FS): w_gate, w_up [H, FS], w_down [FS, H], the same on every rank."""
@@ -492,11 +487,15 @@ class Layer:
 
     def grad_expert(self, e):
         """(dw_gate, dw_up, dw_down) of owned expert e, complete over all ranks' tokens."""
+        return self._expert_triplet(lib().rmoe_layer_get_grad_expert, e)
+
+    def _expert_triplet(self, fn, e):
+        """Three new arrays (gate, up, down shapes) that fn fills for owned expert e."""
         h = self._handle()
         e = self._expert_index(e)
         (sg, _), (su, _), (sd, _) = self._expert_shapes(self.ffn)
         g, u, d = np.empty(sg, np.float32), np.empty(su, np.float32), np.empty(sd, np.float32)
-        _check(lib().rmoe_layer_get_grad_expert(h, e, _ptr(g), _ptr(u), _ptr(d)))
+        _check(fn(h, e, _ptr(g), _ptr(u), _ptr(d)))
         return g, u, d
 
     def grad_shared(self):

@@ -11,17 +11,14 @@ set -euo pipefail
 src=$1 build=$2 work=$3
 rm -rf "${work:?}/prefix" "${work:?}/example" "${work:?}/bin" "${work:?}/status"
 mkdir -p "$work/bin"
-unavailable() {
-  echo "unavailable: $1" > "$work/status"
-  [ "${RMOE_EMBED_REQUIRE:-0}" = 1 ] && { echo "$1 (RMOE_EMBED_REQUIRE=1)" >&2; exit 1; }
-  echo "fortran setup: $1"
-  exit 0
-}
+fixture=fortran
+# shellcheck source=../install/fixture.sh
+. "$src/tests/install/fixture.sh"
 
 cmake --install "$build" --prefix "$work/prefix" > /dev/null
 [ -n "$(find "$work/prefix" -name relaymoe.mod)" ] ||
-  unavailable "relaymoe was configured without a Fortran compiler (install gfortran, reconfigure, rebuild)"
-command -v mpif90 > /dev/null || unavailable "mpif90 missing (libopenmpi-dev)"
+  fixture_unavailable "relaymoe was configured without a Fortran compiler (install gfortran, reconfigure, rebuild)"
+command -v mpif90 > /dev/null || fixture_unavailable "mpif90 missing (libopenmpi-dev)"
 
 cmake -S "$src/fortran/example" -B "$work/example" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
 cmake --build "$work/example" > /dev/null

@@ -12,19 +12,16 @@ src=$1 build=$2 work=$3
 py=/usr/bin/python3
 rm -rf "${work:?}/prefix" "${work:?}/venv" "${work:?}/package" "${work:?}/status"
 mkdir -p "$work"
-unavailable() {
-  echo "unavailable: $1" > "$work/status"
-  [ "${RMOE_EMBED_REQUIRE:-0}" = 1 ] && { echo "$1 (RMOE_EMBED_REQUIRE=1)" >&2; exit 1; }
-  echo "python setup: $1"
-  exit 0
-}
+fixture=python
+# shellcheck source=../install/fixture.sh
+. "$src/tests/install/fixture.sh"
 
 cmake --install "$build" --prefix "$work/prefix" > /dev/null
-[ -x $py ] || unavailable "$py missing"
+[ -x $py ] || fixture_unavailable "$py missing"
 for module in numpy mpi4py pytest; do
-  $py -c "import $module" 2> /dev/null || unavailable "python3-$module missing"
+  $py -c "import $module" 2> /dev/null || fixture_unavailable "python3-$module missing"
 done
-$py -m venv --system-site-packages "$work/venv" > /dev/null 2>&1 || unavailable "python3-venv missing"
+$py -m venv --system-site-packages "$work/venv" > /dev/null 2>&1 || fixture_unavailable "python3-venv missing"
 cp -r "$src/python" "$work/package"
 "$work/venv/bin/pip" install -q --disable-pip-version-check --no-index --no-build-isolation "$work/package"
 "$work/venv/bin/python" -c "import relaymoe"

@@ -52,6 +52,16 @@ static void check_resident(const struct rmoe_mem_estimate *e)
 	assert_int_equal(e->weights_and_inputs, 208);
 }
 
+/* The tiny layer's estimate for dispatch d, with its resident part checked. */
+static struct rmoe_mem_estimate tiny_estimate(enum rmoe_dispatch d)
+{
+	struct rmoe_mem_config c = tiny();
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(d, &c, &e), 0);
+	check_resident(&e);
+	return e;
+}
+
 /* Ring expert routing, 2 ranks: one weight receive buffer (the other rank's
  * partition, 144 bytes); a hop's 4 rows: gathered x [4*2], workspace
  * [4*3F = 4*9], out [4*2] = 52 floats = 208 bytes. Forward 144 + 208 = 352.
@@ -62,9 +72,7 @@ static void test_memory_model_ring_expert_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_config c = tiny();
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
-	check_resident(&e);
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_RING_EXPERT);
 	assert_int_equal(e.dynamic_forward, 144 + 208);
 	assert_int_equal(e.dynamic_backward, 576 + 256);
 	assert_int_equal(e.peak_forward, 624 + 352);
@@ -91,10 +99,7 @@ static void test_memory_model_ring_expert_by_hand(void **state)
 static void test_memory_model_ring_token_by_hand(void **state)
 {
 	(void)state;
-	struct rmoe_mem_config c = tiny();
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_TOKEN, &c, &e), 0);
-	check_resident(&e);
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_RING_TOKEN);
 	assert_int_equal(e.dynamic_forward, 128 + 32 + 208);
 	assert_int_equal(e.dynamic_backward, 192 + 64 + 256);
 }
@@ -117,10 +122,7 @@ static void test_memory_model_ring_token_by_hand(void **state)
 static void test_memory_model_alltoall_by_hand(void **state)
 {
 	(void)state;
-	struct rmoe_mem_config c = tiny();
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL, &c, &e), 0);
-	check_resident(&e);
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL);
 	assert_int_equal(e.dynamic_forward, 104 * 4);
 	assert_int_equal(e.dynamic_backward, 120 * 4);
 	/* The largest buffer: the experts' workspace, 8 rows of 3F. */
