@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app.h"
 #include "relaymoe/relaymoe.h"
 
 #define MSG 512
@@ -73,14 +74,10 @@ static void expect_all(const char *name, int rc, int code, const char *needle, i
 	}
 }
 
+/* The small layer most cases use. */
 static void layer_config(struct rmoe_layer_config *cfg)
 {
-	rmoe_layer_config_init(cfg);
-	cfg->hidden = 16;
-	cfg->ffn = 8;
-	cfg->experts = 2 * size;
-	cfg->topk = 2;
-	cfg->tokens = 12;
+	rmoe_app_layer_shape(cfg, 16, 8, 2 * size, 2, 12);
 }
 
 /* Seeded values in [-0.5, 0.5), never zeros. */
@@ -313,12 +310,8 @@ static void mode_nomem(rmoe_ctx *ctx)
 			fail("setrlimit(RLIMIT_AS) failed");
 	}
 	struct rmoe_layer_config cfg;
-	layer_config(&cfg);
-	cfg.hidden = 32768;
-	cfg.ffn = 43690; /* 3 x 32768 x 43690 = 4.29e9 elements: just under 2^32 */
-	cfg.experts = size;
-	cfg.topk = 1;
-	cfg.tokens = 1;
+	/* 3 x 32768 x 43690 = 4.29e9 elements: just under 2^32 */
+	rmoe_app_layer_shape(&cfg, 32768, 43690, size, 1, 1);
 	rmoe_layer *layer = NULL;
 	expect_all("layer larger than the rank's memory", rmoe_layer_create(&layer, ctx, &cfg), RMOE_ENOMEM,
 	           "the layer needs at least", 1);
@@ -332,12 +325,7 @@ static void mode_nomem(rmoe_ctx *ctx)
 static void mode_alloc(rmoe_ctx *ctx)
 {
 	struct rmoe_layer_config cfg;
-	layer_config(&cfg);
-	cfg.hidden = 1024;
-	cfg.ffn = 1024;
-	cfg.experts = 4 * size;
-	cfg.topk = 1;
-	cfg.tokens = 64;
+	rmoe_app_layer_shape(&cfg, 1024, 1024, 4 * size, 1, 64);
 	rmoe_layer *layer = NULL;
 	int rc = rmoe_layer_create(&layer, ctx, &cfg);
 	char needle[64];
@@ -355,12 +343,8 @@ static void mode_alloc(rmoe_ctx *ctx)
 static void mode_starved(rmoe_ctx *ctx)
 {
 	struct rmoe_layer_config cfg;
-	layer_config(&cfg);
-	cfg.hidden = 256;
-	cfg.ffn = 16;
-	cfg.experts = 8 * size;
-	cfg.topk = 8;
-	cfg.tokens = 8192; /* x: 8 MiB; a hop's gathered rows: 64 Ki x 256 floats = 64 MiB */
+	/* x: 8 MiB; a hop's gathered rows: 64 Ki x 256 floats = 64 MiB */
+	rmoe_app_layer_shape(&cfg, 256, 16, 8 * size, 8, 8192);
 	cfg.wait_timeout = 5;
 	rmoe_layer *layer = NULL;
 	int rc = rmoe_layer_create(&layer, ctx, &cfg);
@@ -411,11 +395,7 @@ static void *kill_later(void *arg)
 static void mode_kill(rmoe_ctx *ctx, double timeout, double delay)
 {
 	struct rmoe_layer_config cfg;
-	layer_config(&cfg);
-	cfg.hidden = 256;
-	cfg.ffn = 128;
-	cfg.tokens = 512;
-	cfg.experts = 4 * size;
+	rmoe_app_layer_shape(&cfg, 256, 128, 4 * size, 2, 512);
 	cfg.wait_timeout = timeout;
 	rmoe_layer *layer = NULL;
 	int rc = rmoe_layer_create(&layer, ctx, &cfg);
