@@ -166,9 +166,41 @@ static int ctx_mpi(rmoe_ctx *ctx, MPI_Comm comm, int starpu_running)
 	return 0;
 }
 
+/* A policy StarPU does not know is replaced by its default with a warning
+ * only: a scheduler experiment would measure another policy than the one
+ * it names. The configuration's name, else STARPU_SCHED's, must be one of
+ * StarPU's. */
+static int check_policy(const struct rmoe_ctx_config *cfg)
+{
+	const char *name = cfg->sched ? cfg->sched : getenv("STARPU_SCHED");
+	if (!name || !*name)
+		return 0;
+	/* The message names the classic policies and counts the modular ones. */
+	char known[400] = "";
+	size_t used = 0;
+	int modular = 0;
+	for (struct starpu_sched_policy **p = starpu_sched_get_predefined_policies(); p && *p; p++) {
+		const char *pn = (*p)->policy_name;
+		if (!strcmp(pn, name))
+			return 0;
+		if (!strncmp(pn, "modular-", 8)) {
+			modular++;
+			continue;
+		}
+		int n = snprintf(known + used, sizeof(known) - used, "%s%s", used ? ", " : "", pn);
+		if (n > 0 && (size_t)n < sizeof(known) - used)
+			used += (size_t)n;
+	}
+	return rmoe_error(RMOE_EINVAL, "scheduling policy '%s'%s is not one StarPU knows: expected one of %s, or one of "
+	                  "its %d modular-* policies", name, cfg->sched ? "" : " (STARPU_SCHED)", known, modular);
+}
+
 /* StarPU and StarPU-MPI on the context's communicator. */
 static int ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 {
+	int rc = check_policy(cfg);
+	if (rc)
+		return rc;
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
 	if (cfg->ncpus > 0)
