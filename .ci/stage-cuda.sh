@@ -43,7 +43,7 @@ python3 "$here/scripts/check-cuda-arch.py" --cuobjdump "$tools/nvidia/cu13/bin/c
 echo "stage-cuda: sm_90 code checked ($(since))"
 
 # The whole CPU suite on the CUDA build.
-ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-1}"
+ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}"
 echo "stage-cuda: the suite on the CUDA build ($(since))"
 
 # The GPU script itself, on CPU workers, from a bundle as a GPU machine gets it.
