@@ -314,8 +314,14 @@ static void print_outcome(const struct outcome *o, int device)
 	             o->sent / MiB, dev);
 }
 
+/* What the run ran on (this rank's context), for the record of every row. */
+static struct {
+	const char *sched, *starpu;
+	int cpu_workers, cuda_workers;
+} run_info;
+
 static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int nranks,
-                     const struct outcome *o, int n)
+                     const struct outcome *o, int n, const char *io)
 {
 	int rank;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -330,17 +336,18 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,chunk_rows,fwd_ms,bwd_ms,"
 		           "peak_fwd_bytes,peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,"
 		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
-		           "peak_device_fwd_bytes,peak_device_bwd_bytes\n");
+		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
 		        o[i].resident, o[i].rss, o[i].sent, o[i].largest_temp, o[i].skew, o[i].model_fwd,
 		        o[i].model_bwd, cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32",
 		        (long long)(cfg->partitions > 1 && o[i].d != RMOE_DISPATCH_ALLTOALL ? cfg->partitions : 1),
-		        o[i].device_fwd, o[i].device_bwd);
+		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
+		        run_info.starpu, io);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -474,7 +481,7 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 		else
 			rmoe_app_say("wrote inputs and %s outputs to %s/\n", rmoe_dispatch_name(out[0].d), r->dump);
 	}
-	if (exit_code == 0 && r->csv && rmoe_app_agree(write_csv(r->csv, cfg, prob->nranks, out, ndisp)))
+	if (exit_code == 0 && r->csv && rmoe_app_agree(write_csv(r->csv, cfg, prob->nranks, out, ndisp, r->io)))
 		exit_code = 1;
 	return exit_code;
 }
@@ -516,6 +523,9 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	rmoe_ctx *ctx = NULL;
 	if (make_context(&r, &ctx))
 		return 1;
+	run_info.sched = rmoe_ctx_sched_policy(ctx);
+	run_info.starpu = rmoe_starpu_build();
+	rmoe_ctx_workers(ctx, &run_info.cpu_workers, &run_info.cuda_workers);
 	struct rmoe_problem prob;
 	if (rmoe_problem_init(&prob, &cfg, (uint64_t)r.seed, r.load)) {
 		rmoe_problem_free(&prob);
@@ -529,6 +539,9 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	             (long long)cfg.shared_ffn, (long long)r.seed, (long long)r.repeat);
 	if (r.preset && r.scale != 1.0)
 		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
+	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %s, activations on the %s\n",
+	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
+	             cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
 
 	struct rmoe_results res[3];
 	struct outcome out[3];

@@ -1,11 +1,55 @@
-/* Buffers of the _raw calls (rmoe_ctx_alloc, _free, _copy): StarPU's
+/* What a context runs on (policy, workers, StarPU's build), and the buffers of the _raw
+ * calls (rmoe_ctx_alloc, _free, _copy): StarPU's
  * allocator and copy paths, so that a device buffer is counted in the
  * device's memory as the layer's own buffers are, and a copy between the
  * host and the device takes the path StarPU's transfers take. */
+#include <stdio.h>
+#include <string.h>
+
 #include <starpu.h>
 
 #include "rmoe_ctx.h"
 #include "rmoe_scheduler.h"
+
+const char *rmoe_ctx_sched_policy(const rmoe_ctx *ctx)
+{
+	struct starpu_sched_policy *p = ctx ? starpu_sched_ctx_get_sched_policy(0) : NULL;
+	return p ? p->policy_name : NULL;
+}
+
+int rmoe_ctx_workers(const rmoe_ctx *ctx, int *cpu_workers, int *cuda_workers)
+{
+	if (!ctx || !cpu_workers || !cuda_workers)
+		return rmoe_error(RMOE_EINVAL, "rmoe_ctx_workers: no argument may be NULL");
+	*cpu_workers = (int)starpu_cpu_worker_get_count();
+	*cuda_workers = (int)starpu_cuda_worker_get_count();
+	return 0;
+}
+
+const char *rmoe_starpu_build(void)
+{
+	static char build[64];
+	int major, minor, release;
+	starpu_get_version(&major, &minor, &release);
+	snprintf(build, sizeof(build), "%d.%d.%d%s%s%s", major, minor, release,
+#ifdef STARPU_USE_CUDA
+	         " cuda",
+#else
+	         "",
+#endif
+#ifdef STARPU_USE_FXT
+	         " fxt",
+#else
+	         "",
+#endif
+#ifdef STARPU_SIMGRID
+	         " simgrid"
+#else
+	         ""
+#endif
+	);
+	return build;
+}
 
 int rmoe_ctx_device_node(const rmoe_ctx *ctx)
 {

@@ -96,6 +96,14 @@ RMOE_API int rmoe_ctx_destroy(rmoe_ctx *ctx);
 RMOE_API int rmoe_ctx_rank(const rmoe_ctx *ctx);
 RMOE_API int rmoe_ctx_size(const rmoe_ctx *ctx);
 
+/* What a context runs on, for the record of a result: the scheduling
+ * policy StarPU runs (NULL without a context), this rank's StarPU workers
+ * of each kind, and StarPU's version with the features of its build, e.g.
+ * "1.3.10 cuda fxt" (cuda, fxt, simgrid). */
+RMOE_API const char *rmoe_ctx_sched_policy(const rmoe_ctx *ctx);
+RMOE_API int rmoe_ctx_workers(const rmoe_ctx *ctx, int *cpu_workers, int *cuda_workers);
+RMOE_API const char *rmoe_starpu_build(void);
+
 /* The ring order planned for this context: order[i] is the rank at ring
  * position i (rmoe_ctx_size entries). Every rank has the same. */
 RMOE_API int rmoe_ctx_ring_order(const rmoe_ctx *ctx, int *order);
