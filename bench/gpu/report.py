@@ -37,7 +37,9 @@ def load_layer(path):
             key = (impl, int(r["tokens"]), int(r["topk"]))
             dev = max(float(r.get("peak_device_fwd_bytes") or 0), float(r.get("peak_device_bwd_bytes") or 0))
             host = max(float(r["peak_fwd_bytes"]), float(r["peak_bwd_bytes"]))
-            out.setdefault(key, []).append({"ms": float(r["fwd_ms"]) + float(r["bwd_ms"]), "dev": dev,
+            ran_on = (f"StarPU {r.get('starpu', '?')}, policy {r.get('sched', '?')}, {r.get('cpu_workers', '?')} CPU "
+                      f"and {r.get('cuda_workers', '?')} CUDA worker(s), activations on the {r.get('io', '?')}")
+            out.setdefault(key, []).append({"ms": float(r["fwd_ms"]) + float(r["bwd_ms"]), "dev": dev, "ran_on": ran_on,
                                             "host": host, "resident": float(r["resident_bytes"]),
                                             "H": int(r["hidden"]), "F": int(r["ffn"]), "E": int(r["experts"]),
                                             "partitions": int(r.get("partitions") or 1)})
@@ -140,6 +142,9 @@ def main():
         f"Qwen3-30B-A3B layer, bf16, forward+backward, one GPU ({device})"
     out.append(f"## {title}\n")
     out.append(f"gpu checks: {a.checks}; PyTorch peer vs relaymoe (bf16): {a.peer}")
+    ran = sorted({r["ran_on"] for k, rs in layer.items() for r in rs})
+    if ran:
+        out.append("relaymoe: " + "; ".join(ran))
     if square:
         out.append(f"cuBLAS bf16: {square:.0f} TFLOP/s at {rates['square']['m']}^3, "
                    f"{mix:.0f} TFLOP/s over one expert's GEMMs at {rates['expert_mix']['m']} rows")
