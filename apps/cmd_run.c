@@ -140,6 +140,8 @@ struct outcome {
 	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
+	double fb_min, fb_max;          /* forward+backward range over the repetitions, ms */
+	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
 
 /* Routing skew as the memory model takes it, from every rank's top-k
@@ -196,12 +198,19 @@ static double max_over_ranks(double v)
 	return m;
 }
 
-/* Runs one dispatcher: warm-up, then repeat timed forward+backward passes. */
-static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dispatch d, const struct run_opts *r,
-                   struct rmoe_results *res, struct outcome *out)
+/* One dispatcher of a run: its layer and what its passes measured. */
+struct contender {
+	enum rmoe_dispatch d;
+	rmoe_layer *layer;
+	double *fw, *bw;              /* per timed repetition, ms, this rank */
+	struct rmoe_layer_stats st;   /* of the last pass */
+	double peak_f, peak_b, dev_f, dev_b;
+};
+
+static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dispatch d, int64_t repeat,
+                          struct contender *c)
 {
-	const int64_t repeat = r->repeat;
-	const int quiet = r->quiet;
+	*c = (struct contender){.d = d};
 	struct rmoe_layer_config cfg = prob->cfg;
 	cfg.dispatch = d;
 	/* The cap and the partitions shape the rings' hops; the all-to-all
@@ -210,19 +219,121 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		cfg.mem_cap = 0;
 		cfg.partitions = 1;
 	}
-	rmoe_layer *layer = NULL;
-	int rc = rmoe_layer_create(&layer, ctx, &cfg);
+	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
 		return rc;
 	}
 	if (d == RMOE_DISPATCH_AUTO) {
-		d = rmoe_layer_dispatch(layer);
-		rmoe_app_say("dispatch auto: %s (%s)\n", rmoe_dispatch_name(d), rmoe_layer_dispatch_reason(layer));
+		c->d = rmoe_layer_dispatch(c->layer);
+		rmoe_app_say("dispatch auto: %s (%s)\n", rmoe_dispatch_name(c->d), rmoe_layer_dispatch_reason(c->layer));
 	}
-	rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
-	/* --io device: the activations stay on the device (device_io.c), held
-	 * for this dispatcher's passes only, as the layer's buffers are. */
+	c->fw = calloc((size_t)repeat, sizeof(double));
+	c->bw = calloc((size_t)repeat, sizeof(double));
+	rc = rmoe_app_agree(c->fw && c->bw ? 0 : RMOE_ENOMEM);
+	return rc ? rc : rmoe_app_agree(rmoe_problem_apply(prob, c->layer));
+}
+
+/* One forward and backward (it < 0: the warm-up), on the device's
+ * activations when io is set. */
+static int contender_pass(struct contender *c, const struct rmoe_problem *prob, const struct rmoe_device_io *io,
+                          struct rmoe_results *res, int64_t it, int quiet)
+{
+	int rc = io ? rmoe_layer_forward_raw(c->layer, RMOE_MEMORY_DEVICE, io->x, io->y)
+	            : rmoe_layer_forward(c->layer, prob->x, res->y);
+	if (!rc)
+		rc = io ? rmoe_layer_backward_raw(c->layer, RMOE_MEMORY_DEVICE, io->dy, NULL, io->dx)
+		        : rmoe_layer_backward(c->layer, prob->dy, res->dx);
+	if (rc) {
+		rmoe_app_error("%s %s", rmoe_dispatch_name(c->d), rmoe_strerror(rc));
+		return rc;
+	}
+	struct rmoe_layer_stats *st = &c->st;
+	rmoe_layer_get_stats(c->layer, st);
+	if (it >= 0) {
+		c->fw[it] = st->forward_seconds * 1e3;
+		c->bw[it] = st->backward_seconds * 1e3;
+	}
+	c->peak_f = fmax(c->peak_f, (double)st->peak_forward_bytes);
+	c->peak_b = fmax(c->peak_b, (double)st->peak_backward_bytes);
+	c->dev_f = fmax(c->dev_f, (double)st->peak_device_forward_bytes);
+	c->dev_b = fmax(c->dev_b, (double)st->peak_device_backward_bytes);
+	if (!quiet)
+		rmoe_app_say("  %-5s %s: forward %.1f ms, backward %.1f ms\n", rmoe_dispatch_name(c->d),
+		             it < 0 ? "warm-up" : "run", st->forward_seconds * 1e3, st->backward_seconds * 1e3);
+	return 0;
+}
+
+/* The median and range of v[0..n) into m, lo, hi (v is sorted). */
+static void spread(double *v, int64_t n, double *m, double *lo, double *hi)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	*m = v[n / 2];
+	*lo = v[0];
+	*hi = v[n - 1];
+}
+
+/* What one contender measured, into out; first: the run's first
+ * dispatcher (the ring), whose time the ratios divide. */
+static void contender_outcome(struct contender *c, const struct contender *first, const struct rmoe_problem *prob,
+                              const struct rmoe_results *res, int64_t repeat, struct outcome *out)
+{
+	double *fb = calloc((size_t)repeat, sizeof(double)), *ratio = calloc((size_t)repeat, sizeof(double));
+	for (int64_t i = 0; fb && ratio && i < repeat; i++) {
+		/* per repetition, the slowest rank; the ratio within one repetition */
+		fb[i] = max_over_ranks(c->fw[i] + c->bw[i]);
+		ratio[i] = fb[i] / max_over_ranks(first->fw[i] + first->bw[i]);
+	}
+	if (fb && ratio) {
+		double m;
+		spread(fb, repeat, &m, &out->fb_min, &out->fb_max);
+		spread(ratio, repeat, &out->ratio_med, &out->ratio_min, &out->ratio_max);
+	}
+	free(fb);
+	free(ratio);
+	qsort(c->fw, (size_t)repeat, sizeof(double), cmp_double);
+	qsort(c->bw, (size_t)repeat, sizeof(double), cmp_double);
+	out->d = c->d;
+	out->fwd_ms = max_over_ranks(c->fw[repeat / 2]);
+	out->bwd_ms = max_over_ranks(c->bw[repeat / 2]);
+	out->peak_fwd = max_over_ranks(c->peak_f);
+	out->peak_bwd = max_over_ranks(c->peak_b);
+	out->resident = max_over_ranks((double)c->st.resident_bytes);
+	out->rss = max_over_ranks((double)c->st.peak_rss_bytes);
+	out->sent = max_over_ranks((double)(c->st.bytes_sent_forward + c->st.bytes_sent_backward));
+	out->largest_temp = max_over_ranks((double)c->st.largest_temporary_bytes);
+	out->chunk_rows = c->st.chunk_rows;
+	out->device_fwd = max_over_ranks(c->dev_f);
+	out->device_bwd = max_over_ranks(c->dev_b);
+	double skew_ring = 1.0, skew_a2a = 1.0;
+	/* Simulated: no output exists, the routing is the synthetic uniform one
+	 * (skew 1) and no task sampled memory: the peaks are the model's. */
+	if (!RMOE_SIMULATED)
+		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
+	out->skew = c->d == RMOE_DISPATCH_ALLTOALL ? skew_a2a : skew_ring;
+	model_peaks(prob, out);
+	if (RMOE_SIMULATED) {
+		out->peak_fwd = out->model_fwd;
+		out->peak_bwd = out->model_bwd;
+	}
+}
+
+/* Every dispatcher of the run, their repetitions interleaved: repetition
+ * by repetition each dispatcher runs once, the order rotating, so all see
+ * the same machine (a shared machine's load drifts) and none always runs
+ * first. Each keeps its own layer; a pass's peak counts only its own
+ * layer's data above what was allocated when it started, but the process's
+ * RSS and a device's memory hold every dispatcher's layer: measure device
+ * memory one dispatcher per process. */
+static int run_all(rmoe_ctx *ctx, const struct rmoe_problem *prob, const enum rmoe_dispatch *which, int n,
+                   const struct run_opts *r, struct rmoe_results *res, struct outcome *out)
+{
+	struct contender c[3];
+	memset(c, 0, sizeof(c));
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = contender_open(ctx, prob, which[i], r->repeat, &c[i]);
+	/* --io device: the activations stay on the device (device_io.c). */
 	struct rmoe_device_io dio = {0}, *io = NULL;
 	if (!rc && !strcmp(r->io, "device")) {
 		rc = rmoe_device_io_open(ctx, prob, &dio);
@@ -231,72 +342,28 @@ static int run_one(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dis
 		rc = rmoe_app_agree(rc);
 		io = rc ? NULL : &dio;
 	}
-	double *fw = calloc((size_t)repeat, sizeof(double)), *bw = calloc((size_t)repeat, sizeof(double));
-	struct rmoe_layer_stats st = {0};
-	double peak_f = 0, peak_b = 0, dev_f = 0, dev_b = 0;
-	for (int64_t it = -1; it < repeat && !rc; it++) {
-		rc = io ? rmoe_layer_forward_raw(layer, RMOE_MEMORY_DEVICE, io->x, io->y)
-		        : rmoe_layer_forward(layer, prob->x, res->y);
-		if (!rc)
-			rc = io ? rmoe_layer_backward_raw(layer, RMOE_MEMORY_DEVICE, io->dy, NULL, io->dx)
-			        : rmoe_layer_backward(layer, prob->dy, res->dx);
-		if (rc) {
-			rmoe_app_error("%s %s", rmoe_dispatch_name(d), rmoe_strerror(rc));
-			break;
+	for (int64_t it = -1; it < r->repeat && !rc; it++)
+		for (int k = 0; k < n && !rc; k++) {
+			const int i = (int)((k + it + 1) % n);
+			rc = rmoe_app_agree(contender_pass(&c[i], prob, io, &res[i], it, r->quiet));
+			/* the device's y and dx of this dispatcher's last pass */
+			if (!rc && io && it == r->repeat - 1)
+				rc = rmoe_app_agree(rmoe_device_io_read(io, prob, &res[i]));
 		}
-		rmoe_layer_get_stats(layer, &st);
-		if (it >= 0) {
-			fw[it] = st.forward_seconds * 1e3;
-			bw[it] = st.backward_seconds * 1e3;
-		}
-		peak_f = fmax(peak_f, (double)st.peak_forward_bytes);
-		peak_b = fmax(peak_b, (double)st.peak_backward_bytes);
-		dev_f = fmax(dev_f, (double)st.peak_device_forward_bytes);
-		dev_b = fmax(dev_b, (double)st.peak_device_backward_bytes);
-		if (!quiet)
-			rmoe_app_say("  %-5s %s: forward %.1f ms, backward %.1f ms\n", rmoe_dispatch_name(d),
-			             it < 0 ? "warm-up" : "run", st.forward_seconds * 1e3,
-			             st.backward_seconds * 1e3);
-	}
-	rc = rmoe_app_agree(rc);
-	/* Simulated: no output exists to collect or compare, the routing is
-	 * the synthetic uniform one (skew 1) and no task sampled memory, so the
-	 * peaks reported are the memory model's. */
-	const int simulated = RMOE_SIMULATED;
-	if (!rc && io)
-		rc = rmoe_app_agree(rmoe_device_io_read(io, prob, res));
 	if (io)
 		rmoe_device_io_close(io);
-	if (!rc && !simulated)
-		rc = rmoe_app_agree(rmoe_results_collect(res, prob, layer));
-	if (!rc) {
-		qsort(fw, (size_t)repeat, sizeof(double), cmp_double);
-		qsort(bw, (size_t)repeat, sizeof(double), cmp_double);
-		out->d = d;
-		out->fwd_ms = max_over_ranks(fw[repeat / 2]);
-		out->bwd_ms = max_over_ranks(bw[repeat / 2]);
-		out->peak_fwd = max_over_ranks(peak_f);
-		out->peak_bwd = max_over_ranks(peak_b);
-		out->resident = max_over_ranks((double)st.resident_bytes);
-		out->rss = max_over_ranks((double)st.peak_rss_bytes);
-		out->sent = max_over_ranks((double)(st.bytes_sent_forward + st.bytes_sent_backward));
-		out->largest_temp = max_over_ranks((double)st.largest_temporary_bytes);
-		out->chunk_rows = st.chunk_rows;
-		out->device_fwd = max_over_ranks(dev_f);
-		out->device_bwd = max_over_ranks(dev_b);
-		double skew_ring = 1.0, skew_a2a = 1.0;
-		if (!simulated)
-			routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
-		out->skew = d == RMOE_DISPATCH_ALLTOALL ? skew_a2a : skew_ring;
-		model_peaks(prob, out);
-		if (simulated) {
-			out->peak_fwd = out->model_fwd;
-			out->peak_bwd = out->model_bwd;
-		}
+	for (int i = 0; i < n && !rc; i++) {
+		if (!RMOE_SIMULATED)
+			rc = rmoe_app_agree(rmoe_results_collect(&res[i], prob, c[i].layer));
+		if (!rc)
+			contender_outcome(&c[i], &c[0], prob, &res[i], r->repeat, &out[i]);
 	}
-	free(fw);
-	free(bw);
-	rmoe_layer_destroy(layer);
+	for (int i = 0; i < n; i++) {
+		free(c[i].fw);
+		free(c[i].bw);
+		if (c[i].layer)
+			rmoe_layer_destroy(c[i].layer);
+	}
 	return rc;
 }
 
@@ -336,10 +403,11 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,chunk_rows,fwd_ms,bwd_ms,"
 		           "peak_fwd_bytes,peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,"
 		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
-		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io\n");
+		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
+		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
@@ -347,7 +415,7 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        o[i].model_bwd, cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32",
 		        (long long)(cfg->partitions > 1 && o[i].d != RMOE_DISPATCH_ALLTOALL ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
-		        run_info.starpu, io);
+		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -414,10 +482,20 @@ static void print_comparisons(const struct outcome *out, const struct rmoe_resul
 			continue;
 		const struct outcome *ring = &out[i], *a2a = &out[ia];
 		double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
-		rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward time %.2fx\n",
-		             rmoe_dispatch_name(ring->d), pa / pr, (pa - a2a->resident) / (pr - ring->resident),
-		             (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
+		char t[96];
+		/* against the first dispatcher: the ratio of each repetition */
+		if (i == 0)
+			snprintf(t, sizeof(t), "%.2fx [%.2f-%.2f] (median, range of the repetitions)", a2a->ratio_med,
+			         a2a->ratio_min, a2a->ratio_max);
+		else
+			snprintf(t, sizeof(t), "%.2fx (of the medians)",
+			         (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
+		rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward time %s\n",
+		             rmoe_dispatch_name(ring->d), pa / pr, (pa - a2a->resident) / (pr - ring->resident), t);
 	}
+	for (int i = 0; i < ndisp; i++)
+		rmoe_app_say("%-5s forward+backward %.1f ms [%.1f-%.1f] over the interleaved repetitions\n",
+		             rmoe_dispatch_name(out[i].d), out[i].fwd_ms + out[i].bwd_ms, out[i].fb_min, out[i].fb_max);
 	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
 		rmoe_app_say("model %-5s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB (%+.1f%%) "
 		             "against the measured\n",
@@ -459,7 +537,8 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	             out[0].resident / MiB);
 #else
 	rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak = peak "
-	             "above the %.1f MiB resident: weights, gradients, inputs, routing)\n",
+	             "above the %.1f MiB resident: weights, gradients, inputs, routing; peak RSS: the process, which "
+	             "holds every dispatcher's layer)\n",
 	             out[0].resident / MiB);
 #endif
 	print_comparisons(out, res, ndisp, prob);
@@ -547,11 +626,10 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	struct outcome out[3];
 	memset(res, 0, sizeof(res));
 	int rc = 0;
-	for (int i = 0; i < ndisp && !rc; i++) {
+	for (int i = 0; i < ndisp && !rc; i++)
 		rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
-		if (!rc)
-			rc = run_one(ctx, &prob, which[i], &r, &res[i], &out[i]);
-	}
+	if (!rc)
+		rc = run_all(ctx, &prob, which, ndisp, &r, res, out);
 	int exit_code = rc ? 1 : report(&r, &cfg, out, res, ndisp, &prob);
 	for (int i = 0; i < 3; i++)
 		rmoe_results_free(&res[i]);
