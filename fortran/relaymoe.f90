@@ -45,6 +45,7 @@ module relaymoe
   integer(c_int), parameter, public :: RMOE_DISPATCH_ALLTOALL = 0, RMOE_DISPATCH_RING_EXPERT = 1, &
     RMOE_DISPATCH_RING_TOKEN = 2, RMOE_DISPATCH_AUTO = 3
   integer(c_int), parameter, public :: RMOE_DTYPE_F32 = 0, RMOE_DTYPE_BF16 = 1
+  integer(c_int), parameter, public :: RMOE_RING_PLANNED = 0, RMOE_RING_RANK = 1
 
   ! ---- struct mirrors -----------------------------------------------------------
   ! Strings (sched, cluster_file, trace) are set through the optional
@@ -56,6 +57,7 @@ module relaymoe
     integer(c_int) :: verbose
     type(c_ptr) :: cluster_file
     type(c_ptr) :: trace
+    integer(c_int) :: ring_order
   end type
 
   type, bind(c), public :: rmoe_layer_config
