@@ -228,12 +228,12 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	if (rc != RMOE_EPEER) {
 		int frc = rmoe_pass_finish(L, &pass, &hy, 1);
 		if (frc == RMOE_EPEER)
-			return frc;
+			return rmoe_pass_peer_named(L, &pass, frc);
 		starpu_data_unregister(hy);
 		edge_out(L, ybuf, y, !rc);
 	}
 	if (rc)
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	L->have_forward = 1;
 	record(L, &pass, dyn_base, t0);
 	return 0;
@@ -285,7 +285,7 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 	if (rc != RMOE_EPEER) {
 		int frc = rmoe_pass_finish(L, &pass, outs, 4);
 		if (frc == RMOE_EPEER)
-			return frc;
+			return rmoe_pass_peer_named(L, &pass, frc);
 		starpu_data_unregister(hdx);
 		starpu_data_unregister(hdy);
 		if (hdp)
@@ -294,7 +294,7 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 		edge_out(L, dybuf, (float *)dy, 0);
 	}
 	if (rc)
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	record(L, &pass, dyn_base, t0);
 	return 0;
 }

@@ -114,6 +114,24 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	return 0;
 }
 
+int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc)
+{
+	if (rc != RMOE_EPEER || L->dispatch == RMOE_DISPATCH_ALLTOALL || L->N < 2)
+		return rc;
+	/* A ring hop waits for one rank only: the left neighbour, the sender
+	 * of every relay this rank receives. When data stops, it is that rank
+	 * or a rank before it on the ring that was lost. */
+	char why[512];
+	snprintf(why, sizeof(why), "%s", rmoe_strerror(rc));
+	const struct rmoe_topology *t = &L->ctx->topo;
+	const char *left_host = rmoe_topology_host(t, L->left), *my_host = rmoe_topology_host(t, L->ctx->rank);
+	return rmoe_error(RMOE_EPEER,
+	                  "ring %s stalled waiting for rank %d on host %s (node %d), the left neighbour whose relay "
+	                  "this rank (%d on %s) receives: %s",
+	                  pass->backward ? "backward" : "forward", L->left, left_host ? left_host : "?",
+	                  t->node[L->left], L->ctx->rank, my_host ? my_host : "?", why);
+}
+
 /* ---- chunks ----------------------------------------------------------------------- */
 
 int64_t rmoe_partition_chunks(const struct rmoe_layer *L, const int64_t *offsets, int p, int64_t max_rows,

@@ -57,6 +57,11 @@ int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h);
  * transfers; then releases the pass's anchors and held buffers. */
 int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs, int nouts);
 
+/* rc, and when it is RMOE_EPEER in a ring pass, the message says which peer
+ * the rank was waiting for: its left neighbour on the ring (rank and host),
+ * whose relay feeds every hop. */
+int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc);
+
 /* ---- chunks of a partition's pairs ------------------------------------------------- */
 
 /* Pairs routed to the experts [e0, e0+ne): their slice of a pair order with
