@@ -201,7 +201,7 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 	double t0;
 	struct rmoe_pass pass = {0};
 	if ((rc = pass_begin(L, &pass, rc, "the forward's checks", &t0)))
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	/* §3.3: the forward keeps x (a copy: the caller may reuse its buffer)
 	 * and the routing; nothing else survives to the backward. */
 	if ((rc = rmoe_write_elements(L->h_x, L->x_saved, x, L->T * L->H, L->act)))
@@ -259,7 +259,7 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 	double t0;
 	struct rmoe_pass pass = {.backward = 1};
 	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	void *dxbuf = edge_in(L, dx, 0), *dybuf = edge_in(L, (float *)dy, 1);
 	if (!dxbuf || !dybuf) {
 		edge_out(L, dxbuf, dx, 0);
