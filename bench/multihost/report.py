@@ -1,9 +1,8 @@
 #!/usr/bin/python3
 """The report of bench/multihost/run.sh: Markdown on stdout, a PNG beside it.
 
-    report.py --rows ROWS.csv --plan-planned P.json --plan-rank R.json
-              --plan-text P.txt --plan-text-rank R.txt --cluster FILE
-              --rate RATE [--delay D] --command CMD --load L --minutes M --png OUT.png
+    report.py --rows ROWS.csv --plan-planned P.json --plan-rank R.json --cluster FILE
+              --rate RATE [--delay D] --command CMD --load L --minutes M --png OUT.png [--md OUT.md]
 
 Measured: per order the median, min and max over rounds of the ring's
 forward + backward time (each run's relaymoe medians of 3, max over ranks);
@@ -39,10 +38,10 @@ def plan_total(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    for k in ("rows", "plan-planned", "plan-rank", "plan-text", "plan-text-rank", "cluster", "rate", "command",
-              "load", "minutes", "png"):
+    for k in ("rows", "plan-planned", "plan-rank", "cluster", "rate", "command", "load", "minutes", "png"):
         ap.add_argument("--" + k, required=True)
     ap.add_argument("--delay", default="")
+    ap.add_argument("--md", help="write the Markdown here instead of stdout")
     a = ap.parse_args()
 
     rows = load(a.rows)
@@ -159,16 +158,22 @@ def main():
     o.append("")
     o.append("## Reading")
     o.append("")
-    o.extend(reading(measured, predicted, off, stat, ptot, rtot, cal_med, hop, hop_r))
+    o.extend(reading(measured, predicted, off, stat, ptot, rtot, cal, hop, hop_r))
     o.append("")
     o.append("Files: `multihost.csv` (one row per run: phase, round, order, forward, backward, total ms), "
-             "`multihost.cluster` (the file given to relaymoe plan), `multihost.png` (left: each order's "
+             "`multihost.cluster` (the file given to relaymoe plan), `multihost-plan-planned.json` and "
+             "`multihost-plan-rank.json` (its plans), `multihost.png` (left: each order's "
              "median with its min-max and the plan's estimate; right: the ratio per round against the "
              "prediction and its 25% band).")
-    print("\n".join(o))
+    text = "\n".join(o) + "\n"
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(text)
+    else:
+        print(text, end="")
 
 
-def reading(measured, predicted, off, stat, ptot, rtot, cal_med, hop, hop_r):
+def reading(measured, predicted, off, stat, ptot, rtot, cal, hop, hop_r):
     out = []
     p, r = stat["planned"], stat["rank"]
     out.append(f"The planned order is faster: {p['med']:.0f} ms against {r['med']:.0f} ms for a forward and "
@@ -182,6 +187,12 @@ def reading(measured, predicted, off, stat, ptot, rtot, cal_med, hop, hop_r):
                f"estimates {ptot:.0f} ms for the planned order, measured {p['med']:.0f} ms "
                f"({(p['med'] / ptot - 1) * 100:+.0f}%); rank order {rtot:.0f} against {r['med']:.0f} ms "
                f"({(r['med'] / rtot - 1) * 100:+.0f}%).")
+    ep, er = p["med"] / ptot - 1, r["med"] / rtot - 1
+    out.append("")
+    out.append(f"Both estimates are short by about the same fraction ({ep * 100:+.0f}% and {er * 100:+.0f}%), "
+               "which the ratio cancels; that fraction is what the calibration's noise moves (its runs took "
+               f"{min(cal):.0f}-{max(cal):.0f} ms on the shared machine), so the absolute estimates are worth less "
+               "than the ratio.")
     out.append("")
     if abs(off) <= 0.25:
         out.append(f"The measured ratio, {measured:.2f}x, is within 25% of the predicted {predicted:.2f}x "

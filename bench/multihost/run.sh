@@ -19,7 +19,8 @@
 #     the calibrated rate), once per order: the ratio of its ring-pass
 #     times (forward + backward).
 # Writes bench/results/multihost.csv (one row per run), multihost.cluster
-# (the file given to relaymoe plan), multihost.md and multihost.png.
+# (the file given to relaymoe plan), multihost-plan-planned.json and
+# multihost-plan-rank.json (its plans), multihost.md and multihost.png.
 #   bench/multihost/run.sh [ROUNDS]          (default 8; about 6 minutes)
 #   RATE      fabric link per host and direction (default 1gbit)
 #   DELAY     added one-way delay (needs the kernel's netem; default none)
@@ -136,16 +137,13 @@ print(f"cluster file {path}: {tflops:.6g} TFLOP/s from {cal_ms:.1f} ms, network 
 EOF
 for o in planned rank; do
   "$RMOE_CLUSTER_MPIRUN" --map-by node "$app" plan "${layer[@]}" --dtype f32 --cluster "$cluster" \
-    --ring-order "$o" --json >"$work/plan-$o.json"
-  "$RMOE_CLUSTER_MPIRUN" --map-by node "$app" plan "${layer[@]}" --dtype f32 --cluster "$cluster" \
-    --ring-order "$o" >"$work/plan-$o.txt"
+    --ring-order "$o" --json >"$out/multihost-plan-$o.json"
 done
 
 cp "$rows" "$out/multihost.csv"
-"$py" "$here/bench/multihost/report.py" --rows "$out/multihost.csv" --plan-planned "$work/plan-planned.json" \
-  --plan-rank "$work/plan-rank.json" --plan-text "$work/plan-planned.txt" --plan-text-rank "$work/plan-rank.txt" \
-  --cluster "$cluster" --rate "$rate" --delay "$delay" --command "${BENCH_COMMAND:-bench/multihost/run.sh}" \
-  --load "$load_before" --minutes "$(( ($(date +%s) - started + 59) / 60 ))" \
-  --png "$out/multihost.png" >"$out/multihost.md"
-echo "wrote $out/multihost.csv, multihost.cluster, multihost.md, multihost.png"
+"$py" "$here/bench/multihost/report.py" --rows "$out/multihost.csv" --plan-planned "$out/multihost-plan-planned.json" \
+  --plan-rank "$out/multihost-plan-rank.json" --cluster "$cluster" --rate "$rate" --delay "$delay" \
+  --command "${BENCH_COMMAND:-bench/multihost/run.sh}" --load "$load_before" \
+  --minutes "$(( ($(date +%s) - started + 59) / 60 ))" --png "$out/multihost.png" --md "$out/multihost.md"
+echo "wrote $out/multihost.csv, multihost.cluster, multihost-plan-*.json, multihost.md, multihost.png"
 sed -n '/^| /p' "$out/multihost.md"
