@@ -23,6 +23,7 @@ struct plan_opts {
 	int attention;
 	double scale;
 	const char *preset, *cluster, *dtype;
+	const char *ring_order;    /* planned | rank */
 	int json;
 	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_seq, g_mb, g_sp, g_cp, g_ranks;
 };
@@ -75,10 +76,11 @@ static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
 		{"model-state", RMOE_OPT_SIZE, &r->model_state, 1, 9e18, "BYTES", "parameters, gradients and optimizer per device", NULL},
 		{"dp", RMOE_OPT_INT, &r->dp, 1, 1e6, "DP", "data parallelism sharding the optimizer (1)", NULL},
 		{"json", RMOE_OPT_FLAG, &r->json, 0, 0, NULL, "print the plan as JSON", NULL},
+		{"ring-order", RMOE_OPT_STRING, &r->ring_order, 0, 0, "planned|rank", "the ring to cost: planned (default) or rank order", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 26
+#define NOPTS 27
 
 /* The layer and its routing problem from the options; 0 or RMOE_EINVAL with
  * msg. */
@@ -230,6 +232,19 @@ static struct cap_cost cap_cost(const struct plan_view *v)
 	return c;
 }
 
+/* A ring pass of expert routing from the per-hop costs, with transfers
+ * overlapping compute (§3.1): the first hop computes the local partition,
+ * each of the other N - 1 takes the longer of its transfer and its compute;
+ * backward, each finished gradient then goes back to its owner (half a
+ * backward hop's bytes, over the same slowest edge). */
+static double expert_pass_ms(const struct rmoe_hop_cost *c, int64_t n, int backward)
+{
+	double s = c->compute_s + (double)(n - 1) * fmax(c->transfer_s, c->compute_s);
+	if (backward && n > 1)
+		s += c->transfer_s / 2;
+	return s * 1e3;
+}
+
 static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
 {
 	return plan->routing.mode == RMOE_DISPATCH_RING_TOKEN ? plan->routing.token : plan->routing.expert;
@@ -324,7 +339,9 @@ static void print_text(struct text *o, const struct plan_view *v)
 	if (!t->gpu_link_known)
 		put(o, "GPU-GPU link: NVLink could not be detected; PCIe assumed\n");
 
-	put(o, "\nring order (%d node crossing(s)", plan->node_crossings);
+	int shared = 0;
+	put(o, "\nring order (%s%d node crossing(s)", v->opts->ring_order[0] == 'r' ? "rank order, as asked; " : "",
+	    plan->node_crossings);
 	if (t->nnodes > 1)
 		put(o, "; a ring over %d nodes needs at least %d", t->nnodes, t->nnodes);
 	put(o, "):\n  %4s %6s %5s %7s    %6s  %-12s %9s %11s\n", "pos", "rank", "node", "device", "next",
@@ -336,9 +353,14 @@ static void print_text(struct text *o, const struct plan_view *v)
 			snprintf(dev, sizeof(dev), "%d", t->device[e->from]);
 		else
 			snprintf(dev, sizeof(dev), "host");
-		put(o, "  %4d %6d %5d %7s -> %6d  %-12s %9.1f %11.1f\n", i, e->from, t->node[e->from], dev, e->to,
+		put(o, "  %4d %6d %5d %7s -> %6d  %-12s %9.3g %11.1f\n", i, e->from, t->node[e->from], dev, e->to,
 		    rmoe_link_name(e->link), e->bandwidth_gbs, e->latency_us);
+		shared = e->sharing > shared ? e->sharing : shared;
 	}
+	if (t->nics_per_node > 0)
+		put(o, "  (nics_per_node = %d: the ring edges leaving or entering a node share its network adapters; "
+		       "here up to %d edge(s) share one, and GB/s is an edge's share)\n",
+		    t->nics_per_node, shared);
 
 	put(o, "\nper hop: %.0f expected token-expert pairs (uniform routing), %lld hop(s) with a transfer;\n"
 	       "transfer over the slowest edge, compute at the device rate:\n",
@@ -355,6 +377,9 @@ static void print_text(struct text *o, const struct plan_view *v)
 		}
 	put(o, "  (Table 2: E/EP x W per hop for experts, T x (H + M) for tokens, M = K x 8 bytes of\n"
 	       "  routing; the token ring here also carries the output accumulator, and dx, dg backward)\n");
+	put(o, "ring pass, expert routing: forward %.3f ms, backward %.3f ms (compute + (N-1) x max(transfer, "
+	       "compute), backward + the gradients' return)\n",
+	    expert_pass_ms(&rc->expert[0], p->ep, 0), expert_pass_ms(&rc->expert[1], p->ep, 1));
 
 	const struct rmoe_hop_cost *c = chosen(plan);
 	put(o, "\nchoice: %s routing\n  %s\n", mode_name(rc->mode), rc->reason);
@@ -457,13 +482,15 @@ static void print_json(struct text *o, const struct plan_view *v)
 	put(o, "  \"ring\": {\"order\": [");
 	for (int i = 0; i < plan->nranks; i++)
 		put(o, "%s%d", i ? ", " : "", plan->order[i]);
-	put(o, "], \"node_crossings\": %d, \"edges\": [\n", plan->node_crossings);
+	put(o, "], \"ring_order\": \"%s\", \"nics_per_node\": %d, \"node_crossings\": %d, \"edges\": [\n",
+	    v->opts->ring_order[0] == 'r' ? "rank" : "planned", t->nics_per_node, plan->node_crossings);
 	for (int i = 0; i < plan->nranks; i++) {
 		const struct rmoe_ring_edge *e = &plan->edges[i];
 		put(o, "    {\"position\": %d, \"from\": %d, \"to\": %d, \"from_node\": %d, \"to_node\": %d, "
-		       "\"from_device\": %d, \"link\": \"%s\", \"bandwidth_gbs\": %.6g, \"latency_us\": %.6g}%s\n",
+		       "\"from_device\": %d, \"link\": \"%s\", \"bandwidth_gbs\": %.6g, \"latency_us\": %.6g, "
+		       "\"sharing\": %d}%s\n",
 		    i, e->from, e->to, t->node[e->from], t->node[e->to], t->device[e->from], rmoe_link_name(e->link),
-		    e->bandwidth_gbs, e->latency_us, i + 1 < plan->nranks ? "," : "");
+		    e->bandwidth_gbs, e->latency_us, e->sharing, i + 1 < plan->nranks ? "," : "");
 	}
 	put(o, "  ]},\n  \"hops\": {\"pairs_per_hop\": %.6g, \"transfer_hops\": %lld,\n", rc->pairs_per_hop,
 	    (long long)(p->ep - 1));
@@ -475,8 +502,10 @@ static void print_json(struct text *o, const struct plan_view *v)
 		put_hop_json(o, &c[1]);
 		put(o, "}%s\n", m ? "" : ",");
 	}
+	put(o, "  },\n  \"pass_ms\": {\"expert\": {\"forward\": %.6g, \"backward\": %.6g}},\n",
+	    expert_pass_ms(&rc->expert[0], p->ep, 0), expert_pass_ms(&rc->expert[1], p->ep, 1));
 	const struct rmoe_hop_cost *c = chosen(plan);
-	put(o, "  },\n  \"choice\": {\"mode\": \"%s\", \"crossover_tokens\": %lld, \"reason\": ", mode_name(rc->mode),
+	put(o, "  \"choice\": {\"mode\": \"%s\", \"crossover_tokens\": %lld, \"reason\": ", mode_name(rc->mode),
 	    (long long)rc->crossover_tokens);
 	put_json_string(o, rc->reason);
 	put(o, "},\n  \"overlap\": {\"forward_hidden_fraction\": %.6g, \"backward_hidden_fraction\": %.6g},\n",
@@ -560,7 +589,8 @@ static void say_error(const char *msg)
 
 int rmoe_cmd_plan(int argc, char **argv, int first)
 {
-	struct plan_opts r = {.scale = 1.0, .micro_batch = 1, .sp = 1, .cp = 1, .etp = 1, .dtype = "bf16"};
+	struct plan_opts r = {.scale = 1.0, .micro_batch = 1, .sp = 1, .cp = 1, .etp = 1, .dtype = "bf16",
+	                      .ring_order = "planned"};
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];
@@ -574,6 +604,10 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	struct rmoe_layer_config cfg;
 	if (!prc)
 		prc = make_problem(&r, nranks, &cfg, &prob, msg, sizeof(msg));
+	if (!prc && strcmp(r.ring_order, "planned") && strcmp(r.ring_order, "rank")) {
+		snprintf(msg, sizeof(msg), "--ring-order '%s': expected planned or rank", r.ring_order);
+		prc = RMOE_EINVAL;
+	}
 	if (prc) {
 		say_error(msg);
 		return 2;
@@ -600,7 +634,8 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	}
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));
-	struct rmoe_plan_request req = {.layer = &cfg, .etp = r.etp, .budget = r.budget};
+	struct rmoe_plan_request req = {.layer = &cfg, .etp = r.etp, .budget = r.budget,
+	                                .rank_order = !strcmp(r.ring_order, "rank")};
 	if (!rc)
 		rc = rmoe_plan_make(&req, &topo, &plan);
 	int code = 0;

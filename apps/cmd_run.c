@@ -28,6 +28,7 @@ struct run_opts {
 	double scale;
 	const char *preset, *dispatch, *load, *dump, *csv, *dtype, *io;
 	const char *trace, *sched;      /* traces and scheduler experiments */
+	const char *ring_order;         /* planned | rank */
 	int no_prio;
 	int check, no_norm_topk, no_overlap, quiet;
 	int check_finite;
@@ -88,10 +89,11 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "f32|bf16", "element type of weights, activations, transfers (f32)", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes (host)", NULL},
+		{"ring-order", RMOE_OPT_STRING, &r->ring_order, 0, 0, "planned|rank", "the ring: planned from the topology (default) or rank order", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 28
+#define NOPTS 29
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -445,6 +447,7 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	struct rmoe_ctx_config ccfg;
 	rmoe_ctx_config_init(&ccfg);
 	ccfg.trace = r->trace;
+	ccfg.ring_order = strcmp(r->ring_order, "rank") ? RMOE_RING_PLANNED : RMOE_RING_RANK;
 	if (r->sched) {
 		/* STARPU_SCHED would win over the configuration's policy. */
 		setenv("STARPU_SCHED", r->sched, 1);
@@ -464,8 +467,18 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 		if (*ctx)
 			rmoe_ctx_destroy(*ctx);
 		*ctx = NULL;
+		return rc;
 	}
-	return rc;
+	/* The order every ring of the run uses, to set beside relaymoe plan's. */
+	int n = rmoe_ctx_size(*ctx), *order = malloc(sizeof(int) * (size_t)n);
+	if (order && rmoe_ctx_ring_order(*ctx, order) == 0) {
+		rmoe_app_say("ring order (%s):", r->ring_order);
+		for (int i = 0; i < n; i++)
+			rmoe_app_say(" %d", order[i]);
+		rmoe_app_say("\n");
+	}
+	free(order);
+	return 0;
 }
 
 /* The comparison printed after the table: a2a over each ring mode, the
@@ -568,7 +581,7 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 int rmoe_cmd_run(int argc, char **argv, int first)
 {
 	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both", .dtype = "f32", .partitions = 1,
-	                     .io = "host"};
+	                     .io = "host", .ring_order = "planned"};
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
 	char msg[1024];
@@ -582,6 +595,10 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
 	if (!prc && !(ndisp = parse_dispatch(r.dispatch, which, msg, sizeof(msg))))
 		prc = RMOE_EINVAL;
+	if (!prc && strcmp(r.ring_order, "planned") && strcmp(r.ring_order, "rank")) {
+		snprintf(msg, sizeof(msg), "--ring-order '%s': expected planned or rank", r.ring_order);
+		prc = RMOE_EINVAL;
+	}
 #ifdef RMOE_SIMGRID
 	if (!prc && (r.check || r.load || r.dump || r.trace)) {
 		snprintf(msg, sizeof(msg), "--check, --load, --dump and --trace need real kernels: this is the "

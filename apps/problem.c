@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "app.h"
 #include "npy.h"
@@ -30,10 +31,18 @@ int rmoe_app_options(const struct rmoe_opt *opts, int nopts, int argc, char **ar
 int rmoe_app_agree(int rc)
 {
 	/* A peer is gone (the layer's wait timeout expired): a collective would
-	 * wait for it forever, so the program ends the job here. */
+	 * wait for it forever, and the context can no longer be shut down, so
+	 * the process ends here, without MPI_Abort: that has Open MPI kill
+	 * every rank at once, before the others can say which peer they were
+	 * waiting for. The ranks stalled in one pass time out within about a
+	 * pass of each other; a second's grace lets them all report before the
+	 * first to end has mpirun (by default) end the others. Nothing was
+	 * written yet: --dump and --csv come after the passes. */
 	if (rc == RMOE_EPEER) {
-		rmoe_app_error("%s; ending the job", rmoe_strerror(rc));
-		MPI_Abort(MPI_COMM_WORLD, 1);
+		rmoe_app_error("%s; ending this process", rmoe_strerror(rc));
+		fflush(NULL);
+		sleep(1);
+		_exit(3);
 	}
 	int worst = rc;
 	MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

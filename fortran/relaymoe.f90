@@ -46,6 +46,7 @@ module relaymoe
     RMOE_DISPATCH_RING_TOKEN = 2, RMOE_DISPATCH_AUTO = 3
   integer(c_int), parameter, public :: RMOE_DTYPE_F32 = 0, RMOE_DTYPE_BF16 = 1
   integer(c_int), parameter, public :: RMOE_MEMORY_HOST = 0, RMOE_MEMORY_DEVICE = 1
+  integer(c_int), parameter, public :: RMOE_RING_PLANNED = 0, RMOE_RING_RANK = 1
 
   ! ---- struct mirrors -----------------------------------------------------------
   ! Strings (sched, cluster_file, trace) are set through the optional
@@ -57,6 +58,7 @@ module relaymoe
     integer(c_int) :: verbose
     type(c_ptr) :: cluster_file
     type(c_ptr) :: trace
+    integer(c_int) :: ring_order
   end type
 
   type, bind(c), public :: rmoe_layer_config

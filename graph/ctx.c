@@ -70,6 +70,12 @@ static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	struct rmoe_cluster cluster;
 	memset(&cluster, 0, sizeof(cluster));
 	int rc = cfg->cluster_file ? rmoe_cluster_load(cfg->cluster_file, &cluster) : 0;
+	if (!rc && cfg->ring_order != RMOE_RING_PLANNED && cfg->ring_order != RMOE_RING_RANK)
+		rc = rmoe_error(RMOE_EINVAL, "ctx ring_order = %d: expected RMOE_RING_PLANNED (0) or RMOE_RING_RANK (1)",
+		                cfg->ring_order);
+	/* Every layer plans on the context's topology with the same request
+	 * (layer.c), so its ring is this one. */
+	ctx->ring_rank_order = cfg->ring_order == RMOE_RING_RANK;
 	/* Discovery is collective: all ranks enter it, or none. */
 	if ((rc = rmoe_agree(ctx->comm, rc, "to read the cluster description"))) {
 		rmoe_cluster_free(&cluster);
@@ -79,7 +85,7 @@ static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	rmoe_cluster_free(&cluster);
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));
-	struct rmoe_plan_request ring_only = {0};
+	struct rmoe_plan_request ring_only = {.rank_order = ctx->ring_rank_order};
 	if (!rc)
 		rc = rmoe_plan_make(&ring_only, &ctx->topo, &plan);
 	if (!rc) {
@@ -88,7 +94,8 @@ static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	}
 	rmoe_plan_free(&plan);
 	if (!rc && ctx->verbose && ctx->rank == 0) {
-		fprintf(stderr, "relaymoe: ring over %d node(s) (%s):", ctx->topo.nnodes, ctx->topo.placement);
+		fprintf(stderr, "relaymoe: %s ring over %d node(s) (%s):", ctx->ring_rank_order ? "rank-order" : "planned",
+		        ctx->topo.nnodes, ctx->topo.placement);
 		for (int i = 0; i < ctx->size; i++)
 			fprintf(stderr, " %d", ctx->ring[i]);
 		fprintf(stderr, "\n");
@@ -105,7 +112,7 @@ static int plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 		return same;
 	if (!same)
 		return rmoe_error(RMOE_EMISMATCH, "the ranks planned different ring orders: give every rank the same "
-		                                  "cluster description");
+		                                  "cluster description and ring_order");
 	return 0;
 }
 

@@ -254,7 +254,7 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	double t0;
 	struct rmoe_pass pass = {0};
 	if ((rc = pass_begin(L, &pass, rc, "the forward's checks", &t0)))
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	if ((rc = keep_x(L, raw, x, node)))
 		return rc;
 	struct edge ey;
@@ -277,12 +277,12 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	if (rc != RMOE_EPEER && ey.h) {
 		int frc = rmoe_pass_finish(L, &pass, &ey.h, 1);
 		if (frc == RMOE_EPEER)
-			return frc;
+			return rmoe_pass_peer_named(L, &pass, frc);
 	}
 	if (rc != RMOE_EPEER)
 		edge_close(&ey, !rc);
 	if (rc)
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	L->have_forward = 1;
 	record(L, &pass, dyn_base, t0);
 	return 0;
@@ -325,7 +325,7 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 	double t0;
 	struct rmoe_pass pass = {.backward = 1};
 	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	struct edge edx = {0}, edy = {0}, edp = {0};
 	int64_t dyn_base = measure_start();
 	rc = edge_open(&pass, &edx, raw ? NULL : dx, raw ? dx : NULL, node, L->T * L->H, L->act, 0);
@@ -348,13 +348,13 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 	if (rc != RMOE_EPEER) {
 		int frc = rmoe_pass_finish(L, &pass, outs, 4);
 		if (frc == RMOE_EPEER)
-			return frc;
+			return rmoe_pass_peer_named(L, &pass, frc);
 		edge_close(&edx, !rc);
 		edge_close(&edy, 0);
 		edge_close(&edp, 0);
 	}
 	if (rc)
-		return rc;
+		return rmoe_pass_peer_named(L, &pass, rc);
 	record(L, &pass, dyn_base, t0);
 	return 0;
 }

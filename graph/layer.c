@@ -179,7 +179,7 @@ static int plan_layer(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, struct
 		free(devices);
 		return rc;
 	}
-	struct rmoe_plan_request req = {.layer = cfg, .devices = devices};
+	struct rmoe_plan_request req = {.layer = cfg, .devices = devices, .rank_order = ctx->ring_rank_order};
 	rc = rmoe_agree_first(ctx->comm, rmoe_plan_make(&req, &ctx->topo, plan), "planning the layer");
 	free(devices);
 	if (rc)

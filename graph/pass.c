@@ -143,6 +143,44 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	return 0;
 }
 
+int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc)
+{
+	if (rc != RMOE_EPEER || L->N < 2)
+		return rc;
+	char why[512];
+	snprintf(why, sizeof(why), "%s", rmoe_strerror(rc));
+	const struct rmoe_topology *t = &L->ctx->topo;
+	const char *my_host = rmoe_topology_host(t, L->ctx->rank);
+	int missing[4], m = rmoe_wait_missing(missing, 4);
+	if (m == 0)
+		return rc;   /* a vote that every rank reached: its message says so */
+	if (m > 0) {
+		/* A vote of all ranks: the ranks that never reached it, lost or
+		 * stuck in the pass before, with their hosts. */
+		char who[256] = "";
+		size_t used = 0;
+		for (int i = 0; i < m && i < 4 && used < sizeof(who); i++) {
+			const char *h = rmoe_topology_host(t, missing[i]);
+			used += (size_t)snprintf(who + used, sizeof(who) - used, "%srank %d on host %s", i ? ", " : "",
+			                         missing[i], h ? h : "?");
+		}
+		return rmoe_error(RMOE_EPEER, "%s vote stalled waiting for %s%s, this rank (%d on %s): %s",
+		                  pass->backward ? "backward" : "forward", who, m > 4 ? ", ..." : "", L->ctx->rank,
+		                  my_host ? my_host : "?", why);
+	}
+	if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
+		return rc;
+	/* A ring hop waits for one rank only: the left neighbour, the sender
+	 * of every relay this rank receives. When data stops, it is that rank
+	 * or a rank before it on the ring that was lost. */
+	const char *left_host = rmoe_topology_host(t, L->left);
+	return rmoe_error(RMOE_EPEER,
+	                  "%s pass stalled waiting for rank %d on host %s (node %d), the left neighbour whose relay "
+	                  "this rank (%d on %s) receives: %s",
+	                  pass->backward ? "backward" : "forward", L->left, left_host ? left_host : "?",
+	                  t->node[L->left], L->ctx->rank, my_host ? my_host : "?", why);
+}
+
 /* ---- chunks ----------------------------------------------------------------------- */
 
 /* The chunks of the pairs [first, first + total): at most max_rows rows

@@ -64,6 +64,12 @@ int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h);
  * transfers; then releases the pass's anchors and held buffers. */
 int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs, int nouts);
 
+/* rc, and when it is RMOE_EPEER the message says which peers the rank was
+ * waiting for, with their hosts: in the vote that starts a pass, the ranks
+ * that never reached it; in a ring pass, its left neighbour on the ring,
+ * whose relay feeds every hop. */
+int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc);
+
 /* ---- chunks of a partition's pairs ------------------------------------------------- */
 
 /* Pairs routed to the experts [e0, e0+ne): their slice of a pair order with

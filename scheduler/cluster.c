@@ -61,7 +61,7 @@ void rmoe_cluster_free(struct rmoe_cluster *c)
 enum section { SEC_TOP, SEC_DEVICE, SEC_LINK, SEC_PLACEMENT };
 
 enum key {
-	K_NAME, K_NODES, K_DEVICES, K_RANKS, K_GPU_LINK,
+	K_NAME, K_NODES, K_DEVICES, K_RANKS, K_GPU_LINK, K_NICS,
 	K_BF16, K_F32, K_MEMORY,
 	K_RANK_NODES, K_RANK_DEVICES,
 	K_BANDWIDTH, K_LATENCY,   /* per link: seen[] index K_BANDWIDTH + 2 * link */
@@ -77,6 +77,7 @@ static const struct {
 	[K_DEVICES] = {SEC_TOP, "devices_per_node"},
 	[K_RANKS] = {SEC_TOP, "ranks_per_node"},
 	[K_GPU_LINK] = {SEC_TOP, "gpu_link"},
+	[K_NICS] = {SEC_TOP, "nics_per_node"},
 	[K_BF16] = {SEC_DEVICE, "bf16_tflops"},
 	[K_F32] = {SEC_DEVICE, "f32_tflops"},
 	[K_MEMORY] = {SEC_DEVICE, "memory"},
@@ -322,6 +323,11 @@ static int set_value(struct parser *ps, enum key k, const char *v, size_t n)
 		else
 			return fail(ps, "gpu_link", v, n, "nvlink or pcie");
 		return 0;
+	case K_NICS:
+		if (parse_int(v, n, 1, RMOE_CLUSTER_MAX_PER_NODE, &x))
+			return fail(ps, "nics_per_node", v, n, "an integer from 1 to 4096");
+		c->nics_per_node = (int)x;
+		return 0;
 	case K_BF16:
 	case K_F32:
 		if (parse_double(v, n, 1e-6, 1e6, &d))
@@ -379,7 +385,8 @@ static int parse_pair(struct parser *ps, const char *s, size_t n)
 		}
 	if (found < 0 || keys[found].section != ps->section) {
 		static const char *const where[] = {
-			[SEC_TOP] = "before any section: name, nodes, devices_per_node, ranks_per_node, gpu_link",
+			[SEC_TOP] = "before any section: name, nodes, devices_per_node, ranks_per_node, gpu_link, "
+			            "nics_per_node",
 			[SEC_DEVICE] = "in [device]: bf16_tflops, f32_tflops, memory",
 			[SEC_LINK] = "in [link]: bandwidth_gbs, latency_us",
 			[SEC_PLACEMENT] = "in [placement]: rank_nodes, rank_devices",

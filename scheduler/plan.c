@@ -12,13 +12,18 @@
 const enum rmoe_dispatch rmoe_plan_dispatchers[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
                                                      RMOE_DISPATCH_ALLTOALL};
 
-static int plan_ring(const struct rmoe_topology *t, struct rmoe_plan *out)
+/* The ring: the planned order, or rank order when asked (the baseline the
+ * planner is measured against, bench/multihost/); its edges either way. */
+static int plan_ring(const struct rmoe_topology *t, int rank_order, struct rmoe_plan *out)
 {
 	out->nranks = t->nranks;
 	out->order = malloc(sizeof(int) * (size_t)t->nranks);
 	out->edges = malloc(sizeof(*out->edges) * (size_t)t->nranks);
 	int rc = out->order && out->edges ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory for the plan");
-	if (!rc)
+	if (!rc && rank_order)
+		for (int i = 0; i < t->nranks; i++)
+			out->order[i] = i;
+	else if (!rc)
 		rc = rmoe_ring_order(t, out->order);
 	if (!rc)
 		rc = rmoe_ring_edges(t, out->order, out->edges);
@@ -146,7 +151,7 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	memset(out, 0, sizeof(*out));
 	if (!req || !t || t->nranks < 1)
 		return rmoe_error(RMOE_EINVAL, "rmoe_plan_make: expected a request and a topology");
-	int rc = plan_ring(t, out);
+	int rc = plan_ring(t, req->rank_order, out);
 	if (rc || !req->layer) {
 		if (rc)
 			rmoe_plan_free(out);

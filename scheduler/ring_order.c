@@ -39,6 +39,37 @@ int rmoe_ring_order(const struct rmoe_topology *t, int *order)
 	return 0;
 }
 
+/* A node's adapters carry every ring edge that leaves it (and every one
+ * that enters it) at once, since all hops of a ring move together: an edge
+ * gets its share on the busier of its two ends. */
+static int share_adapters(const struct rmoe_topology *t, struct rmoe_ring_edge *edges)
+{
+	int n = t->nranks, nics = t->nics_per_node;
+	int *out = calloc((size_t)t->nnodes, sizeof(int)), *in = calloc((size_t)t->nnodes, sizeof(int));
+	if (!out || !in) {
+		free(out);
+		free(in);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory sharing the network adapters");
+	}
+	for (int i = 0; i < n; i++)
+		if (edges[i].link == RMOE_LINK_NETWORK) {
+			out[t->node[edges[i].from]]++;
+			in[t->node[edges[i].to]]++;
+		}
+	for (int i = 0; i < n; i++) {
+		struct rmoe_ring_edge *e = &edges[i];
+		if (e->link != RMOE_LINK_NETWORK)
+			continue;
+		int busiest = out[t->node[e->from]] > in[t->node[e->to]] ? out[t->node[e->from]] : in[t->node[e->to]];
+		e->sharing = busiest;
+		if (busiest > nics)
+			e->bandwidth_gbs *= (double)nics / (double)busiest;
+	}
+	free(out);
+	free(in);
+	return 0;
+}
+
 int rmoe_ring_edges(const struct rmoe_topology *t, const int *order, struct rmoe_ring_edge *edges)
 {
 	if (!t || !order || !edges || t->nranks < 1)
@@ -61,9 +92,9 @@ int rmoe_ring_edges(const struct rmoe_topology *t, const int *order, struct rmoe
 	for (int i = 0; i < n; i++) {
 		int a = order[i], b = order[(i + 1) % n];
 		enum rmoe_link_class l = rmoe_topology_link(t, a, b);
-		edges[i] = (struct rmoe_ring_edge){a, b, l, t->link[l].bandwidth_gbs, t->link[l].latency_us};
+		edges[i] = (struct rmoe_ring_edge){a, b, l, t->link[l].bandwidth_gbs, t->link[l].latency_us, 0};
 	}
-	return 0;
+	return t->nics_per_node > 0 ? share_adapters(t, edges) : 0;
 }
 
 int rmoe_ring_node_crossings(const struct rmoe_topology *t, const int *order)

@@ -20,6 +20,10 @@
  *   ranks_per_node = 4      # MPI ranks placed on a node (block placement)
  *   gpu_link = nvlink       # GPU-GPU inside a node: nvlink | pcie
  *                           # (required only with devices_per_node > 1)
+ *   nics_per_node = 1       # optional: network adapters per node, which
+ *                           # the ring edges leaving (entering) a node
+ *                           # share; default: an adapter per edge, as
+ *                           # with one adapter per GPU
  *
  *   [device]                # one device (a GPU, or a node's CPUs if none)
  *   bf16_tflops = 400       # planning rate of the expert GEMMs, TFLOP/s
@@ -98,6 +102,7 @@ struct rmoe_cluster {
 	int nplaced;               /* ranks of the explicit placement; 0 = none */
 	int *rank_nodes;           /* [nplaced] */
 	int *rank_devices;         /* [nplaced], or NULL: rank's index on its node mod devices */
+	int nics_per_node;         /* network adapters per node; 0 = one per ring edge */
 };
 
 /* The description used when no file is given: the link and per-device
@@ -153,6 +158,9 @@ struct rmoe_topology {
 	char cluster[RMOE_CLUSTER_NAME_MAX];   /* name of the description used */
 	const char *placement;     /* how ranks were placed (a static sentence) */
 	struct rmoe_local_hw local;      /* this machine; zeros when not probed */
+	int nics_per_node;         /* the description's; 0 = an adapter per ring edge */
+	char *hosts;               /* [nranks * RMOE_HOST_MAX]: each rank's host name
+	                              from the gather; NULL when simulated */
 };
 
 /* From every rank's report (info[r] for rank r): nodes by host name, devices
@@ -174,6 +182,10 @@ int rmoe_topology_simulated(const struct rmoe_cluster *cluster, const struct rmo
 /* The link between ranks a and b. */
 enum rmoe_link_class rmoe_topology_link(const struct rmoe_topology *t, int a, int b);
 
+/* Rank r's host name as MPI gave it, or NULL when the topology is simulated
+ * or placed by a description. */
+const char *rmoe_topology_host(const struct rmoe_topology *t, int r);
+
 void rmoe_topology_free(struct rmoe_topology *t);
 
 /* ---- ring order --------------------------------------------------------------- */
@@ -188,10 +200,18 @@ int rmoe_ring_order(const struct rmoe_topology *t, int *order);
 struct rmoe_ring_edge {
 	int from, to;              /* ranks */
 	enum rmoe_link_class link;
-	double bandwidth_gbs, latency_us;
+	double bandwidth_gbs, latency_us;   /* what this edge gets: see sharing */
+	int sharing;               /* network edges sharing this one's busiest adapter
+	                              (0: not a shared network edge) */
 };
 
-/* Fills n = t->nranks edges; RMOE_EINVAL when order is not a permutation. */
+/* Fills n = t->nranks edges; RMOE_EINVAL when order is not a permutation.
+ * With t->nics_per_node > 0, the network edges leaving a node share its
+ * adapters, as do those entering one: an edge from node a to node b gets
+ * the network bandwidth times nics / max(nics, edges leaving a, edges
+ * entering b). In a ring in rank order over interleaved ranks every edge
+ * leaves its node, so each gets a fraction; the planned order has one per
+ * node. */
 int rmoe_ring_edges(const struct rmoe_topology *t, const int *order, struct rmoe_ring_edge *edges);
 
 /* Edges of the order that join two nodes. */
@@ -298,6 +318,9 @@ struct rmoe_plan_request {
 	/* Each rank's device [topology nranks], as found on the live ranks; NULL:
 	 * the topology's device (a cluster description, or the built-in one). */
 	const struct rmoe_device_info *devices;
+	/* 1: the ring in rank order, not the planned one: the baseline that the
+	 * planned order is measured against (relaymoe run --ring-order rank). */
+	int rank_order;
 };
 
 /* The memory model at the planned configuration (scheduler/memory_model.c). */

@@ -159,6 +159,7 @@ static void apply_rates(struct rmoe_topology *t, const struct rmoe_cluster *c)
 	snprintf(t->cluster, sizeof(t->cluster), "%s", c->name);
 	t->gpu_link = c->gpu_link;
 	t->gpu_link_known = 1;
+	t->nics_per_node = c->nics_per_node;
 }
 
 /* Device of each rank: its index among its node's ranks (in rank order)
@@ -248,6 +249,12 @@ int rmoe_topology_from_ranks(const struct rmoe_rank_info *info, int nranks,
 			}
 			rc = number_nodes(nranks, key, out->node, &out->nnodes);
 		}
+		/* Kept to name a rank's host in messages (a peer that is lost). */
+		if (!rc && !(out->hosts = malloc((size_t)nranks * RMOE_HOST_MAX)))
+			rc = rmoe_error(RMOE_ENOMEM, "out of host memory for the host names of %d ranks", nranks);
+		for (int r = 0; !rc && r < nranks; r++)
+			snprintf(out->hosts + (size_t)r * RMOE_HOST_MAX, RMOE_HOST_MAX, "%.*s", RMOE_HOST_MAX - 1,
+			         info[r].host);
 		if (!rc) {
 			for (int r = 0; r < nranks; r++)
 				gpus[r] = cluster ? cluster->devices_per_node : info[r].gpus;
@@ -333,8 +340,17 @@ void rmoe_topology_free(struct rmoe_topology *t)
 		return;
 	free(t->node);
 	free(t->device);
+	free(t->hosts);
 	t->node = NULL;
 	t->device = NULL;
+	t->hosts = NULL;
 	t->nranks = 0;
 	t->nnodes = 0;
+}
+
+const char *rmoe_topology_host(const struct rmoe_topology *t, int r)
+{
+	if (!t || !t->hosts || r < 0 || r >= t->nranks)
+		return NULL;
+	return t->hosts + (size_t)r * RMOE_HOST_MAX;
 }

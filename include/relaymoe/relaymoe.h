@@ -61,6 +61,14 @@ RMOE_API const char *rmoe_strerror(int code);
 
 typedef struct rmoe_ctx rmoe_ctx;
 
+/* The order of the ranks around the ring. */
+enum rmoe_ring_order {
+	RMOE_RING_PLANNED = 0,         /* from the topology: each node's ranks together, so
+	                                  the ring crosses between nodes once per node */
+	RMOE_RING_RANK = 1,            /* rank order, whatever the placement: the baseline
+	                                  the planned order is measured against */
+};
+
 struct rmoe_ctx_config {
 	int ncpus;            /* CPU workers per rank; 0 = automatic (cores / ranks on the node) */
 	int ncuda;            /* CUDA workers per rank; -1 = all visible, 0 = none */
@@ -76,9 +84,12 @@ struct rmoe_ctx_config {
 	                         every rank's file (one node, or a shared file system).
 	                         Needs a StarPU built with FxT and a StarPU started by the
 	                         context (RMOE_ENOTSUP otherwise). NULL = no trace. */
+	int ring_order;       /* enum rmoe_ring_order: the ring of every layer of the
+	                         context; RMOE_RING_PLANNED by default */
 };
 
-/* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet, no trace. */
+/* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet, no trace,
+ * the planned ring. */
 RMOE_API void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg);
 
 /* Create the context over MPI_COMM_WORLD. If MPI is not initialised, MPI is

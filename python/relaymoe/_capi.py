@@ -45,6 +45,9 @@ RMOE_DTYPE_BF16 = 1
 RMOE_MEMORY_HOST = 0
 RMOE_MEMORY_DEVICE = 1
 
+RMOE_RING_PLANNED = 0
+RMOE_RING_RANK = 1
+
 ENUMS = {name: value for name, value in globals().items() if name.startswith("RMOE_")}
 ERROR_NAMES = {value: name for name, value in ENUMS.items()
                if name == "RMOE_OK" or name.startswith("RMOE_E")}
@@ -61,6 +64,7 @@ class CtxConfig(ctypes.Structure):
         ("verbose", ctypes.c_int),
         ("cluster_file", ctypes.c_char_p),
         ("trace", ctypes.c_char_p),
+        ("ring_order", ctypes.c_int),
     ]
 
 

@@ -153,7 +153,7 @@ class Context:
     """
 
     def __init__(self, comm=None, *, ncpus=None, ncuda=None, sched=None, verbose=None,
-                 cluster_file=None, trace=None):
+                 cluster_file=None, trace=None, ring_order=None):
         L = lib()
         fcomm = None if comm is None else _fortran_comm(comm)
         cfg = _capi.padded(_capi.CtxConfig)
@@ -164,6 +164,8 @@ class Context:
             cfg.ncuda = _int("ncuda", ncuda)
         if verbose is not None:
             cfg.verbose = _int("verbose", verbose)
+        if ring_order is not None:
+            cfg.ring_order = _int("ring_order", ring_order)
         for field, value in (("sched", sched), ("cluster_file", cluster_file), ("trace", trace)):
             if value is not None:
                 setattr(cfg, field, _text(field, value))

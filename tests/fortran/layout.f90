@@ -19,6 +19,7 @@ program layout
   call field('rmoe_ctx_config', 'cluster_file', c_loc(c), c_loc(c%cluster_file), c_sizeof(c%cluster_file), &
              'ptr')
   call field('rmoe_ctx_config', 'trace', c_loc(c), c_loc(c%trace), c_sizeof(c%trace), 'ptr')
+  call field('rmoe_ctx_config', 'ring_order', c_loc(c), c_loc(c%ring_order), c_sizeof(c%ring_order), 'int')
 
   call struct('rmoe_layer_config', c_sizeof(l))
   call field('rmoe_layer_config', 'hidden', c_loc(l), c_loc(l%hidden), c_sizeof(l%hidden), 'int')
@@ -89,6 +90,8 @@ program layout
   call enum('RMOE_DTYPE_BF16', RMOE_DTYPE_BF16)
   call enum('RMOE_MEMORY_HOST', RMOE_MEMORY_HOST)
   call enum('RMOE_MEMORY_DEVICE', RMOE_MEMORY_DEVICE)
+  call enum('RMOE_RING_PLANNED', RMOE_RING_PLANNED)
+  call enum('RMOE_RING_RANK', RMOE_RING_RANK)
 
 contains
 

@@ -20,7 +20,7 @@
 struct values {
 	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, ranks;
 	double scale;
-	const char *preset, *dispatch, *load;
+	const char *preset, *dispatch, *load, *ring_order;
 	int check, no_norm_topk, check_finite;
 	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_shared;
 };
@@ -96,6 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		{"check", RMOE_OPT_FLAG, &v.check, 0, 0, NULL, "check", NULL},
 		{"check-finite", RMOE_OPT_FLAG, &v.check_finite, 0, 0, NULL, "check finite", NULL},
 		{"load", RMOE_OPT_STRING, &v.load, 0, 0, "DIR", "load", NULL},
+		{"ring-order", RMOE_OPT_STRING, &v.ring_order, 0, 0, "planned|rank", "ring order", NULL},
 	};
 	const size_t nopts = sizeof(opts) / sizeof(opts[0]);
 	char msg[256];

@@ -504,6 +504,68 @@ static struct rmoe_ring_edge *mn5_ring(int ep, struct rmoe_topology *t, double *
 	return e;
 }
 
+/* Ranks dealt round-robin over 4 CPU-only hosts with one network adapter
+ * each (the emulated hosts of scripts/cluster/): the planned ring crosses
+ * once per host and every network edge has an adapter to itself; the ring
+ * in rank order crosses on every edge, two per host, each at half the
+ * bandwidth, so its hop takes twice as long. Host names are kept. */
+static void test_planner_ring_edges_share_a_node_adapter(void **state)
+{
+	(void)state;
+	const char *text = "name = emulated\nnodes = 4\ndevices_per_node = 0\nranks_per_node = 2\n"
+	                   "nics_per_node = 1\n[device]\nbf16_tflops = 0.01\nf32_tflops = 0.01\n"
+	                   "memory = 2G\n[link shm]\nbandwidth_gbs = 2\nlatency_us = 5\n"
+	                   "[link network]\nbandwidth_gbs = 0.125\nlatency_us = 0\n";
+	struct rmoe_cluster c;
+	assert_int_equal(parse_str(text, &c), 0);
+	assert_int_equal(c.nics_per_node, 1);
+	const char *hosts[] = {"h0", "h1", "h2", "h3", "h0", "h1", "h2", "h3"};
+	struct rmoe_rank_info *in = infos(8, hosts, 0);
+	struct rmoe_topology t;
+	assert_int_equal(rmoe_topology_from_ranks(in, 8, &c, &t), 0);
+	assert_string_equal(rmoe_topology_host(&t, 5), "h1");
+	assert_null(rmoe_topology_host(&t, 8));
+
+	struct rmoe_plan_request req = {0};
+	struct rmoe_plan planned, ranked;
+	assert_int_equal(rmoe_plan_make(&req, &t, &planned), 0);
+	const int expect[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+	assert_memory_equal(planned.order, expect, sizeof(expect));
+	assert_int_equal(planned.node_crossings, 4);
+	req.rank_order = 1;
+	assert_int_equal(rmoe_plan_make(&req, &t, &ranked), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(ranked.order[i], i);
+	assert_int_equal(ranked.node_crossings, 8);
+	for (int i = 0; i < 8; i++) {
+		const struct rmoe_ring_edge *p = &planned.edges[i], *r = &ranked.edges[i];
+		assert_int_equal(p->link, i % 2 ? RMOE_LINK_NETWORK : RMOE_LINK_SHM);
+		assert_int_equal(p->sharing, i % 2 ? 1 : 0);
+		assert_true(p->bandwidth_gbs == (i % 2 ? 0.125 : 2.0));
+		assert_int_equal(r->link, RMOE_LINK_NETWORK);
+		assert_int_equal(r->sharing, 2);
+		assert_true(r->bandwidth_gbs == 0.0625);
+	}
+	double bytes = 3e6;
+	int sp = rmoe_ring_slowest_edge(planned.edges, 8, bytes), sr = rmoe_ring_slowest_edge(ranked.edges, 8, bytes);
+	assert_true(fabs(rmoe_edge_seconds(&ranked.edges[sr], bytes) / rmoe_edge_seconds(&planned.edges[sp], bytes) -
+	                 2.0) < 1e-12);
+	rmoe_plan_free(&planned);
+	rmoe_plan_free(&ranked);
+	rmoe_topology_free(&t);
+
+	/* Without nics_per_node every edge has an adapter of its own: the
+	 * description's bandwidth, as before. */
+	c.nics_per_node = 0;
+	assert_int_equal(rmoe_topology_from_ranks(in, 8, &c, &t), 0);
+	assert_int_equal(rmoe_plan_make(&req, &t, &ranked), 0);
+	assert_true(ranked.edges[0].bandwidth_gbs == 0.125 && ranked.edges[0].sharing == 0);
+	rmoe_plan_free(&ranked);
+	rmoe_topology_free(&t);
+	rmoe_cluster_free(&c);
+	free(in);
+}
+
 static void test_planner_table2_volumes_by_hand(void **state)
 {
 	(void)state;
@@ -856,6 +918,7 @@ int main(void)
 		cmocka_unit_test(test_planner_topology_numbers_nodes_by_first_appearance),
 		cmocka_unit_test(test_planner_ring_crosses_nodes_once_per_node),
 		cmocka_unit_test(test_planner_ring_edges_carry_link_numbers),
+		cmocka_unit_test(test_planner_ring_edges_share_a_node_adapter),
 		cmocka_unit_test(test_planner_table2_volumes_by_hand),
 		cmocka_unit_test(test_planner_mode_follows_paper_trend),
 		cmocka_unit_test(test_planner_mode_flips_at_crossover),
