@@ -58,6 +58,22 @@ static inline rmoe_ctx *rmoe_app_test_start(int *argc, char ***argv, int *nranks
 	return ctx;
 }
 
+/* The end of a multi-rank test: destroys ctx, prints "NAME: passed" or
+ * "NAME: FAILED (N failure(s))" from the most failures of any rank, ends
+ * MPI; the exit status (0 or 1). */
+static inline int rmoe_app_test_end(rmoe_ctx *ctx, const char *name, int failures)
+{
+	rmoe_ctx_destroy(ctx);
+	int total = failures;
+	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	if (total)
+		rmoe_app_say("%s: FAILED (%d failure(s))\n", name, total);
+	else
+		rmoe_app_say("%s: passed\n", name);
+	MPI_Finalize();
+	return total ? 1 : 0;
+}
+
 /* The tensors of one layer problem on this rank: its tokens, its output
  * gradient, the replicated router (and shared expert) and its own experts. */
 struct rmoe_problem {

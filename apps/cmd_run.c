@@ -344,14 +344,19 @@ static int run_all(rmoe_ctx *ctx, const struct rmoe_problem *prob, const enum rm
 		rc = rmoe_app_agree(rc);
 		io = rc ? NULL : &dio;
 	}
+	/* The layer's calls agree on their outcome by themselves (and end the
+	 * process when a peer is lost, from rmoe_app_agree below): no
+	 * collective of the program's own may run between passes, where a
+	 * rank whose peer is gone would wait in it without bound. */
 	for (int64_t it = -1; it < r->repeat && !rc; it++)
 		for (int k = 0; k < n && !rc; k++) {
 			const int i = (int)((k + it + 1) % n);
-			rc = rmoe_app_agree(contender_pass(&c[i], prob, io, &res[i], it, r->quiet));
+			rc = contender_pass(&c[i], prob, io, &res[i], it, r->quiet);
 			/* the device's y and dx of this dispatcher's last pass */
 			if (!rc && io && it == r->repeat - 1)
 				rc = rmoe_app_agree(rmoe_device_io_read(io, prob, &res[i]));
 		}
+	rc = rmoe_app_agree(rc);
 	if (io)
 		rmoe_device_io_close(io);
 	for (int i = 0; i < n && !rc; i++) {

@@ -34,14 +34,18 @@ int rmoe_app_agree(int rc)
 	 * wait for it forever, and the context can no longer be shut down, so
 	 * the process ends here, without MPI_Abort: that has Open MPI kill
 	 * every rank at once, before the others can say which peer they were
-	 * waiting for. The ranks stalled in one pass time out within about a
-	 * pass of each other; a second's grace lets them all report before the
-	 * first to end has mpirun (by default) end the others. Nothing was
-	 * written yet: --dump and --csv come after the passes. */
+	 * waiting for. The first rank to end has mpirun end the others; the
+	 * ranks stalled by one lost peer start waiting within about a pass of
+	 * each other (longer on a loaded machine), so each waits out one more
+	 * wait timeout (RMOE_WAIT_TIMEOUT, 1 to 10 s) before it ends, and all
+	 * report. Nothing was written yet: --dump and --csv come after the
+	 * passes. */
 	if (rc == RMOE_EPEER) {
 		rmoe_app_error("%s; ending this process", rmoe_strerror(rc));
 		fflush(NULL);
-		sleep(1);
+		const char *t = getenv("RMOE_WAIT_TIMEOUT");
+		double grace = t ? atof(t) : 1.0;
+		sleep(grace >= 10.0 ? 10u : grace >= 1.0 ? (unsigned)grace : 1u);
 		_exit(3);
 	}
 	int worst = rc;

@@ -32,6 +32,19 @@ static double cgroup_limit(void)
 	return -1;
 }
 
+int64_t rmoe_host_vm_bytes(void)
+{
+	long long vm_pages = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%lld", &vm_pages) != 1)
+			vm_pages = 0;
+		fclose(f);
+	}
+	long page = sysconf(_SC_PAGESIZE);
+	return (int64_t)vm_pages * (page > 0 ? page : 4096);
+}
+
 double rmoe_host_memory_available(int ranks_on_node, char *why, size_t len)
 {
 	double avail = -1;
@@ -50,14 +63,7 @@ double rmoe_host_memory_available(int ranks_on_node, char *why, size_t len)
 	}
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-		long long vm_pages = 0;
-		FILE *f = fopen("/proc/self/statm", "r");
-		if (f) {
-			if (fscanf(f, "%lld", &vm_pages) != 1)
-				vm_pages = 0;
-			fclose(f);
-		}
-		double left = (double)rl.rlim_cur - (double)vm_pages * (double)(page > 0 ? page : 4096);
+		double left = (double)rl.rlim_cur - (double)rmoe_host_vm_bytes();
 		if (left < 0)
 			left = 0;
 		if (avail < 0 || left < avail) {

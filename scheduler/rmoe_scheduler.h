@@ -71,6 +71,8 @@ double rmoe_host_memory_available(int ranks_on_node, char *why, size_t len);
  * /proc/self/clear_refs on Linux >= 4.0, getrusage otherwise); -1 when
  * unknown. */
 int64_t rmoe_host_peak_rss(void);
+/* The process's address space now (VmSize, /proc/self/statm), bytes. */
+int64_t rmoe_host_vm_bytes(void);
 void rmoe_host_peak_rss_reset(void);
 
 /* ---- ownership ------------------------------------------------------------ */

@@ -18,9 +18,9 @@
 #define MAX_ARGS 64
 
 struct values {
-	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, ranks;
+	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, ranks, partitions;
 	double scale;
-	const char *preset, *dispatch, *load, *ring_order;
+	const char *preset, *dispatch, *load, *ring_order, *dtype;
 	int check, no_norm_topk, check_finite;
 	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_shared;
 };
@@ -49,6 +49,9 @@ static int configure(const struct values *v, struct rmoe_layer_config *cfg)
 	cfg->chunk_rows = v->chunk_rows;
 	cfg->mem_cap = v->mem_cap;
 	cfg->check_finite = v->check_finite;
+	cfg->partitions = v->partitions;
+	if (v->dtype && !strcmp(v->dtype, "bf16"))
+		cfg->dtype = RMOE_DTYPE_BF16;
 	if (v->dispatch && rmoe_dispatch_parse(v->dispatch, &cfg->dispatch) != 0)
 		RMOE_FUZZ_REQUIRE(rmoe_strerror(RMOE_EINVAL)[0] != '\0');
 	return 0;
@@ -76,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* The kinds and ranges of cmd_run.c, plus a rank count and a wide
 	 * integer that reaches the configuration checks' overflow guards. */
-	struct values v = {.seed = 1, .repeat = 3, .scale = 1.0, .ranks = 1};
+	struct values v = {.seed = 1, .repeat = 3, .scale = 1.0, .ranks = 1, .partitions = 1};
 	const struct rmoe_opt opts[] = {
 		{"hidden", RMOE_OPT_INT, &v.hidden, 1, 9.2e18, "H", "hidden size", &v.g_hidden},
 		{"ffn", RMOE_OPT_INT, &v.ffn, 1, 9.2e18, "F", "expert FFN width", &v.g_ffn},
@@ -97,6 +100,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		{"check-finite", RMOE_OPT_FLAG, &v.check_finite, 0, 0, NULL, "check finite", NULL},
 		{"load", RMOE_OPT_STRING, &v.load, 0, 0, "DIR", "load", NULL},
 		{"ring-order", RMOE_OPT_STRING, &v.ring_order, 0, 0, "planned|rank", "ring order", NULL},
+		{"partitions", RMOE_OPT_INT, &v.partitions, 1, 9.2e18, "P", "partitions", NULL},
+		{"dtype", RMOE_OPT_STRING, &v.dtype, 0, 0, "f32|bf16", "element type", NULL},
 	};
 	const size_t nopts = sizeof(opts) / sizeof(opts[0]);
 	char msg[256];

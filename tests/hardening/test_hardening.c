@@ -26,6 +26,7 @@
 
 #include "app.h"
 #include "relaymoe/relaymoe.h"
+#include "rmoe_scheduler.h"
 
 #define MSG 512
 
@@ -139,6 +140,42 @@ static int set_weights(rmoe_layer *layer, const struct tensors *t)
 
 /* ---- modes ------------------------------------------------------------------ */
 
+/* A layer of cfg with seeded tensors and its weights set; NULL (reported)
+ * when it cannot be created. */
+static rmoe_layer *ready_layer(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, struct tensors *t)
+{
+	rmoe_layer *layer = NULL;
+	int rc = rmoe_layer_create(&layer, ctx, cfg);
+	if (rc) {
+		fail("layer creation: %s", rmoe_strerror(rc));
+		return NULL;
+	}
+	tensors_alloc(t, cfg);
+	set_weights(layer, t);
+	return layer;
+}
+
+/* The small layer most cases use, ready as above. */
+static rmoe_layer *small_layer(rmoe_ctx *ctx, struct rmoe_layer_config *cfg, struct tensors *t)
+{
+	layer_config(cfg);
+	return ready_layer(ctx, cfg, t);
+}
+
+/* mode on the small layer, destroyed after. */
+static void with_small_layer(rmoe_ctx *ctx,
+                             void (*mode)(rmoe_layer *, const struct rmoe_layer_config *, struct tensors *))
+{
+	struct rmoe_layer_config cfg;
+	struct tensors t;
+	rmoe_layer *layer = small_layer(ctx, &cfg, &t);
+	if (!layer)
+		return;
+	mode(layer, &cfg, &t);
+	rmoe_layer_destroy(layer);
+	tensors_free(&t);
+}
+
 static void mode_mismatch(rmoe_ctx *ctx)
 {
 	struct rmoe_layer_config cfg;
@@ -189,19 +226,11 @@ static void mode_ranks(rmoe_ctx *ctx)
 		           "experts = ", 1);
 }
 
-static void mode_args(rmoe_ctx *ctx)
+static void mode_args(rmoe_layer *layer, const struct rmoe_layer_config *c, struct tensors *tp)
 {
-	struct rmoe_layer_config cfg;
-	layer_config(&cfg);
-	rmoe_layer *layer = NULL;
-	int rc = rmoe_layer_create(&layer, ctx, &cfg);
-	if (rc) {
-		fail("layer creation: %s", rmoe_strerror(rc));
-		return;
-	}
-	struct tensors t;
-	tensors_alloc(&t, &cfg);
-	set_weights(layer, &t);
+	const struct rmoe_layer_config cfg = *c;
+	struct tensors t = *tp;
+	int rc;
 	expect_all("backward before forward", rmoe_layer_backward(layer, t.dy, t.dx), RMOE_ESTATE,
 	           "before any rmoe_layer_forward", 1);
 	expect_all("NULL x on one rank", rmoe_layer_forward(layer, rank == size - 1 ? NULL : t.x, t.y),
@@ -215,23 +244,17 @@ static void mode_args(rmoe_ctx *ctx)
 	           RMOE_EINVAL, "dy and dx must not be NULL", 1);
 	expect_all("expert not owned", rmoe_layer_set_expert(layer, cfg.experts + 5, t.gate, t.up, t.down),
 	           RMOE_EINVAL, "not owned", 0);
-	rmoe_layer_destroy(layer);
-	tensors_free(&t);
+	*tp = t;
 }
 
 static void mode_nonfinite(rmoe_ctx *ctx)
 {
 	struct rmoe_layer_config cfg;
-	layer_config(&cfg);
-	rmoe_layer *layer = NULL;
-	int rc = rmoe_layer_create(&layer, ctx, &cfg);
-	if (rc) {
-		fail("layer creation: %s", rmoe_strerror(rc));
-		return;
-	}
 	struct tensors t;
-	tensors_alloc(&t, &cfg);
-	set_weights(layer, &t);
+	rmoe_layer *layer = small_layer(ctx, &cfg, &t);
+	if (!layer)
+		return;
+	int rc;
 	expect_all("finite weights and inputs pass", rmoe_layer_check_finite(layer, t.x, t.dy), 0,
 	           "(success)", 1);
 
@@ -294,16 +317,9 @@ static void mode_nonfinite(rmoe_ctx *ctx)
  * the layer wants about 34 GB per rank. */
 static void mode_nomem(rmoe_ctx *ctx)
 {
-	long long vm_pages = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%lld", &vm_pages) != 1)
-			vm_pages = 0;
-		fclose(f);
-	}
 	struct rlimit rl;
 	getrlimit(RLIMIT_AS, &rl);
-	rlim_t cap = (rlim_t)vm_pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)2 << 30);
+	rlim_t cap = (rlim_t)rmoe_host_vm_bytes() + ((rlim_t)2 << 30);
 	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > cap) {
 		rl.rlim_cur = cap;
 		if (setrlimit(RLIMIT_AS, &rl) != 0)
@@ -346,15 +362,11 @@ static void mode_starved(rmoe_ctx *ctx)
 	/* x: 8 MiB; a hop's gathered rows: 64 Ki x 256 floats = 64 MiB */
 	rmoe_app_layer_shape(&cfg, 256, 16, 8 * size, 8, 8192);
 	cfg.wait_timeout = 5;
-	rmoe_layer *layer = NULL;
-	int rc = rmoe_layer_create(&layer, ctx, &cfg);
-	if (rc) {
-		fail("layer creation: %s", rmoe_strerror(rc));
-		return;
-	}
 	struct tensors t;
-	tensors_alloc(&t, &cfg);
-	set_weights(layer, &t);
+	rmoe_layer *layer = ready_layer(ctx, &cfg, &t);
+	if (!layer)
+		return;
+	int rc;
 	double t0 = now();
 	rc = rmoe_layer_forward(layer, t.x, t.y);
 	double took = now() - t0;
@@ -397,15 +409,11 @@ static void mode_kill(rmoe_ctx *ctx, double timeout, double delay)
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 256, 128, 4 * size, 2, 512);
 	cfg.wait_timeout = timeout;
-	rmoe_layer *layer = NULL;
-	int rc = rmoe_layer_create(&layer, ctx, &cfg);
-	if (rc) {
-		fail("layer creation: %s", rmoe_strerror(rc));
-		return;
-	}
 	struct tensors t;
-	tensors_alloc(&t, &cfg);
-	set_weights(layer, &t);
+	rmoe_layer *layer = ready_layer(ctx, &cfg, &t);
+	if (!layer)
+		return;
+	int rc;
 	MPI_Barrier(MPI_COMM_WORLD);
 	pthread_t killer;
 	if (rank == size - 1)
@@ -455,7 +463,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(mode, "ranks"))
 		mode_ranks(ctx);
 	else if (!strcmp(mode, "args"))
-		mode_args(ctx);
+		with_small_layer(ctx, mode_args);
 	else if (!strcmp(mode, "nonfinite"))
 		mode_nonfinite(ctx);
 	else if (!strcmp(mode, "nomem"))

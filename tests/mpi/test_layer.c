@@ -128,10 +128,5 @@ int main(int argc, char **argv)
 	};
 	for (unsigned i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
 		run_scenario(ctx, &scenarios[i]);
-	rmoe_ctx_destroy(ctx);
-	int total = failures;
-	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-	rmoe_app_say("test_layer: %s (%d failure(s))\n", total ? "FAILED" : "passed", total);
-	MPI_Finalize();
-	return total ? 1 : 0;
+	return rmoe_app_test_end(ctx, "test_layer", failures);
 }

@@ -95,10 +95,5 @@ int main(int argc, char **argv)
 	int all;
 	MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	expect(all, "a cap too small for one row is refused on every rank");
-	rmoe_ctx_destroy(ctx);
-	int total;
-	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-	rmoe_app_say("test_memcap: %s\n", total ? "FAILED" : "passed");
-	MPI_Finalize();
-	return total ? 1 : 0;
+	return rmoe_app_test_end(ctx, "test_memcap", failures);
 }

@@ -106,10 +106,5 @@ int main(int argc, char **argv)
 	       "ring, 64-row chunks: largest buffer <= max(chunk, partition)", chunk_temp,
 	       chunk_bound > weights ? chunk_bound : weights);
 	rmoe_problem_free(&prob);
-	rmoe_ctx_destroy(ctx);
-	int total;
-	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-	rmoe_app_say("test_memory: %s\n", total ? "FAILED" : "passed");
-	MPI_Finalize();
-	return total ? 1 : 0;
+	return rmoe_app_test_end(ctx, "test_memory", failures);
 }

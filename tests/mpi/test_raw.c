@@ -158,10 +158,5 @@ int main(int argc, char **argv)
 		}
 	cfg.dispatch = RMOE_DISPATCH_RING_EXPERT;
 	bad_arguments(ctx, cfg, have_device);
-	rmoe_ctx_destroy(ctx);
-	int total = failures;
-	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-	rmoe_app_say("test_raw: %s (%d failure(s))\n", total ? "FAILED" : "passed", total);
-	MPI_Finalize();
-	return total ? 1 : 0;
+	return rmoe_app_test_end(ctx, "test_raw", failures);
 }

@@ -132,10 +132,5 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
-	rmoe_ctx_destroy(ctx);
-	int total = 0;
-	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-	rmoe_app_say("test_ring_plan: %s\n", total ? "FAILED" : "passed");
-	MPI_Finalize();
-	return total ? 1 : 0;
+	return rmoe_app_test_end(ctx, "test_ring_plan", failures);
 }

@@ -9,7 +9,7 @@
 # ranks must notice the cut themselves.
 #
 # Within BOUND seconds of the cut (default 15: wait_timeout, counted from
-# the start of the wait, the program's one-second grace, scheduling on a
+# the start of the wait, the program's grace (the wait timeout), scheduling on a
 # loaded machine) every rank
 #   - reports RMOE_EPEER naming, with their hosts, the peers it was waiting
 #     for: in a ring pass its left neighbour on the ring (the sender of
