@@ -57,7 +57,7 @@ rm -f "$results"/{run.log,gpu_checks.log,gpu_checks.csv,gemm_rate.csv,layer.csv,
 # The bundle's libraries for relaymoe's programs only: its reference BLAS
 # under OpenBLAS's name would break NumPy and PyTorch.
 # CUDA's own folder too, in case the machine's loader does not list it.
-libdirs=$LD_LIBRARY_PATH
+libdirs=${LD_LIBRARY_PATH:-}
 for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" "$build/lib"; do [ -d "$d" ] && libdirs=$d${libdirs:+:$libdirs}; done
 lib=(LD_LIBRARY_PATH="$libdirs")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
