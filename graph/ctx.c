@@ -269,7 +269,10 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		ctx_unwind(ctx);
 		return rc;
 	}
-	rmoe_codelets_init();
+	if ((rc = rmoe_agree(ctx->comm, rmoe_codelets_init(), "to set up the codelets"))) {
+		rmoe_ctx_destroy(ctx);
+		return rc;
+	}
 	rmoe_codelets_start();
 	ctx->codelets_started = 1;
 	if ((rc = plan_ring(ctx, &cfg))) {
