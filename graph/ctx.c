@@ -166,9 +166,30 @@ static int ctx_mpi(rmoe_ctx *ctx, MPI_Comm comm, int starpu_running)
 	return 0;
 }
 
+/* 0 if StarPU knows the policy (STARPU_SCHED wins over the configuration's),
+ * else RMOE_EINVAL: StarPU itself would warn and run its default policy,
+ * and a scheduler experiment would measure the wrong one. "heft" is
+ * StarPU 1.3's alias of dmda. */
+static int check_sched(const char *configured)
+{
+	const char *name = getenv("STARPU_SCHED");
+	if (!name || !*name)
+		name = configured;
+	if (!name || !*name || !strcmp(name, "help") || !strncmp(name, "heft", 4))
+		return 0;
+	for (struct starpu_sched_policy **p = starpu_sched_get_predefined_policies(); *p; p++)
+		if ((*p)->policy_name && !strcmp((*p)->policy_name, name))
+			return 0;
+	return rmoe_error(RMOE_EINVAL, "scheduling policy '%s': not one of StarPU's (STARPU_SCHED=help lists them)",
+	                  name);
+}
+
 /* StarPU and StarPU-MPI on the context's communicator. */
 static int ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 {
+	int rc = check_sched(cfg->sched);
+	if (rc)
+		return rc;
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
 	if (cfg->ncpus > 0)

@@ -16,6 +16,10 @@
 #                            bf16_tflops, the planner's rate); --gpu-gbs B its
 #                            memory rate (default 2500), --floor-us U the per-task
 #                            floor (default 20): RMOE_SIM_GPU_* of codelets/sim_cost.c
+#   --history DIR --history-host HOST
+#                            replay StarPU history perfmodels recorded by a real
+#                            run (bench/sim/calibrate.sh --out DIR --host HOST)
+#                            instead of the roofline (RMOE_SIM_HISTORY)
 #   --repeat R               timed repetitions after the warm-up (default 1: a
 #                            simulation is deterministic)
 #   --timeout S              wall-clock limit of one run (default 900)
@@ -44,6 +48,8 @@ gpu_tflops=
 gpu_gbs=2500
 floor_us=20
 repeat=1
+history=
+history_host=
 tmo=900
 app=$root/build-sim/apps/relaymoe
 prefix=/opt/starpu-sim
@@ -64,6 +70,8 @@ while [ $# -gt 0 ]; do
     --gpu-gbs) need "$1" $#; gpu_gbs=$2; shift 2 ;;
     --floor-us) need "$1" $#; floor_us=$2; shift 2 ;;
     --repeat) need "$1" $#; repeat=$2; shift 2 ;;
+    --history) need "$1" $#; history=$2; shift 2 ;;
+    --history-host) need "$1" $#; history_host=$2; shift 2 ;;
     --timeout) need "$1" $#; tmo=$2; shift 2 ;;
     --app) need "$1" $#; app=$2; shift 2 ;;
     --prefix) need "$1" $#; prefix=$2; shift 2 ;;
@@ -83,6 +91,14 @@ for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' 
 [ -f "$cluster" ] || die "--cluster $cluster: no such file"
 [ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see README)"
 [ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
+# The runs start in their work folder: absolute paths.
+prefix=$(cd "$prefix" && pwd)
+app=$(cd "$(dirname "$app")" && pwd)/$(basename "$app")
+if [ -n "$history" ]; then
+  [ -n "$history_host" ] || die "--history needs --history-host (the recording's STARPU_HOSTNAME)"
+  [ -d "$history/.starpu/sampling/codelets/45" ] || die "--history $history: no .starpu/sampling/codelets/45 (bench/sim/calibrate.sh --out $history)"
+  history=$(cd "$history" && pwd)
+fi
 if [ -z "$gpu_tflops" ]; then
   gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
   [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
@@ -126,6 +142,7 @@ for ep in $eps; do
     t0=$(date +%s%N)
     rc=0
     ( . "$plat/env.sh"
+      [ -z "$history" ] || export RMOE_SIM_HISTORY=$history/.starpu/sampling RMOE_SIM_HISTORY_HOST=$history_host
       cd "$work"
       # shellcheck disable=SC2086
       exec timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
@@ -148,8 +165,8 @@ for ep in $eps; do
     fi
   done
 done
-cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\" --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat"
+cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\" --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat${history:+ --history ${history#$root/} --history-host $history_host}"
 "$py" "$root/bench/sim/report.py" ep --rows "$rows" --out "$out" --name "$name" --cmd "$cmd" \
   --date "$started" --cluster "$cluster" --sched "$sched" --preset "$preset" --scale "$scale" \
-  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --wall "$(( $(date +%s) - t_all ))"
+  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --history "${history:+$history (host $history_host)}" --wall "$(( $(date +%s) - t_all ))"
 echo "sim/run.sh: wrote $out/$name.csv, $out/$name.png, $out/sim.md ($(( $(date +%s) - t_all )) s)"
