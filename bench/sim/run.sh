@@ -58,62 +58,22 @@ name=sim_ep
 keep=
 die() { echo "sim/run.sh: $*" >&2; exit 2; }
 need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+# shellcheck source=bench/sim/setup.sh
+. "$root/bench/sim/setup.sh"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --ep) need "$1" $#; eps=$2; shift 2 ;;
-    --dispatch) need "$1" $#; dispatches=$2; shift 2 ;;
     --sched) need "$1" $#; sched=$2; shift 2 ;;
-    --preset) need "$1" $#; preset=$2; shift 2 ;;
-    --scale) need "$1" $#; scale=$2; shift 2 ;;
-    --cluster) need "$1" $#; cluster=$2; shift 2 ;;
-    --gpu-tflops) need "$1" $#; gpu_tflops=$2; shift 2 ;;
-    --gpu-gbs) need "$1" $#; gpu_gbs=$2; shift 2 ;;
-    --floor-us) need "$1" $#; floor_us=$2; shift 2 ;;
     --repeat) need "$1" $#; repeat=$2; shift 2 ;;
-    --history) need "$1" $#; history=$2; shift 2 ;;
-    --history-host) need "$1" $#; history_host=$2; shift 2 ;;
-    --timeout) need "$1" $#; tmo=$2; shift 2 ;;
-    --app) need "$1" $#; app=$2; shift 2 ;;
-    --prefix) need "$1" $#; prefix=$2; shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
     --name) need "$1" $#; name=$2; shift 2 ;;
-    --keep) need "$1" $#; keep=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown option '$1' (--help lists them)" ;;
+    *) if sim_opt "$1" "${2-}"; then need "$1" $#; shift 2; else die "unknown option '$1' (--help lists them)"; fi ;;
   esac
 done
 py=/usr/bin/python3
-for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
-for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] || die "--repeat: '$repeat' is not a positive integer"
 [[ $tmo =~ ^[0-9]+$ ]] || die "--timeout: '$tmo' is not a number of seconds"
 [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "--name: '$name': use letters, digits, . _ -"
-[ -f "$cluster" ] || die "--cluster $cluster: no such file"
-[ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see README)"
-[ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
-# The runs start in their work folder: absolute paths.
-prefix=$(cd "$prefix" && pwd)
-app=$(cd "$(dirname "$app")" && pwd)/$(basename "$app")
-if [ -n "$history" ]; then
-  [ -n "$history_host" ] || die "--history needs --history-host (the recording's STARPU_HOSTNAME)"
-  [ -d "$history/.starpu/sampling/codelets/45" ] || die "--history $history: no .starpu/sampling/codelets/45 (bench/sim/calibrate.sh --out $history)"
-  history=$(cd "$history" && pwd)
-fi
-if [ -z "$gpu_tflops" ]; then
-  gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
-  [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
-fi
-# SimGrid maps a stack per simulated thread and StarPU's folded allocations
-# map pages again and again: 64 ranks pass Linux's default of 65530 mappings
-# per process ("Failed to protect stack: Cannot allocate memory").
-maps=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
-if [ "$maps" -lt 1048576 ]; then
-  if [ "$(id -u)" -eq 0 ] && sysctl -qw vm.max_map_count=1048576 2>/dev/null; then
-    echo "sim/run.sh: raised vm.max_map_count from $maps to 1048576 (SimGrid and folded memory need many mappings)"
-  else
-    echo "sim/run.sh: warning: vm.max_map_count is $maps; runs of 32 ranks and more may abort (as root: sysctl -w vm.max_map_count=1048576)" >&2
-  fi
-fi
+sim_setup
 plan_app=$root/build/apps/relaymoe   # the real build: plan is pure and runs without MPI
 mkdir -p "$out"
 if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)

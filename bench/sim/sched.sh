@@ -60,56 +60,25 @@ out=$root/bench/results
 keep=
 die() { echo "sim/sched.sh: $*" >&2; exit 2; }
 need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+# shellcheck source=bench/sim/setup.sh
+. "$root/bench/sim/setup.sh"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --ep) need "$1" $#; eps=$2; shift 2 ;;
-    --dispatch) need "$1" $#; dispatches=$2; shift 2 ;;
     --policies) need "$1" $#; policies=$2; shift 2 ;;
-    --preset) need "$1" $#; preset=$2; shift 2 ;;
-    --scale) need "$1" $#; scale=$2; shift 2 ;;
-    --cluster) need "$1" $#; cluster=$2; shift 2 ;;
-    --gpu-tflops) need "$1" $#; gpu_tflops=$2; shift 2 ;;
-    --gpu-gbs) need "$1" $#; gpu_gbs=$2; shift 2 ;;
-    --floor-us) need "$1" $#; floor_us=$2; shift 2 ;;
-    --history) need "$1" $#; history=$2; shift 2 ;;
-    --history-host) need "$1" $#; history_host=$2; shift 2 ;;
     --rounds) need "$1" $#; rounds=$2; shift 2 ;;
     --prio) need "$1" $#; prios=$2; shift 2 ;;
     --jobs) need "$1" $#; jobs=$2; shift 2 ;;
-    --timeout) need "$1" $#; tmo=$2; shift 2 ;;
-    --app) need "$1" $#; app=$2; shift 2 ;;
-    --prefix) need "$1" $#; prefix=$2; shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
-    --keep) need "$1" $#; keep=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown option '$1' (--help lists them)" ;;
+    *) if sim_opt "$1" "${2-}"; then need "$1" $#; shift 2; else die "unknown option '$1' (--help lists them)"; fi ;;
   esac
 done
 py=/usr/bin/python3
-for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
-for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done
 for r in $rounds; do [[ $r =~ ^[0-9]+$ ]] && [ "$r" -ge 1 ] || die "--rounds: '$r' is not a round number"; done
 [ -n "${rounds// /}" ] || die "--rounds: no round"
 for p in $prios; do case $p in on|off) ;; *) die "--prio: '$p' is not on or off" ;; esac; done
 [[ $jobs =~ ^[0-9]+$ ]] && [ "$jobs" -ge 1 ] || die "--jobs: '$jobs' is not a positive integer"
 [[ $tmo =~ ^[0-9]+$ ]] || die "--timeout: '$tmo' is not a number of seconds"
-[ -f "$cluster" ] || die "--cluster $cluster: no such file"
-[ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see README)"
-[ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
-# The runs start in their work folder: absolute paths.
-prefix=$(cd "$prefix" && pwd)
-app=$(cd "$(dirname "$app")" && pwd)/$(basename "$app")
-if [ -n "$history" ]; then
-  [ -n "$history_host" ] || die "--history needs --history-host (the recording's STARPU_HOSTNAME)"
-  [ -d "$history/.starpu/sampling/codelets/45" ] || die "--history $history: no .starpu/sampling/codelets/45 (bench/sim/calibrate.sh --out $history)"
-  history=$(cd "$history" && pwd)
-fi
-if [ -z "$gpu_tflops" ]; then
-  gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
-  [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
-fi
-maps=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
-if [ "$maps" -lt 1048576 ] && [ "$(id -u)" -eq 0 ]; then sysctl -qw vm.max_map_count=1048576 2>/dev/null || true; fi
+sim_setup
 mkdir -p "$out"
 if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)
 else work=$(mktemp -d /tmp/rmoe-sim-sched.XXXXXX); trap 'rm -rf "$work"' EXIT; fi
