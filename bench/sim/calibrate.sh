@@ -71,6 +71,15 @@ mkdir -p "$out" || die "--out $out: cannot create it"
 out=$(cd "$out" && pwd)
 models=$out/.starpu/sampling/codelets/45
 log=$out/calibrate-$(date +%s%N).log
+# StarPU measures the buses into DIR on its first start there; ranks that
+# start together race on those files (one reads another's half-written
+# affinity file and aborts): one rank of a tiny layer measures them first.
+if [ "$np" -gt 1 ] && [ ! -s "$out/.starpu/sampling/bus/$host.affinity" ]; then
+  # shellcheck disable=SC2086
+  env STARPU_HOME="$out" STARPU_HOSTNAME="$host" $launcher -np 1 "$app" run --hidden 8 --ffn 8 --experts 2 \
+    --topk 1 --tokens 8 --dispatch ring --repeat 1 --quiet >"$log.bus" 2>&1 ||
+    { tail -n 5 "$log.bus" >&2; echo "sim/calibrate.sh: measuring the buses failed (log: $log.bus)" >&2; exit 1; }
+fi
 env_args=(STARPU_HOME="$out" STARPU_CALIBRATE=1 STARPU_HOSTNAME="$host")
 [ "$keep_samples" -eq 1 ] || env_args+=(STARPU_HISTORY_MAX_ERROR=100000)
 # shellcheck disable=SC2086
