@@ -71,7 +71,8 @@ def evaluate(a):
                    "rel_err": "" if err is None else "%.4f" % err,
                    "rel_err_min": "%.4f" % min(errs) if errs else "",
                    "rel_err_max": "%.4f" % max(errs) if errs else "",
-                   "within_tol": "yes" if ok else "no"}
+                   "within_tol": "yes" if ok else "no",
+                   "unexplained_ms": "%.3f" % (med_real - statistics.median(hv.values())) if rv and hv else ""}
             for v in ("analytic", "raw"):
                 s = sims.get((n, d, v), {}).get(0)
                 x = float(s[col]) if s else None
@@ -79,7 +80,7 @@ def evaluate(a):
                 row["rel_err_%s" % v] = "" if x is None or not med_real else "%.4f" % (x / med_real - 1)
             out.append(row)
     cols = ["ranks", "dispatch", "pass", "rounds", "real_ms", "real_min_ms", "real_max_ms", "sim_ms", "rel_err",
-            "rel_err_min", "rel_err_max", "within_tol", "sim_analytic_ms", "rel_err_analytic", "sim_raw_ms",
+            "rel_err_min", "rel_err_max", "within_tol", "unexplained_ms", "sim_analytic_ms", "rel_err_analytic", "sim_raw_ms",
             "rel_err_raw"]
     with open(a.out + "/sim_check.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
@@ -106,9 +107,10 @@ def meta(a, out, all_ok):
         "rounds' range." % (a.layer, a.rounds),
         "- history (the calibrated simulation): each round's recorded perfmodels replayed "
         "(codelets/sim_cost.c: a task of a recorded footprint takes its recorded mean, others a line "
-        "fitted over the codelet's entries) on `scripts/sim/platform.py --cpu` with StarPU-MPI's measured "
-        "hop as the link; error = median over rounds of (simulated / real of the same round - 1), with "
-        "the rounds' range. The tolerance (%g%%) applies to it." % tol,
+        "fitted over the codelet's entries) on `scripts/sim/platform.py --cpu` with plain MPI's measured "
+        "link; error = median over rounds of (simulated / real of the same round - 1), with the rounds' "
+        "range. The tolerance (%g%%) applies to it. Unexplained = real - simulated (medians): the time "
+        "neither the recorded tasks nor the link account for." % tol,
         "- analytic: the roofline rates measured on one core just before (bench/sim/cpu_rates.c: "
         "RMOE_SIM_CPU_GFLOPS=%s, RMOE_SIM_CPU_GBS=%s, RMOE_SIM_CPU_FLOOR_US=%s) times min(1, cores/ranks), "
         "StarPU-MPI's hop as the link; raw: the same rates on a dedicated core per rank and plain MPI's "

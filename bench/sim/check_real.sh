@@ -19,10 +19,11 @@
 #   analytic  StarPU-MPI's hop fit (its progress thread, wake-ups and polling
 #             on oversubscribed cores become link latency) and the analytic
 #             rates times min(1, cores / ranks) (ranks share the cores)
-#   history   StarPU-MPI's hop fit and every task as long as the real run of
-#             the same round recorded it (codelets/sim_cost.c,
-#             RMOE_SIM_HISTORY): the calibrated simulation, one per round,
-#             each compared with its own real run
+#   history   plain MPI's link and every task as long as the real run of the
+#             same round recorded it (codelets/sim_cost.c, RMOE_SIM_HISTORY):
+#             the calibrated simulation, one per round, each compared with
+#             its own real run; what it leaves unexplained (real - simulated)
+#             is the runtime's cost on shared cores, reported per case
 # The tolerance applies to the history variant: the median over rounds of
 # its error against the round's real run, forward and backward.
 #
@@ -30,7 +31,11 @@
 #       [--layer "--hidden 128 --ffn 48 --experts 16 --topk 4 --tokens 1024"]
 #       [--repeat 5] [--tol 30] [--floor-us 5] [--sched POLICY]
 #       [--real-app PATH] [--sim-app PATH] [--prefix /opt/starpu-sim]
-#       [--out bench/results] [--keep DIR]
+#       [--out bench/results] [--keep DIR] [--resimulate DIR]
+#
+# --resimulate DIR: a folder an earlier check kept (--keep DIR): its
+# calibration, real runs and recordings are reused, only the simulations
+# and the report are made again (e.g. after a change of the cost models).
 #
 # Writes OUT/sim_check.csv, OUT/sim_check.meta.json and rewrites OUT/sim.md.
 # Exit 0 when every calibrated (history) case is within --tol percent of the
@@ -49,6 +54,7 @@ sim_app=$root/build-sim/apps/relaymoe
 prefix=/opt/starpu-sim
 out=$root/bench/results
 keep=
+resim=
 die() { echo "sim/check_real.sh: $*" >&2; exit 2; }
 need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -65,6 +71,7 @@ while [ $# -gt 0 ]; do
     --prefix) need "$1" $#; prefix=$2; shift 2 ;;
     --out) need "$1" $#; out=$2; shift 2 ;;
     --keep) need "$1" $#; keep=$2; shift 2 ;;
+    --resimulate) need "$1" $#; resim=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option '$1' (--help lists them)" ;;
   esac
@@ -100,7 +107,11 @@ sched_args=()
 [ -n "$sched" ] && sched_args=(--sched "$sched")
 cores=$(nproc)
 mkdir -p "$out"
-if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)
+if [ -n "$resim" ]; then
+  [ -f "$resim/real.csv" ] && [ -f "$resim/links.csv" ] && [ -f "$resim/rates.txt" ] ||
+    die "--resimulate $resim: not a folder a check kept (real.csv, links.csv, rates.txt)"
+  work=$(cd "$resim" && pwd); keep=$work
+elif [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)
 else work=$(mktemp -d /tmp/rmoe-sim-check.XXXXXX); trap 'rm -rf "$work"' EXIT; fi
 export STARPU_SILENT=1 OPENBLAS_NUM_THREADS=1
 export STARPU_HOME=$work/starpu-home
@@ -108,6 +119,13 @@ mkdir -p "$STARPU_HOME"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load0=$(cut -d' ' -f1 /proc/loadavg)
 
+links=$work/links.csv
+real_rows=$work/real.csv
+if [ -n "$resim" ]; then
+  read -r started load0 gflops gbs <"$work/rates.txt"
+  started=${started//_/ }
+  echo "sim/check_real.sh: reusing the measurements of $started in $work"
+else
 echo "sim/check_real.sh: calibrating this machine ($cores cores)"
 gcc -O2 -Wall "$root/bench/sim/cpu_rates.c" -o "$work/cpu_rates" $(pkg-config --cflags --libs openblas)
 rates=$("$work/cpu_rates" "$H" "$F" "$E" "$K" "$T")
@@ -116,7 +134,7 @@ gbs=$(sed 's/.*gbs=\([0-9.]*\).*/\1/' <<<"$rates")
 echo "  one core: sgemm $gflops GFLOP/s at the layer's expert GEMMs, row gather $gbs GB/s"
 mpicc -O2 -std=gnu11 "$root/bench/hop/hop_bench.c" -o "$work/hop_bench" $(pkg-config --cflags --libs starpumpi-1.3 starpu-1.3)
 
-links=$work/links.csv
+echo "${started// /_} $load0 $gflops $gbs" >"$work/rates.txt"
 echo "ranks,kind,latency_us,bandwidth_gbs" >"$links"
 for n in $ranks; do
   echo "sim/check_real.sh: $n ranks: StarPU-MPI and plain MPI hops (bench/hop/hop_bench.c)"
@@ -129,7 +147,6 @@ done
 # The real runs, interleaved: round after round every case once, each a
 # single timed pass (after its warm-up) recorded by bench/sim/calibrate.sh
 # into a folder of its own, so that its replay uses that pass's durations.
-real_rows=$work/real.csv
 echo "ranks,dispatch,round,real_csv,history" >"$real_rows"
 for r in $(seq 1 "$repeat"); do
   for n in $ranks; do
@@ -143,13 +160,14 @@ for r in $(seq 1 "$repeat"); do
     done
   done
 done
+fi
 
 sims=$work/sims.csv
 echo "ranks,dispatch,variant,round,run_csv,status" >"$sims"
 # simulate N D VARIANT ROUND [HISTORY]: one simulated run, a row of $sims
 simulate() {
   local n=$1 d=$2 v=$3 r=$4 hist=${5:-} kind=mpi share=1 status=ok
-  [ "$v" = raw ] || kind=starpu
+  [ "$v" != analytic ] || kind=starpu
   [ "$v" != analytic ] || share=$("$py" -c "print(max(1.0, $n / $cores))")
   local lat bw
   IFS=, read -r _ _ lat bw < <(grep "^$n,$kind," "$links")
