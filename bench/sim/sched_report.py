@@ -168,6 +168,13 @@ def why(w, by, ep, d, ranked):
                "/".join("%.2f" % e for e in sorted(ex)) if len(ex) <= 2 else "%.2f-%.2f" % (min(ex), max(ex)),
                get(b, "wait_ms_mean"), b, get(z, "wait_ms_mean"), z, get(b, "sleep_ms_mean"),
                get(z, "sleep_ms_mean")))
+    same = {}
+    for p in ok:
+        same.setdefault((get(p, "fwd_ms"), get(p, "bwd_ms")), []).append(p)
+    groups = [" = ".join(g) for g in same.values() if len(g) > 1]
+    if groups:
+        txt += (" Identical simulated times, so identical schedules: %s (with one worker per rank, policies "
+                "that hand a ready task to the worker when it asks all run the same order)." % "; ".join(groups))
     if pre and non:
         txt += " Prefetching policies average %.2f ms, the others %.2f ms." % (statistics.mean(pre),
                                                                               statistics.mean(non))
@@ -230,6 +237,25 @@ def markdown(a, rows, by, meta_rounds):
         w("")
         w("Runs that did not complete: " + ", ".join("EP=%d %s %s prio=%s round %d (%s)" % (
             r["ep"], r["dispatch"], r["policy"], r["prio"], r["round"], r["status"]) for r in failed) + ".")
+    w("")
+    w("## Summary")
+    w("")
+    w("Ranking with the ring's priorities (fastest first), forward+backward; prio gain: how much longer "
+      "the same policy takes with `--no-prio` (positive: priorities help).")
+    w("")
+    w("| EP | dispatcher | ranking | best ms | worst ms | spread | prio gain, range over policies |")
+    w("|---:|---|---|---:|---:|---:|---|")
+    for ep in eps:
+        for d in dispatches:
+            t = {p: value(by.get((ep, d, p, "on"), []), "fwd_bwd_ms") for p in policies}
+            ok = sorted((p for p in t if t[p]), key=lambda p: t[p])
+            if not ok:
+                continue
+            g = [100 * (value(by.get((ep, d, p, "off"), []), "fwd_bwd_ms") / t[p] - 1) for p in ok
+                 if value(by.get((ep, d, p, "off"), []), "fwd_bwd_ms")]
+            w("| %d | %s | %s | %.2f | %.2f | %.1f%% | %s |" % (
+                ep, d, " < ".join(ok), t[ok[0]], t[ok[-1]], 100 * (t[ok[-1]] / t[ok[0]] - 1),
+                "%+.1f%% to %+.1f%%" % (min(g), max(g)) if g else "not run"))
     w("")
     for ep in eps:
         w("## EP=%d" % ep)
