@@ -4,7 +4,9 @@
 # nothing to do when it is there already), relaymoe configured against it
 # (RMOE_SIMGRID=ON: smpicc, the program and tests/sim only) and its test
 # (CTest label sim: a simulated 8-rank Qwen3-30B-A3B layer, ring, token ring
-# and all-to-all, on an 8-rank platform, with positive finite times).
+# and all-to-all, on an 8-rank platform, with positive finite times; and a
+# calibrated simulation: history perfmodels recorded from a run of the real
+# build in $RMOE_BUILD_DIR, replayed and compared with that run).
 #   RMOE_BUILD_DIR       the main build tree (default build/)
 #   RMOE_SIM_BUILD_DIR   the simulation build (default $RMOE_BUILD_DIR/relaymoe-sim)
 set -euo pipefail
@@ -17,7 +19,9 @@ since() { echo "$(( $(date +%s) - start )) s"; }
 
 "$here/scripts/build-starpu.sh" --prefix "$prefix" --simgrid
 echo "stage-sim: StarPU-SimGrid in $prefix ($(since))"
+[ -x "$build/apps/relaymoe" ] || { echo "stage-sim: no real build in $build (scripts/build.sh first)" >&2; exit 1; }
 cmake -S "$here" -B "$sim_build" -DRMOE_SIMGRID=ON -DRMOE_STARPU_PREFIX="$prefix" \
+  -DRMOE_SIM_REAL_APP="$build/apps/relaymoe" \
   -DCMAKE_BUILD_TYPE="${RMOE_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
 cmake --build "$sim_build" -j"$(nproc)" >/dev/null
 echo "stage-sim: relaymoe-sim in $sim_build ($(since))"

@@ -152,10 +152,12 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
 
 /* ---- real and simulated builds -------------------------------------------------------- */
 
-/* Analytic cost models (sim_cost.c), in microseconds for one task on the
- * arch: floor + max(flops / rate, bytes / bandwidth). Compiled in every
- * build; only the simulation uses them. */
-void rmoe_sim_cost_init(void);
+/* Cost models (sim_cost.c), in microseconds for one task on the arch:
+ * analytic, floor + max(flops / rate, bytes / bandwidth), or replayed from
+ * recorded history models (RMOE_SIM_HISTORY). Compiled in every build;
+ * only the simulation uses them. rmoe_sim_cost_init: 0 or an RMOE_E* code
+ * (a recording asked for and not readable). */
+int rmoe_sim_cost_init(void);
 double rmoe_sim_time_us(int gpu, double flops, double bytes);
 double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_router_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);

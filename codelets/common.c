@@ -15,6 +15,7 @@
 #include "rmoe_scheduler.h"
 
 static atomic_flag rmoe_codelets_initialised = ATOMIC_FLAG_INIT;
+static int rmoe_codelets_init_rc;
 
 #ifdef RMOE_HAVE_OPENBLAS_SET_NUM_THREADS
 /* Weak: the library then loads against any CBLAS (a reference BLAS where
@@ -22,17 +23,18 @@ static atomic_flag rmoe_codelets_initialised = ATOMIC_FLAG_INIT;
 #pragma weak openblas_set_num_threads
 #endif
 
-void rmoe_codelets_init(void)
+int rmoe_codelets_init(void)
 {
 	if (atomic_flag_test_and_set(&rmoe_codelets_initialised))
-		return;
+		return rmoe_codelets_init_rc;
 #ifdef RMOE_HAVE_OPENBLAS_SET_NUM_THREADS
 	/* StarPU runs one worker per core: a BLAS call inside a task must not
 	 * start threads of its own on the cores of the other workers. */
 	if (openblas_set_num_threads)
 		openblas_set_num_threads(1);
 #endif
-	rmoe_sim_cost_init();
+	rmoe_codelets_init_rc = rmoe_sim_cost_init();
+	return rmoe_codelets_init_rc;
 }
 
 /* ---- the prologue -------------------------------------------------------------- */

@@ -1,21 +1,40 @@
-/* Analytic cost models of the codelets, for StarPU's SimGrid mode (the
- * kernels do not run there; a task lasts what its model says).
+/* Cost models of the codelets for StarPU's SimGrid mode (the kernels do
+ * not run there; a task lasts what its model says).
  *
- * A task takes floor + max(flops / rate, bytes / bandwidth): a roofline
- * with a per-task floor (launch and scheduling). Flops and bytes come from
- * the task's arguments and buffers; the rates are per architecture. The
- * GPU defaults are an H100-class device as scheduler/clusters/mn5-acc.cluster
- * plans it (400 TFLOP/s for the grouped bf16 expert GEMMs, HBM at an
- * effective ~2.5 TB/s for the gathers, scatters and elementwise kernels);
- * the CPU defaults one core of the 2-core check machine with OpenBLAS. Every
- * rate can be set from the environment, so a calibration against a real run
- * replaces the defaults without a rebuild:
+ * Analytic (the default): a task takes floor + max(flops / rate, bytes /
+ * bandwidth), a roofline with a per-task floor (launch and scheduling).
+ * Flops and bytes come from the task's arguments and buffers; the rates are
+ * per architecture. The GPU defaults are an H100-class device as
+ * scheduler/clusters/mn5-acc.cluster plans it (400 TFLOP/s for the grouped
+ * bf16 expert GEMMs, HBM at an effective ~2.5 TB/s for the gathers,
+ * scatters and elementwise kernels); the CPU defaults one core of the
+ * 2-core check machine with OpenBLAS. Every rate can be set from the
+ * environment, so a calibration replaces the defaults without a rebuild:
  *   RMOE_SIM_GPU_TFLOPS, RMOE_SIM_GPU_GBS, RMOE_SIM_GPU_FLOOR_US,
  *   RMOE_SIM_CPU_GFLOPS, RMOE_SIM_CPU_GBS, RMOE_SIM_CPU_FLOOR_US.
+ *
+ * Recorded (StarPU's own calibrate-then-simulate workflow): with
+ *   RMOE_SIM_HISTORY=DIR  RMOE_SIM_HISTORY_HOST=HOST
+ * every codelet lasts what the history perfmodel a real run recorded says
+ * (the real build's models are history-based, codelet.h; a run with
+ * STARPU_CALIBRATE=1 writes DIR/codelets/45/SYMBOL.HOST under its
+ * STARPU_HOME/.starpu/sampling; bench/sim/calibrate.sh records them). A
+ * task whose buffer sizes the real run executed (the same data footprint)
+ * takes the recorded mean; any other (the simulation draws its routing, so
+ * a hop's row count can differ from the real run's) takes a least-squares
+ * line t = a + b x over the recorded entries of that codelet and
+ * architecture, x the task's flops (or its bytes for codelets recorded
+ * without flops). A codelet or architecture the recording lacks is an error
+ * at start-up or names itself when the task comes, rather than falling back
+ * to the analytic model.
  * Compiled in every build (the real build keeps its history models and
  * never calls these); codelets/codelet.h picks them under STARPU_SIMGRID. */
+#include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "codelet.h"
 
@@ -38,7 +57,9 @@ static void rate_from_env(const char *name, double scale, double *dst)
 		*dst = v * scale;
 }
 
-void rmoe_sim_cost_init(void)
+static int history_init(void);
+
+int rmoe_sim_cost_init(void)
 {
 	rate_from_env("RMOE_SIM_GPU_TFLOPS", 1e12 * 1e-6, &rmoe_sim_gpu.flops_per_us);
 	rate_from_env("RMOE_SIM_GPU_GBS", 1e9 * 1e-6, &rmoe_sim_gpu.bytes_per_us);
@@ -46,6 +67,7 @@ void rmoe_sim_cost_init(void)
 	rate_from_env("RMOE_SIM_CPU_GFLOPS", 1e9 * 1e-6, &rmoe_sim_cpu.flops_per_us);
 	rate_from_env("RMOE_SIM_CPU_GBS", 1e9 * 1e-6, &rmoe_sim_cpu.bytes_per_us);
 	rate_from_env("RMOE_SIM_CPU_FLOOR_US", 1.0, &rmoe_sim_cpu.floor_us);
+	return history_init();
 }
 
 double rmoe_sim_time_us(int gpu, double flops, double bytes)
@@ -54,6 +76,174 @@ double rmoe_sim_time_us(int gpu, double flops, double bytes)
 	double tf = r->flops_per_us > 0 ? flops / r->flops_per_us : 0;
 	double tb = r->bytes_per_us > 0 ? bytes / r->bytes_per_us : 0;
 	return r->floor_us + (tf > tb ? tf : tb);
+}
+
+/* ---- recorded history models ----------------------------------------------- */
+
+#define SIM_HISTORY_MAX 32   /* codelet symbols */
+#define SIM_HISTORY_ARCHS 4  /* architectures replayed per symbol */
+
+/* One recorded entry: footprint, regressor, mean (us), samples. */
+struct sim_point {
+	uint32_t footprint;
+	double x, t, n;
+};
+
+/* The entries of one symbol on one architecture, and their line. */
+struct sim_fit {
+	int comb;
+	int npts, by_flops;
+	struct sim_point *pts;
+	double a, b;
+};
+
+struct sim_history {
+	char symbol[128];
+	struct starpu_perfmodel model;
+	struct sim_fit fit[SIM_HISTORY_ARCHS];
+	int nfit;
+};
+
+static struct sim_history *sim_hist;
+static int sim_nhist = -1; /* -1: analytic costs */
+static char sim_hist_where[1024];
+
+/* Loads every rmoe_* model recorded for host in dir/codelets/45. */
+static int history_load(const char *dir, const char *host)
+{
+	char path[2048];
+	snprintf(sim_hist_where, sizeof(sim_hist_where), "%s/codelets/45 (host %s)", dir, host);
+	snprintf(path, sizeof(path), "%s/codelets/45", dir);
+	DIR *d = opendir(path);
+	if (!d)
+		return rmoe_error(RMOE_EIO, "RMOE_SIM_HISTORY=%s: no folder %s (a sampling folder of a run with "
+		                  "STARPU_CALIBRATE=1: bench/sim/calibrate.sh)", dir, path);
+	sim_hist = calloc(SIM_HISTORY_MAX, sizeof(*sim_hist));
+	sim_nhist = 0;
+	const size_t hl = strlen(host);
+	struct dirent *e;
+	int rc = sim_hist ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory for the recorded models");
+	while (!rc && (e = readdir(d))) {
+		size_t nl = strlen(e->d_name);
+		if (strncmp(e->d_name, "rmoe_", 5) || nl <= hl + 1 || e->d_name[nl - hl - 1] != '.' ||
+		    strcmp(e->d_name + nl - hl, host) || nl - hl - 1 >= sizeof(sim_hist->symbol))
+			continue;
+		if (sim_nhist == SIM_HISTORY_MAX) {
+			rc = rmoe_error(RMOE_EINVAL, "%s: more than %d recorded models", sim_hist_where, SIM_HISTORY_MAX);
+			break;
+		}
+		struct sim_history *h = &sim_hist[sim_nhist];
+		memcpy(h->symbol, e->d_name, nl - hl - 1);
+		snprintf(path, sizeof(path), "%s/codelets/45/%s", dir, e->d_name);
+		if (starpu_perfmodel_load_file(path, &h->model))
+			rc = rmoe_error(RMOE_EFORMAT, "%s: StarPU cannot read this perfmodel", path);
+		else
+			sim_nhist++;
+	}
+	closedir(d);
+	if (!rc && sim_nhist == 0)
+		rc = rmoe_error(RMOE_EINVAL, "RMOE_SIM_HISTORY: no rmoe_*.%s model in %s/codelets/45 (is the host name "
+		                "the recording's, RMOE_SIM_HISTORY_HOST?)", host, dir);
+	return rc;
+}
+
+static int history_init(void)
+{
+	const char *dir = getenv("RMOE_SIM_HISTORY");
+	if (!dir || !*dir)
+		return 0;
+	const char *host = getenv("RMOE_SIM_HISTORY_HOST");
+	struct stat st;
+	if (!host || !*host)
+		return rmoe_error(RMOE_EINVAL, "RMOE_SIM_HISTORY=%s needs RMOE_SIM_HISTORY_HOST, the host name the "
+		                  "models were recorded under", dir);
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return rmoe_error(RMOE_EIO, "RMOE_SIM_HISTORY=%s: not a folder", dir);
+	if (sim_nhist >= 0)
+		return 0;
+	return history_load(dir, host);
+}
+
+/* Weighted least squares t = a + b x with a, b >= 0 over the points. */
+static void fit_line(struct sim_fit *f)
+{
+	double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+	for (int i = 0; i < f->npts; i++) {
+		const struct sim_point *p = &f->pts[i];
+		sw += p->n;
+		sx += p->n * p->x;
+		st += p->n * p->t;
+		sxx += p->n * p->x * p->x;
+		sxt += p->n * p->x * p->t;
+	}
+	double det = sw * sxx - sx * sx;
+	f->b = det > 0 ? (sw * sxt - sx * st) / det : 0;
+	f->a = det > 0 ? (st - f->b * sx) / sw : 0;
+	if (det <= 0 || f->b < 0) { /* one size only, or no growth: the mean, scaled by x */
+		f->a = 0;
+		f->b = sx > 0 ? st / sx : 0;
+		if (f->b == 0)
+			f->a = sw > 0 ? st / sw : 0;
+	} else if (f->a < 0) { /* through the origin */
+		f->a = 0;
+		f->b = sxx > 0 ? sxt / sxx : 0;
+	}
+}
+
+/* The entries of h on arch as points and their line; NULL if none. */
+static struct sim_fit *history_fit(struct sim_history *h, struct starpu_perfmodel_arch *arch)
+{
+	int comb = starpu_perfmodel_arch_comb_get(arch->ndevices, arch->devices);
+	for (int i = 0; i < h->nfit; i++)
+		if (h->fit[i].comb == comb)
+			return h->fit[i].npts ? &h->fit[i] : NULL;
+	if (h->nfit == SIM_HISTORY_ARCHS)
+		return NULL;
+	struct sim_fit *f = &h->fit[h->nfit++];
+	*f = (struct sim_fit){.comb = comb, .by_flops = 1};
+	struct starpu_perfmodel_per_arch *pa = comb < 0 ? NULL : starpu_perfmodel_get_model_per_arch(&h->model, arch, 0);
+	int n = 0;
+	for (struct starpu_perfmodel_history_list *l = pa ? pa->list : NULL; l; l = l->next)
+		if (l->entry->nsample > 0) {
+			n++;
+			f->by_flops &= isfinite(l->entry->flops) && l->entry->flops > 0;
+		}
+	if (!n || !(f->pts = calloc((size_t)n, sizeof(*f->pts))))
+		return NULL;
+	for (struct starpu_perfmodel_history_list *l = pa->list; l; l = l->next) {
+		const struct starpu_perfmodel_history_entry *e = l->entry;
+		if (e->nsample > 0)
+			f->pts[f->npts++] = (struct sim_point){e->footprint, f->by_flops ? e->flops : (double)e->size,
+			                                       e->mean, e->nsample};
+	}
+	fit_line(f);
+	return f;
+}
+
+/* The recorded duration of task on arch, in us; NAN (StarPU then stops
+ * the simulation naming the codelet) when the recording lacks it. */
+static double history_cost(const struct starpu_task *task, struct starpu_perfmodel_arch *arch)
+{
+	const char *sym = task->cl->model->symbol;
+	struct sim_history *h = NULL;
+	for (int i = 0; i < sim_nhist && !h; i++)
+		if (!strcmp(sim_hist[i].symbol, sym))
+			h = &sim_hist[i];
+	struct sim_fit *f = h ? history_fit(h, arch) : NULL;
+	if (!f) {
+		char name[64];
+		starpu_perfmodel_get_arch_name(arch, name, sizeof(name), 0);
+		fprintf(stderr, "relaymoe: no recorded model of %s on %s in %s\n", sym, name, sim_hist_where);
+		return NAN;
+	}
+	uint32_t fp = starpu_task_data_footprint((struct starpu_task *)task);
+	for (int i = 0; i < f->npts; i++)
+		if (f->pts[i].footprint == fp)
+			return f->pts[i].t;
+	double x = f->by_flops ? task->flops : 0;
+	for (unsigned i = 0; !f->by_flops && i < STARPU_TASK_GET_NBUFFERS(task); i++)
+		x += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+	return f->a + f->b * x;
 }
 
 /* ---- per-codelet flops and bytes ------------------------------------------ */
@@ -72,10 +262,10 @@ static double task_bytes(const struct starpu_task *task)
 	return b;
 }
 
-static double cost(const struct starpu_task *task, const struct starpu_perfmodel_arch *arch,
-                   double flops, double bytes)
+static double cost(const struct starpu_task *task, struct starpu_perfmodel_arch *arch, double flops, double bytes)
 {
-	(void)task;
+	if (sim_nhist >= 0)
+		return history_cost(task, arch);
 	return rmoe_sim_time_us(is_gpu(arch), flops, bytes);
 }
 

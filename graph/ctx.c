@@ -175,12 +175,14 @@ static int ctx_mpi(rmoe_ctx *ctx, MPI_Comm comm, int starpu_running)
 
 /* A policy StarPU does not know is replaced by its default with a warning
  * only: a scheduler experiment would measure another policy than the one
- * it names. The configuration's name, else STARPU_SCHED's, must be one of
- * StarPU's. */
+ * it names. The name StarPU will use (STARPU_SCHED wins over the
+ * configuration's, as in StarPU) must be one of StarPU's; "help" (StarPU
+ * lists them) and "heft" (StarPU 1.3's alias of dmda) pass. */
 static int check_policy(const struct rmoe_ctx_config *cfg)
 {
-	const char *name = cfg->sched ? cfg->sched : getenv("STARPU_SCHED");
-	if (!name || !*name)
+	const char *env = getenv("STARPU_SCHED");
+	const char *name = env && *env ? env : cfg->sched;
+	if (!name || !*name || !strcmp(name, "help") || !strcmp(name, "heft"))
 		return 0;
 	/* The message names the classic policies and counts the modular ones. */
 	char known[400] = "";
@@ -188,6 +190,8 @@ static int check_policy(const struct rmoe_ctx_config *cfg)
 	int modular = 0;
 	for (struct starpu_sched_policy **p = starpu_sched_get_predefined_policies(); p && *p; p++) {
 		const char *pn = (*p)->policy_name;
+		if (!pn)
+			continue;
 		if (!strcmp(pn, name))
 			return 0;
 		if (!strncmp(pn, "modular-", 8)) {
@@ -199,7 +203,8 @@ static int check_policy(const struct rmoe_ctx_config *cfg)
 			used += (size_t)n;
 	}
 	return rmoe_error(RMOE_EINVAL, "scheduling policy '%s'%s is not one StarPU knows: expected one of %s, or one of "
-	                  "its %d modular-* policies", name, cfg->sched ? "" : " (STARPU_SCHED)", known, modular);
+	                  "its %d modular-* policies", name, name == env && (!cfg->sched || strcmp(env, cfg->sched)) ? " (STARPU_SCHED)" : "",
+	                  known, modular);
 }
 
 /* StarPU and StarPU-MPI on the context's communicator. */
@@ -308,7 +313,10 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		ctx_unwind(ctx);
 		return rc;
 	}
-	rmoe_codelets_init();
+	if ((rc = rmoe_agree(ctx->comm, rmoe_codelets_init(), "to set up the codelets"))) {
+		rmoe_ctx_destroy(ctx);
+		return rc;
+	}
 	rmoe_codelets_start();
 	ctx->codelets_started = 1;
 	if ((rc = plan_ring(ctx, &cfg))) {

@@ -102,7 +102,7 @@ def cmd_ep(a):
             "sched": a.sched, "preset": a.preset, "scale": float(a.scale),
             "rates": {"RMOE_SIM_GPU_TFLOPS": float(a.gpu_tflops), "RMOE_SIM_GPU_GBS": float(a.gpu_gbs),
                       "RMOE_SIM_GPU_FLOOR_US": float(a.floor_us)},
-            "wall_s": int(a.wall)}
+            "wall_s": int(a.wall), "history": a.history}
     with open(os.path.join(a.out, a.name + ".meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
@@ -202,10 +202,14 @@ def md_ep(out, lines, name="sim_ep", title="EP sweep (the paper's Fig. 10 analog
                              L["pcie"]["bandwidth_gbs"], L["pcie"]["latency_us"],
                              meta["device_memory_bytes"] / 2 ** 30))
     r = meta["rates"]
-    w("- Cost model (codelets/sim_cost.c, a roofline per task): GEMMs at RMOE_SIM_GPU_TFLOPS=%g TFLOP/s "
-      "(the file's planning rate), memory-bound kernels at RMOE_SIM_GPU_GBS=%g GB/s, "
-      "RMOE_SIM_GPU_FLOOR_US=%g us per task. Scheduler: %s." %
-      (r["RMOE_SIM_GPU_TFLOPS"], r["RMOE_SIM_GPU_GBS"], r["RMOE_SIM_GPU_FLOOR_US"], meta["sched"]))
+    if meta.get("history"):
+        w("- Cost model: StarPU history perfmodels recorded by a real run, replayed (codelets/sim_cost.c, "
+          "RMOE_SIM_HISTORY): %s. Scheduler: %s." % (meta["history"], meta["sched"]))
+    else:
+        w("- Cost model (codelets/sim_cost.c, a roofline per task): GEMMs at RMOE_SIM_GPU_TFLOPS=%g TFLOP/s "
+          "(the file's planning rate), memory-bound kernels at RMOE_SIM_GPU_GBS=%g GB/s, "
+          "RMOE_SIM_GPU_FLOOR_US=%g us per task. Scheduler: %s." %
+          (r["RMOE_SIM_GPU_TFLOPS"], r["RMOE_SIM_GPU_GBS"], r["RMOE_SIM_GPU_FLOOR_US"], meta["sched"]))
     w("- Memory: the memory model's peak per rank (a simulation allocates nothing; `relaymoe run` "
       "reports the model there). Bytes sent: per rank, forward + backward, max over ranks. Per-hop "
       "columns: the planner's hop (`relaymoe plan`, f32 bytes) over the slowest ring edge, against the "
@@ -364,8 +368,7 @@ def fig10_note(rows, meta):
                 "EP = %s: about flat, as the planner expects (one copy of all expert weights crosses each "
                 "rank's slowest edge whatever EP), while all-to-all's inter-node share keeps growing with EP. "
                 "At full size the ring's advantage would therefore be expected to grow with EP, as in Fig. 10; "
-                "the full-size runs below, where present, cover the smaller EPs only (64 ranks at full size do "
-                "not fit this machine's time). "
+                "the full-size sweep below, where present, checks it (section Full size). "
                 "The sensitivity sweep below, where present, checks the direction at a smaller scale factor." % (
                     meta["scale"], s2, s2, "/".join("%.0f" % (t * 1e3) for _, t in full),
                     "/".join(str(e) for e, _ in full)))
@@ -405,14 +408,18 @@ def md_check(out, lines):
     for line in meta.get("text", []):
         w(line)
     w("")
-    w("| ranks | dispatcher | pass | real ms | calibrated sim ms | error | within %g%% | raw sim ms | raw error |"
-      % meta["tolerance_pct"])
-    w("|---:|---|---|---:|---:|---:|---|---:|---:|")
+    w("| ranks | dispatcher | pass | real ms (rounds' range) | calibrated sim ms | error (rounds' range) | "
+      "within %g%% | unexplained ms | analytic sim ms | analytic error | raw sim ms | raw error |" %
+      meta["tolerance_pct"])
+    w("|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     pct = lambda x: ("%+.1f%%" % (100 * float(x))) if x else ""
     for r in rows:
-        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["ranks"], r["dispatch"], r["pass"], fnum(r["real_ms"], "%.1f"), fnum(r["sim_ms"], "%.1f"),
-            pct(r["rel_err"]), r["within_tol"], fnum(r.get("sim_raw_ms"), "%.1f"), pct(r.get("rel_err_raw"))))
+        w("| %s | %s | %s | %s (%s-%s) | %s | %s (%s to %s) | %s | %s | %s | %s | %s | %s |" % (
+            r["ranks"], r["dispatch"], r["pass"], fnum(r["real_ms"], "%.1f"), fnum(r["real_min_ms"], "%.1f"),
+            fnum(r["real_max_ms"], "%.1f"), fnum(r["sim_ms"], "%.1f"), pct(r["rel_err"]), pct(r["rel_err_min"]),
+            pct(r["rel_err_max"]), r["within_tol"], fnum(r.get("unexplained_ms"), "%.1f"),
+            fnum(r.get("sim_analytic_ms"), "%.1f"),
+            pct(r.get("rel_err_analytic")), fnum(r.get("sim_raw_ms"), "%.1f"), pct(r.get("rel_err_raw"))))
     w("")
     for line in meta.get("after", []):
         w(line)
@@ -460,6 +467,13 @@ def write_md(out):
             "Sensitivity: the same sweep at scale %g (%s)" % (m.get("scale", 0), extra)
         md_ep(out, lines, extra, title, note=False)
     md_check(out, lines)
+    # Measured notes kept by hand beside the generated tables: the check's
+    # exceptions explained, and what a simulated run costs on this host.
+    for note in ("sim_check_notes.md", "sim_profile.md"):
+        path = os.path.join(out, note)
+        if os.path.exists(path):
+            with open(path) as f:
+                lines += [l.rstrip("\n") for l in f] + [""]
     with open(os.path.join(out, "sim.md"), "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
 
@@ -471,6 +485,7 @@ def main():
     for k in ("rows", "out", "name", "cmd", "date", "cluster", "sched", "preset", "scale", "gpu-tflops",
               "gpu-gbs", "floor-us", "wall"):
         e.add_argument("--" + k, required=True)
+    e.add_argument("--history", default="", help="recorded perfmodels replayed instead of the roofline")
     m = sub.add_parser("md")
     m.add_argument("--out", required=True)
     a = ap.parse_args()

@@ -16,6 +16,10 @@
 #                            bf16_tflops, the planner's rate); --gpu-gbs B its
 #                            memory rate (default 2500), --floor-us U the per-task
 #                            floor (default 20): RMOE_SIM_GPU_* of codelets/sim_cost.c
+#   --history DIR --history-host HOST
+#                            replay StarPU history perfmodels recorded by a real
+#                            run (bench/sim/calibrate.sh --out DIR --host HOST)
+#                            instead of the roofline (RMOE_SIM_HISTORY)
 #   --repeat R               timed repetitions after the warm-up (default 1: a
 #                            simulation is deterministic)
 #   --timeout S              wall-clock limit of one run (default 900)
@@ -44,6 +48,8 @@ gpu_tflops=
 gpu_gbs=2500
 floor_us=20
 repeat=1
+history=
+history_host=
 tmo=900
 app=$root/build-sim/apps/relaymoe
 prefix=/opt/starpu-sim
@@ -52,52 +58,22 @@ name=sim_ep
 keep=
 die() { echo "sim/run.sh: $*" >&2; exit 2; }
 need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+# shellcheck source=bench/sim/setup.sh
+. "$root/bench/sim/setup.sh"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --ep) need "$1" $#; eps=$2; shift 2 ;;
-    --dispatch) need "$1" $#; dispatches=$2; shift 2 ;;
     --sched) need "$1" $#; sched=$2; shift 2 ;;
-    --preset) need "$1" $#; preset=$2; shift 2 ;;
-    --scale) need "$1" $#; scale=$2; shift 2 ;;
-    --cluster) need "$1" $#; cluster=$2; shift 2 ;;
-    --gpu-tflops) need "$1" $#; gpu_tflops=$2; shift 2 ;;
-    --gpu-gbs) need "$1" $#; gpu_gbs=$2; shift 2 ;;
-    --floor-us) need "$1" $#; floor_us=$2; shift 2 ;;
     --repeat) need "$1" $#; repeat=$2; shift 2 ;;
-    --timeout) need "$1" $#; tmo=$2; shift 2 ;;
-    --app) need "$1" $#; app=$2; shift 2 ;;
-    --prefix) need "$1" $#; prefix=$2; shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
     --name) need "$1" $#; name=$2; shift 2 ;;
-    --keep) need "$1" $#; keep=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown option '$1' (--help lists them)" ;;
+    *) if sim_opt "$1" "${2-}"; then need "$1" $#; shift 2; else die "unknown option '$1' (--help lists them)"; fi ;;
   esac
 done
 py=/usr/bin/python3
-for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
-for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] || die "--repeat: '$repeat' is not a positive integer"
 [[ $tmo =~ ^[0-9]+$ ]] || die "--timeout: '$tmo' is not a number of seconds"
 [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "--name: '$name': use letters, digits, . _ -"
-[ -f "$cluster" ] || die "--cluster $cluster: no such file"
-[ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see README)"
-[ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
-if [ -z "$gpu_tflops" ]; then
-  gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
-  [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
-fi
-# SimGrid maps a stack per simulated thread and StarPU's folded allocations
-# map pages again and again: 64 ranks pass Linux's default of 65530 mappings
-# per process ("Failed to protect stack: Cannot allocate memory").
-maps=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
-if [ "$maps" -lt 1048576 ]; then
-  if [ "$(id -u)" -eq 0 ] && sysctl -qw vm.max_map_count=1048576 2>/dev/null; then
-    echo "sim/run.sh: raised vm.max_map_count from $maps to 1048576 (SimGrid and folded memory need many mappings)"
-  else
-    echo "sim/run.sh: warning: vm.max_map_count is $maps; runs of 32 ranks and more may abort (as root: sysctl -w vm.max_map_count=1048576)" >&2
-  fi
-fi
+sim_setup
 plan_app=$root/build/apps/relaymoe   # the real build: plan is pure and runs without MPI
 mkdir -p "$out"
 if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)
@@ -126,6 +102,7 @@ for ep in $eps; do
     t0=$(date +%s%N)
     rc=0
     ( . "$plat/env.sh"
+      [ -z "$history" ] || export RMOE_SIM_HISTORY=$history/.starpu/sampling RMOE_SIM_HISTORY_HOST=$history_host
       cd "$work"
       # shellcheck disable=SC2086
       exec timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
@@ -148,8 +125,8 @@ for ep in $eps; do
     fi
   done
 done
-cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\" --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat"
+cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\" --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat${history:+ --history ${history#$root/} --history-host $history_host}"
 "$py" "$root/bench/sim/report.py" ep --rows "$rows" --out "$out" --name "$name" --cmd "$cmd" \
   --date "$started" --cluster "$cluster" --sched "$sched" --preset "$preset" --scale "$scale" \
-  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --wall "$(( $(date +%s) - t_all ))"
+  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --history "${history:+$history (host $history_host)}" --wall "$(( $(date +%s) - t_all ))"
 echo "sim/run.sh: wrote $out/$name.csv, $out/$name.png, $out/sim.md ($(( $(date +%s) - t_all )) s)"

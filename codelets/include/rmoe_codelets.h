@@ -142,8 +142,9 @@ void rmoe_from_elements(const void *src, float *dst, int64_t n, size_t elsize);
 /* ---- set-up, flops, memory probe ---------------------------------------------------- */
 
 /* One-time set-up of the kernels' environment (BLAS threads: one per worker,
- * since StarPU owns the cores; the simulation's cost rates). Idempotent. */
-void rmoe_codelets_init(void);
+ * since StarPU owns the cores; the simulation's cost models). Idempotent:
+ * 0, or the first call's RMOE_E* code (a recorded model not readable). */
+int rmoe_codelets_init(void);
 
 /* While a context uses StarPU (between its start and its end): the CUDA
  * workers' cuBLAS handles, on their streams. Counted: the last stop
