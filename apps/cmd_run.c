@@ -474,14 +474,20 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 		*ctx = NULL;
 		return rc;
 	}
-	/* The order every ring of the run uses, to set beside relaymoe plan's. */
+	/* The order every ring of the run uses, to set beside relaymoe plan's.
+	 * One write for the line: flushed pieces would interleave with other
+	 * ranks' messages in mpirun's output. */
 	int n = rmoe_ctx_size(*ctx), *order = malloc(sizeof(int) * (size_t)n);
-	if (order && rmoe_ctx_ring_order(*ctx, order) == 0) {
-		rmoe_app_say("ring order (%s):", r->ring_order);
-		for (int i = 0; i < n; i++)
-			rmoe_app_say(" %d", order[i]);
-		rmoe_app_say("\n");
+	size_t cap = 12 * (size_t)n + 1;
+	char *line = malloc(cap);
+	if (order && line && rmoe_ctx_ring_order(*ctx, order) == 0) {
+		size_t used = 0;
+		line[0] = '\0';
+		for (int i = 0; i < n && used < cap; i++)
+			used += (size_t)snprintf(line + used, cap - used, " %d", order[i]);
+		rmoe_app_say("ring order (%s):%s\n", r->ring_order, line);
 	}
+	free(line);
 	free(order);
 	return 0;
 }
