@@ -421,6 +421,25 @@ int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t cou
 	return rmoe_insert_zero(&o, count, dst);
 }
 
+int rmoe_pass_fence(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *ready, int nready,
+                    const starpu_data_handle_t *next, int nnext, struct starpu_task *after, struct starpu_task **kept,
+                    const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+	struct starpu_task *t = NULL;
+	o.after = after;
+	int rc = kept ? reserve_anchor(pass) : 0;
+	if (kept)
+		o.kept = &t;
+	if (!rc)
+		rc = rmoe_insert_fence(&o, ready, nready, next, nnext);
+	if (!rc && kept) {
+		pass->anchors[pass->nanchors++] = t;
+		*kept = t;
+	}
+	return rc;
+}
+
 /* ---- one chunk of a hop ------------------------------------------------------------------------ */
 
 int rmoe_chunk_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,

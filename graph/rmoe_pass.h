@@ -144,6 +144,15 @@ int rmoe_pass_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, 
                          int64_t count, int prio, const char *name);
 int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio, const char *name);
 
+/* An ordering task of the pass (rmoe_insert_fence: after the writers of
+ * ready and every earlier access of next; every later access of next after
+ * it), also after the task after (may be NULL). With kept it is kept as an
+ * anchor until the pass ends and returned there, for later tasks to wait
+ * for (their options' after). */
+int rmoe_pass_fence(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *ready, int nready,
+                    const starpu_data_handle_t *next, int nnext, struct starpu_task *after, struct starpu_task **kept,
+                    const char *name);
+
 /* One chunk of a hop, forward (§3.1): gather the chunk's rows of x,
  * grouped SwiGLU over the partition whose weights are w, weighted
  * scatter-add into acc. The rows, workspace and outputs are temporaries
