@@ -125,7 +125,9 @@ static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, s
  * thread, which then serves nothing else; two ranks waiting on sends whose
  * receives the other's stalled thread has not posted deadlock. A lost peer
  * leaves a transfer pending: the pass's end (rmoe_pass_finish) waits within
- * wait_timeout and gives RMOE_EPEER. */
+ * wait_timeout and gives RMOE_EPEER, naming the peers of the earliest
+ * transfers that never completed (rmoe_pass_watch): no host wait here sees
+ * which peer is missing any more. */
 static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
                     starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
                     const int64_t *rows_in, int phase, struct starpu_task **done)
@@ -136,11 +138,11 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 		in[q] = q != me && rows_in[q] > 0 ? rmoe_act_vector(pass, L, rows_in[q] * L->H) : NULL;
 	int rc = rmoe_pass_fence(L, pass, out, N, in, N, *done, NULL, "a2a-post");
 	for (int q = 0; q < N && !rc; q++)
-		if (in[q])
-			rc = rmoe_recv(L, in[q], q, tag);
+		if (in[q] && !(rc = rmoe_recv(L, in[q], q, tag)))
+			rc = rmoe_pass_watch(L, pass, in[q], q, tag, 1, "the all-to-all's rows");
 	for (int q = 0; q < N && !rc; q++)
-		if (q != me && rows_out[q] > 0)
-			rc = rmoe_send(L, pass, out[q], q, tag, 1, NULL, NULL);
+		if (q != me && rows_out[q] > 0 && !(rc = rmoe_send(L, pass, out[q], q, tag, 1, NULL, NULL)))
+			rc = rmoe_pass_watch(L, pass, out[q], q, tag, 0, "the all-to-all's rows");
 	in[me] = out[me];
 	out[me] = NULL;
 	if (!rc)

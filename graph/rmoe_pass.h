@@ -14,6 +14,15 @@
 #include "rmoe_layer_impl.h"
 #include "rmoe_scheduler.h"
 
+/* A transfer of a pass watched for the message of a stalled pass
+ * (rmoe_pass_watch). */
+struct rmoe_watch {
+	struct starpu_task *fence;    /* kept; ends once the transfer has completed */
+	int peer;
+	int64_t tag;
+	const char *what;             /* the data, in the message's words */
+};
+
 /* What a pass's graph needs to know and what it reports back. */
 struct rmoe_pass {
 	int backward;
@@ -27,6 +36,8 @@ struct rmoe_pass {
 	int nanchors, capanchors;
 	starpu_data_handle_t *held;   /* relay buffers kept to the end of the pass */
 	int nheld, capheld;
+	struct rmoe_watch *watched;   /* transfers named when the pass stalls */
+	int nwatched, capwatched;
 };
 
 /* ---- buffers -------------------------------------------------------------------- */
@@ -66,7 +77,9 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 
 /* rc, and when it is RMOE_EPEER the message says which peers the rank was
  * waiting for, with their hosts: in the vote that starts a pass, the ranks
- * that never reached it; in a ring pass, its left neighbour on the ring,
+ * that never reached it; where the pass watched its transfers
+ * (rmoe_pass_watch), the peers of the earliest ones (by tag) that never
+ * completed; otherwise, in a ring pass, its left neighbour on the ring,
  * whose relay feeds every hop. */
 int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc);
 
@@ -107,6 +120,14 @@ void rmoe_chunks_free(struct rmoe_chunk *chunks, int64_t n);
 int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int dest, int64_t tag,
               int prio, void (*done)(void *), void *arg);
 int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag);
+
+/* Watches the transfer just submitted of h with peer on tag (received: a
+ * receive into h; else a send of h): a fence kept until the pass ends, which
+ * ends with the transfer and changes nothing else. A pass whose transfers
+ * are not awaited by the host (the all-to-all) names from them the peers it
+ * stalled on. */
+int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                    int received, const char *what);
 
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
  * [N * E], rank order; blocks until they are here: the host sizes buffers
