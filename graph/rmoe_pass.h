@@ -30,6 +30,7 @@ struct rmoe_pass {
 	int64_t bytes_sent;
 	int64_t largest_temporary;
 	int64_t resident;         /* bytes registered from host memory for this pass */
+	int host_waits;           /* made while the dispatch graph was submitted */
 	struct starpu_task *window;   /* see pass.c */
 	struct starpu_task *gate;     /* the next expert backward waits for it (pass.c) */
 	struct starpu_task **anchors;
