@@ -135,7 +135,8 @@ void rmoe_probe_sample(void);
 /* The one way a task of the library is inserted: cl on the nd buffers of d
  * (their access modes given here, also for codelets that fix them), the
  * argument struct args of argsize bytes (malloc'ed; StarPU frees it; NULL
- * means its allocation failed), flops (0: unknown), with what o asks:
+ * means its allocation failed, unless argsize is 0: a task without
+ * arguments), flops (0: unknown), with what o asks:
  * name, priority, trace colour, a task to wait for, a task kept. 0, or an
  * RMOE_E* code naming the codelet; args is freed on failure. */
 int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, struct starpu_data_descr *d, int nd,

@@ -236,7 +236,7 @@ void *rmoe_cl_args_dup(const void *args, size_t size)
 int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, struct starpu_data_descr *d, int nd,
                    void *args, size_t argsize, double flops)
 {
-	if (!args)
+	if (!args && argsize > 0)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory for a %s task", cl->name);
 	struct starpu_task *t =
 		starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, d, nd, STARPU_CL_ARGS, args, argsize, STARPU_PRIORITY,

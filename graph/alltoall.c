@@ -10,7 +10,18 @@
  * to the source ranks), then the reverse path: unpermute backward (dg and the
  * weighted output gradients), all-to-all, sort, expert backward, unsort,
  * all-to-all back, unpermute into dx. Buffers are released as soon as their
- * last task is submitted, as a caching allocator would reuse them. */
+ * last task is submitted, as a caching allocator would reuse them.
+ *
+ * Only the expert counts reach the host (plan_build): it sizes the buffers
+ * with them, as Megatron's dispatcher synchronises on its "tokens per
+ * expert". Everything after them is submitted at once, the row exchanges
+ * as StarPU-MPI requests ordered by data dependencies, as Megatron queues
+ * its all-to-alls on the GPU stream: a rank's expert GEMMs start once its
+ * rows have arrived, never after a host round trip. Each exchange is framed
+ * by two ordering tasks (exchange()) so that a stage's buffers still come
+ * to exist only after the previous stage's are gone: the peaks are those of
+ * the stages in turn (scheduler/memory_model.c), as with a collective on a
+ * stream and a caching allocator. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,90 +83,75 @@ static int plan_build(struct rmoe_layer *L, struct rmoe_pass *pass, struct a2a_p
 	return 0;
 }
 
+/* after: a task the sort waits for, or NULL. */
 static int submit_sort(struct rmoe_layer *L, const struct a2a_plan *p, enum rmoe_sort_direction direction,
-                       starpu_data_handle_t *per_peer, starpu_data_handle_t sorted, const char *name)
+                       starpu_data_handle_t *per_peer, starpu_data_handle_t sorted, const char *name,
+                       struct starpu_task *after)
 {
 	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+	o.after = after;
 	return rmoe_insert_sort_chunks(&o, direction, L->H, p->N, L->e_local, p->chunk_rows, per_peer, sorted);
 }
 
 static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, starpu_data_handle_t back,
-                                int64_t first, int64_t count, starpu_data_handle_t dout)
+                                int64_t first, int64_t count, starpu_data_handle_t dout, struct starpu_task *after)
 {
 	struct rmoe_task_opts o = rmoe_opts(L, "unpermute-bwd", 0);
+	o.after = after;
 	struct rmoe_pair_slice s = {first, count, L->H, L->K};
 	return rmoe_insert_unpermute_bwd(&o, &s, dy, back, L->h_pair_order, L->h_topk_w, dout, L->h_dg);
 }
 
 /* Point-to-point all-to-all of per-peer row buffers: out[q] (rows_out[q])
- * goes to q, in[q] (rows_in[q], allocated here) comes from q; the local part
- * is handed over without a copy. The sent buffers are released.
- * It behaves as a collective all-to-all: it starts once its inputs exist
- * (the host waits for them, so receive buffers are not allocated while the
- * previous stage computes) and returns once every send and receive has
- * completed (so sent buffers are freed before the next stage allocates). */
-/* Completion of the detached sends of one exchange. StarPU-MPI's blocking
- * starpu_mpi_wait runs MPI_Wait inside its progress thread, which then
- * serves nothing else: two ranks waiting on sends whose receives the other's
- * stalled thread has not posted deadlock. A counter signalled from the send
- * callbacks waits on the host side instead. StarPU's thread wrappers: under
- * SimGrid they are the simulator's, which a waiting rank must yield to. */
-struct sends_done {
-	starpu_pthread_mutex_t lock;
-	starpu_pthread_cond_t cond;
-	int pending;
-};
-
-static void send_done(void *arg)
-{
-	struct sends_done *s = arg;
-	starpu_pthread_mutex_lock(&s->lock);
-	s->pending--;
-	starpu_pthread_cond_signal(&s->cond);
-	starpu_pthread_mutex_unlock(&s->lock);
-}
-
+ * goes to q, in[q] (rows_in[q], registered here) comes from q; the local
+ * part is handed over without a copy. Submitted whole: the host waits for
+ * nothing. The sent buffers are released.
+ *
+ * It still behaves as a collective all-to-all queued on a stream, the way
+ * Megatron's runs on the GPU, through data dependencies (file head):
+ * - StarPU-MPI posts a receive, and allocates its buffer, once the handle's
+ *   earlier accesses have ended: on a fresh handle, at once. A first access
+ *   of every receive handle (a fence) waits for the exchange's inputs (the
+ *   previous stage has run and its buffers are gone) and for the previous
+ *   exchange's completion (*done on entry: all there is to wait for where
+ *   this rank's previous stage had no rows). Without it every receive
+ *   buffer of a pass would exist from the pass's submission.
+ * - A second fence reads every receive and writes every sent buffer, so it
+ *   ends after the last transfer; the sent buffers, unregistered after it,
+ *   are freed when it ends. It is kept and returned in *done: the next
+ *   stage's first tasks wait for it, so they allocate nothing while a send
+ *   still holds its buffer, which the peer may receive late.
+ * No starpu_mpi_wait: it would run MPI_Wait inside StarPU-MPI's progress
+ * thread, which then serves nothing else; two ranks waiting on sends whose
+ * receives the other's stalled thread has not posted deadlock. A lost peer
+ * leaves a transfer pending: the pass's end (rmoe_pass_finish) waits within
+ * wait_timeout and gives RMOE_EPEER, naming the peers of the earliest
+ * transfers that never completed (rmoe_pass_watch): no host wait here sees
+ * which peer is missing any more. */
 static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
                     starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
-                    const int64_t *rows_in, int phase)
+                    const int64_t *rows_in, int phase, struct starpu_task **done)
 {
-	int rc = 0;
-	struct sends_done done = {.pending = 0};
-	starpu_pthread_mutex_init(&done.lock, NULL);
-	starpu_pthread_cond_init(&done.cond, NULL);
-	for (int q = 0; q < p->N && !rc; q++)
-		if (q != p->me && rows_out[q] > 0)
-			rc = rmoe_wait_data(out[q]);
-	for (int q = 0; q < p->N && !rc; q++) {
-		in[q] = NULL;
-		if (q == p->me) {
-			in[q] = out[q];
-			out[q] = NULL;
-		} else if (rows_in[q] > 0) {
-			in[q] = rmoe_act_vector(pass, L, rows_in[q] * L->H);
-			rc = rmoe_recv(L, in[q], q, pass->tag_base + phase);
-		}
-	}
-	for (int q = 0; q < p->N && !rc; q++)
-		if (q != p->me && rows_out[q] > 0) {
-			starpu_pthread_mutex_lock(&done.lock);
-			done.pending++;
-			starpu_pthread_mutex_unlock(&done.lock);
-			rc = rmoe_send(L, pass, out[q], q, pass->tag_base + phase, 1, send_done, &done);
-			if (rc)
-				send_done(&done);
+	const int N = p->N, me = p->me;
+	const int64_t tag = pass->tag_base + phase;
+	for (int q = 0; q < N; q++)
+		in[q] = q != me && rows_in[q] > 0 ? rmoe_act_vector(pass, L, rows_in[q] * L->H) : NULL;
+	int rc = rmoe_pass_fence(L, pass, out, N, in, N, *done, NULL, "a2a-post");
+	for (int q = 0; q < N && !rc; q++)
+		if (in[q] && !(rc = rmoe_recv(L, in[q], q, tag)))
+			rc = rmoe_pass_watch(L, pass, in[q], q, tag, 1, "the all-to-all's rows");
+	for (int q = 0; q < N && !rc; q++)
+		if (q != me && rows_out[q] > 0 && !(rc = rmoe_send(L, pass, out[q], q, tag, 1, NULL, NULL)))
+			rc = rmoe_pass_watch(L, pass, out[q], q, tag, 0, "the all-to-all's rows");
+	in[me] = out[me];
+	out[me] = NULL;
+	if (!rc)
+		rc = rmoe_pass_fence(L, pass, in, N, out, N, NULL, done, "a2a-done");
+	for (int q = 0; q < N; q++)
+		if (out[q]) {
 			starpu_data_unregister_submit(out[q]);
 			out[q] = NULL;
 		}
-	starpu_pthread_mutex_lock(&done.lock);
-	while (done.pending > 0)
-		starpu_pthread_cond_wait(&done.cond, &done.lock);
-	starpu_pthread_mutex_unlock(&done.lock);
-	starpu_pthread_cond_destroy(&done.cond);
-	starpu_pthread_mutex_destroy(&done.lock);
-	for (int q = 0; q < p->N && !rc; q++)
-		if (q != p->me && in[q])
-			rc = rmoe_wait_data(in[q]);
 	return rc;
 }
 
@@ -170,10 +166,11 @@ static void release_all(starpu_data_handle_t *h, int n)
 
 /* The forward path up to the expert outputs returned to their source ranks
  * (back[q], rows of my pairs in partition q). With keep != NULL the sorted
- * input and the expert intermediates are kept for the backward (recompute). */
+ * input and the expert intermediates are kept for the backward (recompute).
+ * *done: the combine's completion (exchange). */
 static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
                                     starpu_data_handle_t *back, starpu_data_handle_t *keep_sorted,
-                                    starpu_data_handle_t *keep_work)
+                                    starpu_data_handle_t *keep_work, struct starpu_task **done)
 {
 	const int N = p->N;
 	starpu_data_handle_t *send = calloc((size_t)N, sizeof(*send));
@@ -194,12 +191,12 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 			                        "permute");
 		}
 	if (!rc)
-		rc = exchange(L, pass, p, send, p->send_rows, recv, p->recv_rows, TAG_DISPATCH);
+		rc = exchange(L, pass, p, send, p->send_rows, recv, p->recv_rows, TAG_DISPATCH, done);
 
 	starpu_data_handle_t sorted = NULL, work = NULL, outs = NULL;
 	if (!rc && p->M > 0) {
 		sorted = rmoe_act_vector(pass, L, p->M * L->H);
-		rc = submit_sort(L, p, RMOE_SORT_BY_EXPERT, recv, sorted, "sort-by-expert");
+		rc = submit_sort(L, p, RMOE_SORT_BY_EXPERT, recv, sorted, "sort-by-expert", *done);
 		release_all(recv, N);
 		work = rmoe_act_vector(pass, L, p->M * 3 * L->F);
 		outs = rmoe_act_vector(pass, L, p->M * L->H);
@@ -218,12 +215,12 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 			if (p->recv_rows[q] > 0)
 				ret_out[q] = rmoe_act_vector(pass, L, p->recv_rows[q] * L->H);
 		if (!rc)
-			rc = submit_sort(L, p, RMOE_UNSORT_TO_PEERS, ret_out, outs, "unsort");
+			rc = submit_sort(L, p, RMOE_UNSORT_TO_PEERS, ret_out, outs, "unsort", NULL);
 		starpu_data_unregister_submit(outs);
 	}
 	release_all(recv, N);
 	if (!rc)
-		rc = exchange(L, pass, p, ret_out, p->recv_rows, back, p->send_rows, TAG_COMBINE);
+		rc = exchange(L, pass, p, ret_out, p->recv_rows, back, p->send_rows, TAG_COMBINE, done);
 	release_all(ret_out, N);
 	free(send);
 	free(recv);
@@ -234,12 +231,13 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
 	struct a2a_plan p;
+	struct starpu_task *done = NULL;
 	int rc = plan_build(L, pass, &p);
 	starpu_data_handle_t *back = calloc((size_t)L->N, sizeof(*back));
 	if (!rc && !back)
 		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
 	if (!rc)
-		rc = dispatch_compute_combine(L, pass, &p, back, NULL, NULL);
+		rc = dispatch_compute_combine(L, pass, &p, back, NULL, NULL, &done);
 	/* combine postprocess: weighted unpermute into y */
 	for (int q = 0; q < L->N && !rc; q++)
 		if (p.send_rows[q] > 0)
@@ -268,23 +266,24 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 
 	/* Recompute of the whole block, keeping what autograd would save. */
 	starpu_data_handle_t sorted = NULL, work = NULL;
+	struct starpu_task *done = NULL;
 	if (!rc)
-		rc = dispatch_compute_combine(L, pass, &p, back, &sorted, &work);
+		rc = dispatch_compute_combine(L, pass, &p, back, &sorted, &work, &done);
 
 	/* combine postprocess backward: dg = <dy, out>, dout = g dy */
 	for (int q = 0; q < N && !rc; q++)
 		if (p.send_rows[q] > 0) {
 			dout[q] = rmoe_act_vector(pass, L, p.send_rows[q] * L->H);
-			rc = submit_unpermute_bwd(L, dy, back[q], p.send_first[q], p.send_rows[q], dout[q]);
+			rc = submit_unpermute_bwd(L, dy, back[q], p.send_first[q], p.send_rows[q], dout[q], done);
 		}
 	if (back)
 		release_all(back, N);
 	if (!rc)
-		rc = exchange(L, pass, &p, dout, p.send_rows, drecv, p.recv_rows, TAG_DOUT);
+		rc = exchange(L, pass, &p, dout, p.send_rows, drecv, p.recv_rows, TAG_DOUT, &done);
 
 	if (!rc && p.M > 0) {
 		starpu_data_handle_t dsorted = rmoe_act_vector(pass, L, p.M * L->H);
-		rc = submit_sort(L, &p, RMOE_SORT_BY_EXPERT, drecv, dsorted, "sort-by-expert");
+		rc = submit_sort(L, &p, RMOE_SORT_BY_EXPERT, drecv, dsorted, "sort-by-expert", done);
 		release_all(drecv, N);
 		starpu_data_handle_t dxs = rmoe_act_vector(pass, L, p.M * L->H);
 		struct rmoe_task_opts o = rmoe_opts(L, "expert-bwd", 0);
@@ -297,7 +296,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 			if (p.recv_rows[q] > 0)
 				dxsend[q] = rmoe_act_vector(pass, L, p.recv_rows[q] * L->H);
 		if (!rc)
-			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort");
+			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort", NULL);
 		starpu_data_unregister_submit(dxs);
 	} else if (!rc) {
 		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
@@ -309,7 +308,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	if (drecv)
 		release_all(drecv, N);
 	if (!rc)
-		rc = exchange(L, pass, &p, dxsend, p.recv_rows, dxback, p.send_rows, TAG_DX);
+		rc = exchange(L, pass, &p, dxsend, p.recv_rows, dxback, p.send_rows, TAG_DX, &done);
 	/* dispatch preprocess backward: unpermute (sum over k) into dx */
 	for (int q = 0; q < N && !rc; q++)
 		if (p.send_rows[q] > 0)

@@ -15,6 +15,8 @@
 #include "rmoe_scheduler.h"
 
 static _Thread_local double wait_timeout;
+/* Host waits made on this thread (rmoe_wait_count). */
+static _Thread_local int64_t host_waits;
 /* The ranks that had not reached the last collective that timed out on this
  * thread (rmoe_wait_missing); -1 when the last timeout was another wait's. */
 static _Thread_local int missing_count = -1;
@@ -23,6 +25,11 @@ static _Thread_local int missing_ranks[RMOE_WAIT_MISSING_MAX];
 void rmoe_wait_timeout_set(double seconds)
 {
 	wait_timeout = seconds > 0 && isfinite(seconds) ? seconds : 0;
+}
+
+int64_t rmoe_wait_count(void)
+{
+	return host_waits;
 }
 
 static double now_seconds(void)
@@ -64,6 +71,7 @@ static void acquire_done(void *arg)
 int rmoe_acquire_bounded(starpu_data_handle_t h, int node, enum starpu_data_access_mode mode, const char *what)
 {
 	int ret;
+	host_waits++;
 	if (wait_timeout <= 0) {
 		ret = starpu_data_acquire_on_node(h, node, mode);
 		return ret ? rmoe_error(RMOE_ESTARPU, "starpu_data_acquire (%s) failed (%d)", what, ret) : 0;
@@ -98,6 +106,7 @@ int rmoe_wait_data(starpu_data_handle_t h)
 
 int rmoe_wait_tasks(const char *what)
 {
+	host_waits++;
 	if (wait_timeout <= 0) {
 		starpu_task_wait_for_all();
 		return 0;
@@ -268,6 +277,7 @@ int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype ty
 {
 	MPI_Request req;
 	struct arrivals a;
+	host_waits++;
 	if (wait_timeout <= 0)
 		return MPI_Allreduce(in, out, count, type, op, comm) == MPI_SUCCESS
 		               ? 0
@@ -283,6 +293,7 @@ int rmoe_bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Co
 {
 	MPI_Request req;
 	struct arrivals a;
+	host_waits++;
 	if (wait_timeout <= 0)
 		return MPI_Bcast(buf, count, type, root, comm) == MPI_SUCCESS
 		               ? 0
@@ -298,6 +309,7 @@ int rmoe_allgather_bounded(const void *in, void *out, int count, MPI_Datatype ty
 {
 	MPI_Request req;
 	struct arrivals a;
+	host_waits++;
 	if (wait_timeout <= 0)
 		return MPI_Allgather(in, count, type, out, count, type, comm) == MPI_SUCCESS
 		               ? 0

@@ -122,6 +122,10 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_bas
 	int64_t rss = rmoe_host_peak_rss();
 	if (!pass->backward || rss > L->stats.peak_rss_bytes)
 		L->stats.peak_rss_bytes = rss;
+	if (pass->backward)
+		L->stats.host_waits_backward = pass->host_waits;
+	else
+		L->stats.host_waits_forward = pass->host_waits;
 	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
 	L->stats.chunk_rows = L->cfg.chunk_rows;
 }
@@ -213,17 +217,24 @@ static int raw_node(const struct rmoe_layer *L, enum rmoe_memory where, const ch
 /* ---- the passes ---------------------------------------------------------------------------- */
 
 /* The planned dispatch graph of a pass: dy NULL for the forward (out = y),
- * the output gradient for the backward (out = dx). */
+ * the output gradient for the backward (out = dx). Counts the host waits
+ * it makes while submitting. */
 static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy, starpu_data_handle_t out)
 {
+	int64_t waits = rmoe_wait_count();
+	int rc;
 	switch (L->dispatch) {
 	case RMOE_DISPATCH_ALLTOALL:
-		return dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+		rc = dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+		break;
 	case RMOE_DISPATCH_RING_TOKEN:
-		return dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);
+		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);
+		break;
 	default:
-		return dy ? rmoe_ring_expert_backward(L, pass, dy, out) : rmoe_ring_expert_forward(L, pass, out);
+		rc = dy ? rmoe_ring_expert_backward(L, pass, dy, out) : rmoe_ring_expert_forward(L, pass, out);
 	}
+	pass->host_waits = (int)(rmoe_wait_count() - waits);
+	return rc;
 }
 
 /* §3.3: the forward keeps x (a copy: the caller may reuse its buffer) and

@@ -101,6 +101,11 @@ static void pass_release(struct rmoe_pass *pass)
 	free(pass->held);
 	pass->held = NULL;
 	pass->nheld = pass->capheld = 0;
+	for (int i = 0; i < pass->nwatched; i++)
+		starpu_task_destroy(pass->watched[i].fence);
+	free(pass->watched);
+	pass->watched = NULL;
+	pass->nwatched = pass->capwatched = 0;
 }
 
 int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs, int nouts)
@@ -143,6 +148,44 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	return 0;
 }
 
+/* The peers of the earliest watched transfers (lowest tag) that have not
+ * completed, with their hosts, into *rc; 0 when every watched transfer has
+ * completed. Transfers of later tags may wait only because of those: an
+ * exchange is posted once the one before it has completed. */
+static int stalled_peers(const struct rmoe_layer *L, const struct rmoe_pass *pass, const char *why, int *rc)
+{
+	/* The status, not starpu_task_finished(), which takes only tasks that
+	 * are waited for (detach = 0); read after a timeout, long past a race. */
+#define PENDING(w) ((w)->fence->status != STARPU_TASK_FINISHED)
+	const struct rmoe_watch *first = NULL;
+	for (int i = 0; i < pass->nwatched; i++)
+		if (PENDING(&pass->watched[i]) && (!first || pass->watched[i].tag < first->tag))
+			first = &pass->watched[i];
+	if (!first)
+		return 0;
+	const struct rmoe_topology *t = &L->ctx->topo;
+	const char *my_host = rmoe_topology_host(t, L->ctx->rank);
+	char who[256] = "";
+	size_t used = 0;
+	int n = 0;
+	for (int i = 0; i < pass->nwatched && used < sizeof(who); i++) {
+		const struct rmoe_watch *w = &pass->watched[i];
+		int seen = 0;
+		for (int j = 0; j < i; j++)
+			seen |= pass->watched[j].peer == w->peer && pass->watched[j].tag == w->tag && PENDING(&pass->watched[j]);
+		if (w->tag != first->tag || seen || !PENDING(w))
+			continue;
+		const char *h = rmoe_topology_host(t, w->peer);
+		used += (size_t)snprintf(who + used, sizeof(who) - used, "%srank %d on host %s", n++ ? ", " : "",
+		                         w->peer, h ? h : "?");
+	}
+	*rc = rmoe_error(RMOE_EPEER, "%s pass stalled waiting for %s exchanged with %s, this rank (%d on %s): %s",
+	                 pass->backward ? "backward" : "forward", first->what, who, L->ctx->rank,
+	                 my_host ? my_host : "?", why);
+	return n;
+#undef PENDING
+}
+
 int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc)
 {
 	if (rc != RMOE_EPEER || L->N < 2)
@@ -168,6 +211,8 @@ int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pas
 		                  pass->backward ? "backward" : "forward", who, m > 4 ? ", ..." : "", L->ctx->rank,
 		                  my_host ? my_host : "?", why);
 	}
+	if (stalled_peers(L, pass, why, &rc))
+		return rc;
 	if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
 		return rc;
 	/* A ring hop waits for one rank only: the left neighbour, the sender
@@ -266,6 +311,29 @@ int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag
 	return 0;
 }
 
+int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                    int received, const char *what)
+{
+	if (pass->nwatched == pass->capwatched) {
+		int cap = pass->capwatched ? 2 * pass->capwatched : 16;
+		struct rmoe_watch *a = realloc(pass->watched, (size_t)cap * sizeof(*a));
+		if (!a)
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
+		pass->watched = a;
+		pass->capwatched = cap;
+	}
+	struct rmoe_task_opts o = rmoe_opts(L, "watch", 0);
+	struct starpu_task *t = NULL;
+	o.kept = &t;
+	/* After a receive, a read: it waits for that writer only. After a
+	 * send, a write waits for the send's read; the buffer's later users
+	 * (its unregistration) come after the send anyway. */
+	int rc = rmoe_insert_fence(&o, &h, received ? 1 : 0, &h, received ? 0 : 1);
+	if (!rc)
+		pass->watched[pass->nwatched++] = (struct rmoe_watch){t, peer, tag, what};
+	return rc;
+}
+
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
 {
 	const int N = L->N, me = L->ctx->rank;
@@ -280,6 +348,8 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 		rc = rmoe_send(L, pass, L->h_counts, q, tag, 0, NULL, NULL);
 		if (!rc)
 			rc = rmoe_recv(L, hc[q], q, tag);
+		if (!rc)
+			rc = rmoe_pass_watch(L, pass, hc[q], q, tag, 1, "the expert counts");
 	}
 	/* Unregistering waits for each receive; a bounded wait first, so that a
 	 * dead peer gives RMOE_EPEER (its handle is then left registered). */
@@ -419,6 +489,25 @@ int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t cou
 {
 	struct rmoe_task_opts o = {.name = name, .prio = prio, .after = pass ? pass->window : NULL};
 	return rmoe_insert_zero(&o, count, dst);
+}
+
+int rmoe_pass_fence(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *ready, int nready,
+                    const starpu_data_handle_t *next, int nnext, struct starpu_task *after, struct starpu_task **kept,
+                    const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+	struct starpu_task *t = NULL;
+	o.after = after;
+	int rc = kept ? reserve_anchor(pass) : 0;
+	if (kept)
+		o.kept = &t;
+	if (!rc)
+		rc = rmoe_insert_fence(&o, ready, nready, next, nnext);
+	if (!rc && kept) {
+		pass->anchors[pass->nanchors++] = t;
+		*kept = t;
+	}
+	return rc;
 }
 
 /* ---- one chunk of a hop ------------------------------------------------------------------------ */

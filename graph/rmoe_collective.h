@@ -18,6 +18,11 @@
  * calling the layer. */
 void rmoe_wait_timeout_set(double seconds);
 
+/* The waits this thread has made in the functions below (each call counts
+ * one, whether it blocked or found its data ready): the layer counts those
+ * of a pass's dispatch graph (rmoe_layer_stats.host_waits_*). */
+int64_t rmoe_wait_count(void);
+
 /* starpu_data_acquire(_on_node) within the timeout. On RMOE_EPEER the
  * acquisition is abandoned (its callback may still run later). */
 int rmoe_acquire_bounded(starpu_data_handle_t h, int node, enum starpu_data_access_mode mode, const char *what);

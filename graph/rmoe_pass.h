@@ -14,6 +14,15 @@
 #include "rmoe_layer_impl.h"
 #include "rmoe_scheduler.h"
 
+/* A transfer of a pass watched for the message of a stalled pass
+ * (rmoe_pass_watch). */
+struct rmoe_watch {
+	struct starpu_task *fence;    /* kept; ends once the transfer has completed */
+	int peer;
+	int64_t tag;
+	const char *what;             /* the data, in the message's words */
+};
+
 /* What a pass's graph needs to know and what it reports back. */
 struct rmoe_pass {
 	int backward;
@@ -21,12 +30,15 @@ struct rmoe_pass {
 	int64_t bytes_sent;
 	int64_t largest_temporary;
 	int64_t resident;         /* bytes registered from host memory for this pass */
+	int host_waits;           /* made while the dispatch graph was submitted */
 	struct starpu_task *window;   /* see pass.c */
 	struct starpu_task *gate;     /* the next expert backward waits for it (pass.c) */
 	struct starpu_task **anchors;
 	int nanchors, capanchors;
 	starpu_data_handle_t *held;   /* relay buffers kept to the end of the pass */
 	int nheld, capheld;
+	struct rmoe_watch *watched;   /* transfers named when the pass stalls */
+	int nwatched, capwatched;
 };
 
 /* ---- buffers -------------------------------------------------------------------- */
@@ -66,7 +78,9 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 
 /* rc, and when it is RMOE_EPEER the message says which peers the rank was
  * waiting for, with their hosts: in the vote that starts a pass, the ranks
- * that never reached it; in a ring pass, its left neighbour on the ring,
+ * that never reached it; where the pass watched its transfers
+ * (rmoe_pass_watch), the peers of the earliest ones (by tag) that never
+ * completed; otherwise, in a ring pass, its left neighbour on the ring,
  * whose relay feeds every hop. */
 int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pass, int rc);
 
@@ -108,6 +122,14 @@ int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t
               int prio, void (*done)(void *), void *arg);
 int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag);
 
+/* Watches the transfer just submitted of h with peer on tag (received: a
+ * receive into h; else a send of h): a fence kept until the pass ends, which
+ * ends with the transfer and changes nothing else. A pass whose transfers
+ * are not awaited by the host (the all-to-all) names from them the peers it
+ * stalled on. */
+int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                    int received, const char *what);
+
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
  * [N * E], rank order; blocks until they are here: the host sizes buffers
  * from them. */
@@ -143,6 +165,15 @@ int rmoe_pass_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor, c
 int rmoe_pass_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
                          int64_t count, int prio, const char *name);
 int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio, const char *name);
+
+/* An ordering task of the pass (rmoe_insert_fence: after the writers of
+ * ready and every earlier access of next; every later access of next after
+ * it), also after the task after (may be NULL). With kept it is kept as an
+ * anchor until the pass ends and returned there, for later tasks to wait
+ * for (their options' after). */
+int rmoe_pass_fence(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *ready, int nready,
+                    const starpu_data_handle_t *next, int nnext, struct starpu_task *after, struct starpu_task **kept,
+                    const char *name);
 
 /* One chunk of a hop, forward (§3.1): gather the chunk's rows of x,
  * grouped SwiGLU over the partition whose weights are w, weighted

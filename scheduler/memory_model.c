@@ -21,10 +21,11 @@
  * - ring token routing: two of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of pass.c).
- * - all-to-all: the stages of graph/alltoall.c, each exchange a collective
- *   (receives posted once its inputs exist, sent buffers freed when it
- *   returns); backward keeps the recomputed sorted input, work and returned
- *   outputs as autograd would.
+ * - all-to-all: the stages of graph/alltoall.c, each exchange ordered as a
+ *   collective on a stream by data dependencies, not by host waits
+ *   (receives posted once its inputs exist, sent buffers freed before the
+ *   next stage's first task); backward keeps the recomputed sorted input,
+ *   work and returned outputs as autograd would.
  */
 #include <math.h>
 #include <string.h>

@@ -120,6 +120,16 @@ int rmoe_insert_accumulate(const struct rmoe_task_opts *o, int64_t count, starpu
 /* dst = 0 (count floats): an empty contribution. */
 int rmoe_insert_zero(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t dst);
 
+/* An ordering task that computes nothing and moves no data: it ends once
+ * every earlier writer of each ready handle has ended (a read), and every
+ * earlier access of each next handle (a write, never performed); every later
+ * access of a next handle waits for it. So a fresh handle in next is
+ * allocated by its next user only after the fence, and a handle in next
+ * unregistered after the fence is freed once it ends. NULL entries are
+ * skipped. */
+int rmoe_insert_fence(const struct rmoe_task_opts *o, const starpu_data_handle_t *ready, int nready,
+                      const starpu_data_handle_t *next, int nnext);
+
 enum rmoe_sort_direction {
 	RMOE_SORT_BY_EXPERT = 0,     /* per-peer rows -> sorted by (local expert, peer) */
 	RMOE_UNSORT_TO_PEERS = 1,    /* and back */

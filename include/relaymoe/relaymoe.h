@@ -301,6 +301,15 @@ struct rmoe_layer_stats {
 	                                       (a GPU's memory node), sampled at
 	                                       every task; 0 without a device */
 	int64_t peak_device_backward_bytes;
+	int host_waits_forward;       /* times the dispatch graph stopped the host to
+	                                 wait for data, tasks or other ranks while it
+	                                 was submitted (after the router, before the
+	                                 pass's end): the all-to-all waits for each
+	                                 peer's expert counts, which size its
+	                                 buffers, and for nothing else; token
+	                                 routing for the same counts; expert
+	                                 routing (with overlap) never */
+	int host_waits_backward;
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
 

@@ -104,6 +104,8 @@ class LayerStats(ctypes.Structure):
         ("chunk_rows", ctypes.c_int64),
         ("peak_device_forward_bytes", ctypes.c_int64),
         ("peak_device_backward_bytes", ctypes.c_int64),
+        ("host_waits_forward", ctypes.c_int),
+        ("host_waits_backward", ctypes.c_int),
     ]
 
 

@@ -69,6 +69,10 @@ program layout
              c_sizeof(s%peak_device_forward_bytes), 'int')
   call field('rmoe_layer_stats', 'peak_device_backward_bytes', c_loc(s), c_loc(s%peak_device_backward_bytes), &
              c_sizeof(s%peak_device_backward_bytes), 'int')
+  call field('rmoe_layer_stats', 'host_waits_forward', c_loc(s), c_loc(s%host_waits_forward), &
+             c_sizeof(s%host_waits_forward), 'int')
+  call field('rmoe_layer_stats', 'host_waits_backward', c_loc(s), c_loc(s%host_waits_backward), &
+             c_sizeof(s%host_waits_backward), 'int')
 
   call enum('RMOE_OK', RMOE_OK)
   call enum('RMOE_EINVAL', RMOE_EINVAL)

@@ -8,7 +8,8 @@
  *   nomem      a layer larger than the memory this rank may use
  *   alloc      host allocations failing (run under failmalloc.so)
  *   starved    StarPU unable to allocate a pass's temporaries (failmalloc.so)
- *   kill       one rank dies mid-pass; the others must give up (wait_timeout)
+ *   kill       one rank dies mid-pass; the others must give up (wait_timeout);
+ *              arguments: timeout, delay before the death, dispatch (auto)
  * Every expected error must come back on every rank, with a message naming
  * the value, and no rank may hang. */
 #define _GNU_SOURCE
@@ -404,11 +405,15 @@ static void *kill_later(void *arg)
 /* The last rank kills itself while the ranks run passes in a loop; every
  * survivor must come back with RMOE_EPEER within its wait_timeout and then
  * ends itself (exit status 3), as an application should. */
-static void mode_kill(rmoe_ctx *ctx, double timeout, double delay)
+static void mode_kill(rmoe_ctx *ctx, double timeout, double delay, const char *dispatch)
 {
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 256, 128, 4 * size, 2, 512);
 	cfg.wait_timeout = timeout;
+	if (dispatch && rmoe_dispatch_parse(dispatch, &cfg.dispatch)) {
+		fail("kill: unknown dispatch '%s'", dispatch);
+		return;
+	}
 	struct tensors t;
 	rmoe_layer *layer = ready_layer(ctx, &cfg, &t);
 	if (!layer)
@@ -473,7 +478,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(mode, "starved"))
 		mode_starved(ctx);
 	else if (!strcmp(mode, "kill"))
-		mode_kill(ctx, argc > 2 ? atof(argv[2]) : 5.0, argc > 3 ? atof(argv[3]) : 1.0);
+		mode_kill(ctx, argc > 2 ? atof(argv[2]) : 5.0, argc > 3 ? atof(argv[3]) : 1.0, argc > 4 ? argv[4] : NULL);
 	else
 		fail("unknown mode '%s': expected mismatch, ranks, args, nonfinite, nomem, alloc, starved or kill",
 		     mode);

@@ -7,6 +7,9 @@
 #     leaves the survivors running, as a launcher that does not end the job
 #     would: the layer's wait_timeout (5 s) brings each survivor back with
 #     RMOE_EPEER, and each ends itself.
+#  3. The same with the all-to-all, whose exchanges no host wait sees: each
+#     survivor's message names the dead rank, from the transfers its pass
+#     watched (or from the vote that opens the next pass).
 #   test_kill_rank.sh RELAYMOE TEST_HARDENING MPIEXEC
 set -uo pipefail
 app=$1 prog=$2 mpiexec=$3
@@ -118,6 +121,28 @@ if wait_for_line "$work/kill.log" "dying (SIGKILL)"; then
   fi
 else
   bad "test_hardening kill: no rank died"; cat "$work/kill.log"
+fi
+
+# ---- 3. the same, all-to-all ---------------------------------------------------
+"$mpiexec" -n 3 --oversubscribe --enable-recovery sh -c \
+  '"$0" kill 5 1.5 a2a; echo "exit status of rank $OMPI_COMM_WORLD_RANK: $?"' "$prog" > "$work/kill-a2a.log" 2>&1 &
+mpi=$!
+if wait_for_line "$work/kill-a2a.log" "dying (SIGKILL)"; then
+  killed=$(now)
+  wait_bounded "$mpi" "$killed"
+  [ "$status" == hung ] && kill -KILL "$mpi" $(pgrep -P "$mpi") 2>/dev/null
+  mpi=
+  named=$(grep "RMOE_EPEER after" "$work/kill-a2a.log" | grep -c "waiting for .*rank 2 on host")
+  nonzero=$(grep -cE "exit status of rank [0-9]+: [1-9]" "$work/kill-a2a.log")
+  if [ "$status" != hung ] && [ "$named" -eq 2 ] && [ "$nonzero" -eq 3 ]; then
+    ok "all-to-all, wait_timeout 5 s, rank 2 of 3 killed mid-pass: both survivors returned RMOE_EPEER naming rank 2; all 3 processes ended non-zero, the last ${took} s after the kill"
+    grep -E "RMOE_EPEER after|exit status of rank" "$work/kill-a2a.log" | sed 's/^/    /'
+  else
+    bad "all-to-all wait_timeout: mpirun $status after ${took} s, $named of 2 survivors named rank 2 in RMOE_EPEER, $nonzero of 3 ranks ended non-zero"
+    cat "$work/kill-a2a.log"
+  fi
+else
+  bad "test_hardening kill a2a: no rank died"; cat "$work/kill-a2a.log"
 fi
 
 echo "test_kill_rank: $fails failure(s)"
