@@ -43,9 +43,13 @@ def overlap(a):
     out = header("Ring overlap on and off, from traces", a.command, a.np)
     if a.note:
         out += [a.note, ""]
-    out += ["Hidden = the part of each transfer's time (StarPU-MPI link, sender's MPI_Isend to receiver's "
-            "completion) during which the receiving rank ran a task; warm-up passes left out "
-            "(scripts/trace/overlap.py).", ""]
+    out += ["A transfer's time comes from its own StarPU-MPI events in the converted FxT trace: the sender's "
+            "isend submission to the receiver's completion of the request (the data is there). Hidden = the "
+            "intersection of that interval with the receiving rank's tasks, so between 0 and the transfer's time; "
+            "warm-up passes left out (scripts/trace/overlap.py). The ranks' clocks, aligned by StarPU on one "
+            "barrier, are shifted where that left a link ending before it started, sharing the slack around the "
+            "ring (the \"clocks:\" line under each table). A transfer whose events are missing or still out of "
+            "order would be flagged under its table and left out, not counted as 0 ms.", ""]
     stats = {}
     for mode in ("on", "off"):
         tr = [r for r in rows if r["mode"] == mode and r["traced"] == "1"]

@@ -26,8 +26,17 @@ to is read from the names of the tasks running at the same time. The test
 tests/trace/ checks this decoding against a real run, so a change of the tag
 layout in graph/ shows up there.
 
+A transfer is timed by its own two events, the ends of its StarPU-MPI
+link: the sender's isend submission (the link's start, on the sender's
+clock) and the receiver's request completion, when the data is available
+there (the link's end, on the receiver's clock); never by the tasks around
+it. A link without its end, a transfer the tag layout expects that has no
+link, and one that still ends before it starts once the clocks are aligned
+are flagged and left out of every sum, never counted as 0 ms.
+
 Times are milliseconds on StarPU's merged time line (ranks aligned on
-StarPU-MPI's start-up barrier). Python 3 standard library only.
+StarPU-MPI's start-up barrier, then shifted so that every link ends after
+it starts, see Trace._align_clocks). Python 3 standard library only.
 """
 
 import os
@@ -43,6 +52,26 @@ def tag_block(nranks):
     return 8 * nranks + 8
 
 
+def expected_transfers(kind, backward, n):
+    """(what, hop) each rank receives in one pass."""
+    if kind == "ring":
+        out = [("weights", h) for h in range(n - 1)]
+        if backward:
+            out += [("grad", h) for h in range(n - 1)] + [("grad-return", n - 1)]
+        return out
+    inputs = ["tokens", "pair-order", "topk-weights"] + (["dy"] if backward else [])
+    accs = ["dx-acc", "dg-acc"] if backward else ["y-acc"]
+    out = [(k, h) for k in inputs for h in range(n - 1)]
+    out += [(k, h) for k in accs for h in range(n - 1)] + [(k + "-return", n - 1) for k in accs]
+    return out
+
+
+def float_slack(t):
+    """StarPU 1.3 stores link dates as C floats (24-bit mantissa): two events
+    at the same instant may differ by this much in paje.trace."""
+    return max(1e-6, 2.5e-7 * abs(t))
+
+
 class Task:
     __slots__ = ("rank", "worker", "name", "op", "hop", "start", "end", "pass_index")
 
@@ -56,6 +85,9 @@ class Task:
 
 
 class Transfer:
+    """One StarPU-MPI link: start is the sender's isend submission, end the
+    receiver's completion of the request (None when paje.trace has no end
+    for it)."""
     __slots__ = ("src", "dst", "start", "end", "size", "tag", "offset", "block", "pass_index", "what",
                  "hop", "paje_start")
 
@@ -66,9 +98,21 @@ class Transfer:
         self.what = "transfer"
 
     @property
+    def problem(self):
+        """Why the transfer cannot be timed, or None."""
+        if self.end is None:
+            return "no end event"
+        if self.end < self.start - float_slack(self.start):
+            return "ends before it starts"
+        return None
+
+    @property
     def duration(self):
-        # Ranks are aligned on one barrier: a short transfer may come out
-        # slightly negative.
+        """end - start, from the transfer's own events; None when they are
+        missing or out of order (problem says which). Within the float
+        precision of paje.trace's link dates, an end before the start is 0."""
+        if self.problem:
+            return None
         return max(0.0, self.end - self.start)
 
     @property
@@ -98,9 +142,9 @@ class Trace:
         self.dir = directory
         self.nranks, self.ring, self.tag_first = read_layout(directory)
         self.tasks = read_tasks(os.path.join(directory, "tasks.rec"))
-        self.transfers = read_links(os.path.join(directory, "paje.trace"))
+        self.transfers, self.open_links = read_links(os.path.join(directory, "paje.trace"))
         if self.nranks is None:
-            self.nranks = 1 + max([t.rank for t in self.tasks] + [0])
+            self.nranks = 1 + max([t.rank for t in self.tasks] + [x.dst for x in self.transfers] + [0])
         self.clock_shift = self._align_clocks()
         self.passes = []
         self._find_passes()
@@ -108,45 +152,56 @@ class Trace:
 
     # StarPU aligns the ranks' clocks on one barrier at start-up; a rank
     # held up there (e.g. calibrating the bus) comes out shifted by as much.
-    # The transfers bound the shift: a message ends after it starts. For
-    # each pair of ranks the links both ways give an interval for the
-    # difference of their clocks; the one nearest to 0 is taken, and rank
-    # 0's clock is spread to the others along those pairs.
+    # The transfers bound the shifts: a message ends after it starts, so the
+    # links src -> dst, with dates s on src's clock and e on dst's, ask
+    # shift[src] - shift[dst] <= w(src, dst), the least e - s among them.
+    # These difference constraints are taken from every link at once (a
+    # ring's links go one way round: aligning pairs one by one along a
+    # spanning tree left the pair that closes the ring out of order). When
+    # the barrier's alignment already satisfies them, nothing moves.
+    # Otherwise one-way links bound the shifts from one side only, so the
+    # slack around each cycle of links is shared: the shifts make the
+    # fastest transfer of every pair on a cycle as long as the others (the
+    # largest d for which shift[src] - shift[dst] <= w - d is feasible, by
+    # bisection over Bellman-Ford), rather than squeezing one pair's to 0.
+    # Links that no shift can order (d < 0) end before they start: they are
+    # flagged, not timed.
     def _align_clocks(self):
         bound = {}
         for x in self.transfers:
-            if x.src == x.dst:
-                continue
-            lo, hi = bound.get((x.src, x.dst), (float("-inf"), float("inf")))
-            bound[(x.src, x.dst)] = (max(lo, x.start - x.end), hi)
-        shift = {0: 0.0}
-        todo = [0]
-        while todo:
-            a = todo.pop()
-            for b in range(self.nranks):
-                if b in shift:
-                    continue
-                # shift[b] - shift[a] >= max(start - end) over a->b links,
-                # shift[a] - shift[b] >= max(start - end) over b->a links.
-                lo = bound.get((a, b), (float("-inf"), 0))[0]
-                up = -bound.get((b, a), (float("-inf"), 0))[0]
-                if lo == float("-inf") and up == float("inf"):
-                    continue
-                d = 0.0 if lo <= 0.0 <= up else (lo if lo > 0.0 else up)
-                if lo > up:
-                    d = (lo + up) / 2
-                shift[b] = shift[a] + d
-                todo.append(b)
-        if all(abs(v) < 1e-9 for v in shift.values()):
+            if x.src != x.dst and 0 <= x.src < self.nranks and 0 <= x.dst < self.nranks:
+                bound[(x.src, x.dst)] = min(bound.get((x.src, x.dst), float("inf")), x.end - x.start)
+        if not bound or min(bound.values()) >= 0.0:
+            return {}
+        # Only links on a cycle bound the shared slack: those within one
+        # strongly connected component of the graph of linked pairs.
+        reach = {(a, b) for (a, b) in bound}
+        for k in range(self.nranks):
+            reach |= {(a, b) for (a, kk) in reach if kk == k for (k2, b) in reach if k2 == k}
+        on_cycle = {pair for pair in bound if (pair[1], pair[0]) in reach}
+        lo, hi = min(0.0, min(bound.values())), max(bound.values())   # lo is feasible: shifts all 0
+        if on_cycle:
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                if feasible_shifts(self.nranks, bound, mid, on_cycle) is None:
+                    hi = mid
+                else:
+                    lo = mid
+        shift = feasible_shifts(self.nranks, bound, lo if on_cycle else 0.0, on_cycle)
+        if shift is None:
+            shift = feasible_shifts(self.nranks, bound, lo, set(bound))
+        shift = [v - shift[0] for v in shift]
+        if all(abs(v) < 1e-9 for v in shift):
             return {}
         for t in self.tasks:
-            t.start += shift.get(t.rank, 0.0)
-            t.end += shift.get(t.rank, 0.0)
-        for x in self.transfers:
-            x.start += shift.get(x.src, 0.0)
-            x.end += shift.get(x.dst, 0.0)
+            t.start += shift[t.rank] if t.rank < self.nranks else 0.0
+            t.end += shift[t.rank] if t.rank < self.nranks else 0.0
+        for x in self.transfers + self.open_links:
+            x.start += shift[x.src] if 0 <= x.src < self.nranks else 0.0
+            if x.end is not None:
+                x.end += shift[x.dst] if 0 <= x.dst < self.nranks else 0.0
         self.transfers.sort(key=lambda x: x.start)
-        return {r: v for r, v in shift.items() if abs(v) >= 1e-9}
+        return {r: v for r, v in enumerate(shift) if abs(v) >= 1e-9}
 
     # A pass, on one rank, is the run of hop tasks from a hop-0 task that
     # follows the last hop to the next such one: passes never overlap
@@ -218,6 +273,14 @@ class Trace:
             for x in xs:
                 x.pass_index = best.index if best is not None else None
                 name_transfer(x, x.offset % block, n, best)
+        for x in self.open_links:
+            if first is None:
+                continue
+            x.offset = ((x.tag & 0xFFFFFFFF) - first) & 0xFFFFFFFF
+            x.block = x.offset // block
+            best = owner.get(x.block)
+            x.pass_index = best.index if best is not None else None
+            name_transfer(x, x.offset % block, n, best)
 
     # ---- per rank and hop ----------------------------------------------------
 
@@ -227,20 +290,42 @@ class Trace:
     def overlap_rows(self):
         """Per pass, hop and rank: the transfers the rank received during
         that hop, their time, the part of it the rank spent computing, and
-        the rank's compute time in that hop's tasks."""
+        the rank's compute time in that hop's tasks. Transfers that cannot
+        be timed (Transfer.problem) and those the pass's tag layout expects
+        but the trace lacks are counted in "flagged" with the reasons in
+        "problems", and left out of the times."""
         busy = {r: self.compute_intervals(r) for r in range(self.nranks)}
         rows = {}
+
+        def row_of(key):
+            return rows.setdefault(key, {"transfers": 0, "bytes": 0, "transfer_ms": 0.0, "hidden_ms": 0.0,
+                                         "compute_ms": 0.0, "what": set(), "flagged": 0, "problems": []})
+
+        got = {}
         for x in self.transfers:
-            if x.pass_index is None or x.hop is None or x.dst >= self.nranks:
+            if x.pass_index is None or x.hop is None or not 0 <= x.dst < self.nranks:
                 continue
-            key = (x.pass_index, x.hop, x.dst)
-            row = rows.setdefault(key, {"transfers": 0, "bytes": 0, "transfer_ms": 0.0, "hidden_ms": 0.0,
-                                        "compute_ms": 0.0, "what": set()})
+            row = row_of((x.pass_index, x.hop, x.dst))
+            row["what"].add(x.what)
+            got[(x.pass_index, x.dst, x.what, x.hop)] = got.get((x.pass_index, x.dst, x.what, x.hop), 0) + 1
+            if x.problem:
+                row["flagged"] += 1
+                row["problems"].append("%s %d->%d (tag %d): %s" % (x.label, x.src, x.dst, x.tag, x.problem))
+                continue
             row["transfers"] += 1
             row["bytes"] += x.size
             row["transfer_ms"] += x.duration
             row["hidden_ms"] += covered(busy[x.dst], x.start, x.end)
-            row["what"].add(x.what)
+        for p in self.passes:
+            if p.kind not in ("ring", "token") or not p.blocks:
+                continue
+            for what, hop in expected_transfers(p.kind, p.backward, self.nranks):
+                for r in range(self.nranks):
+                    if not got.get((p.index, r, what, hop)):
+                        row = row_of((p.index, hop, r))
+                        row["what"].add(what)
+                        row["flagged"] += 1
+                        row["problems"].append("%s h%d to rank %d: no link in paje.trace" % (what, hop, r))
         for t in self.tasks:
             if t.pass_index is None:
                 continue
@@ -264,7 +349,26 @@ class Trace:
             span = sum(max(0.0, p.end - p.start) for p in self.passes)
         return {"ranks": self.nranks, "passes": len(self.passes), "transfers": sum(r["transfers"] for r in rows),
                 "transfer_ms": tr, "hidden_ms": hid, "hidden_frac": hid / tr if tr > 0 else 0.0,
-                "compute_ms": comp, "pass_ms": span}
+                "compute_ms": comp, "pass_ms": span, "flagged": sum(r.get("flagged", 0) for r in rows),
+                "problems": [p for r in rows for p in r.get("problems", [])]}
+
+
+def feasible_shifts(n, bound, margin, on_cycle):
+    """Clock shifts with shift[src] - shift[dst] <= w - m for every
+    (src, dst): w in bound, m = margin for the pairs on_cycle and
+    min(margin, 0) for the others, moving each rank from 0 only as far as
+    some link forces it (Bellman-Ford relaxation); None when there are none."""
+    shift = [0.0] * n
+    for _ in range(n + 1):
+        moved = False
+        for (src, dst), w in bound.items():
+            m = margin if (src, dst) in on_cycle else min(margin, 0.0)
+            if shift[src] > shift[dst] + w - m + 1e-9:
+                shift[src] = shift[dst] + w - m
+                moved = True
+        if not moved:
+            return shift
+    return None
 
 
 def name_transfer(x, rel, n, p):
@@ -306,14 +410,13 @@ def merge(intervals):
 
 
 def covered(intervals, s, e):
-    """Length of [s, e] covered by the merged intervals."""
+    """Length of the intersection of [s, e] with the merged (sorted,
+    disjoint) intervals: within [0, e - s] by construction, 0 when e <= s."""
     total = 0.0
     for a, b in intervals:
-        if b <= s:
-            continue
-        if a >= e:
-            break
-        total += min(b, e) - max(a, s)
+        lo, hi = max(a, s), min(b, e)
+        if hi > lo:
+            total += hi - lo
     return total
 
 
@@ -377,13 +480,17 @@ def read_links(path):
                 starts[w[6]] = (float(w[1]), int(w[4]), rank, int(m.group(1) or m.group(2)) if m else 0)
             else:
                 ends[w[6]] = (float(w[1]), rank)
-    out = []
+    out, open_links = [], []
     for key, (t0, size, src, tag) in starts.items():
         if key in ends:
             t1, dst = ends[key]
             out.append(Transfer(src, dst, t0, t1, size, tag))
+        else:
+            # The receiver is only named by the end: -1 until decoded.
+            open_links.append(Transfer(src, -1, t0, None, size, tag))
     out.sort(key=lambda x: x.start)
-    return out
+    open_links.sort(key=lambda x: x.start)
+    return out, open_links
 
 
 def name_paje_links(directory, trace=None):

@@ -28,20 +28,6 @@ TASKS = {
 }
 
 
-def expected_transfers(kind, backward, n):
-    """(what, hop) each rank receives in one pass."""
-    if kind == "ring":
-        out = [("weights", h) for h in range(n - 1)]
-        if backward:
-            out += [("grad", h) for h in range(n - 1)] + [("grad-return", n - 1)]
-        return out
-    inputs = ["tokens", "pair-order", "topk-weights"] + (["dy"] if backward else [])
-    accs = ["dx-acc", "dg-acc"] if backward else ["y-acc"]
-    out = [(k, h) for k in inputs for h in range(n - 1)]
-    out += [(k, h) for k in accs for h in range(n - 1)] + [(k + "-return", n - 1) for k in accs]
-    return out
-
-
 def main():
     directory, n = sys.argv[1], int(sys.argv[2])
     for f in ("paje.trace", "tasks.rec", "dag.dot", "relaymoe-trace.txt"):
@@ -56,7 +42,7 @@ def main():
     for p in t.passes:
         seen_kinds.add((p.kind, p.backward))
         want_tasks = TASKS.get((p.kind, p.backward), [])
-        want_x = expected_transfers(p.kind, p.backward, n)
+        want_x = rmoe_trace.expected_transfers(p.kind, p.backward, n)
         missing = []
         for r in range(n):
             names = {x.name for x in t.tasks if x.rank == r and x.pass_index == p.index}
