@@ -407,6 +407,19 @@ def main():
             f"{r['dispatch']}, {'forward' if worst[2] == 'err_fwd' else 'backward'}) over "
             f"{len(rows)} measured dispatcher runs: "
             + ("**FAIL**, above 10%." if model_failed else "within 10%."))
+        # Measured above the model: the all-to-all's exchanges are
+        # asynchronous (graph/alltoall.c); StarPU frees an unregistered
+        # buffer in a callback after its last task, and the next stage's
+        # first task, released by the same completion, can allocate first.
+        over = [x for x in rows if x["dispatch"] == "a2a" and (x["err_fwd"] < -0.02 or x["err_bwd"] < -0.02)]
+        if over:
+            say(f"- The all-to-all measured more than 2% above the model in {len(over)} of "
+                f"{sum(1 for x in rows if x['dispatch'] == 'a2a')} runs ("
+                + ", ".join(f"{x['preset']} EP={x['ranks']}" for x in over)
+                + "): its exchanges are asynchronous, and StarPU frees a released buffer in a callback "
+                "after its last task, which the next stage's first task can overtake on a loaded machine; "
+                "the model frees it at the stage boundary. This raises the all-to-all's measured peak, "
+                "and so the a2a/ring ratios of those rows, by that much.")
     # The paper's figures at the paper's own configuration: Fig. 10 runs
     # 98304 tokens per GPU (micro-batch 12, sequence 8192), not the 49152
     # of its §2 profile.
