@@ -142,7 +142,7 @@ struct outcome {
 	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
-	double fb_min, fb_max;          /* forward+backward range over the repetitions, ms */
+	double fb_med, fb_min, fb_max;  /* forward+backward per repetition: median and range, ms */
 	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
 
@@ -287,8 +287,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 		ratio[i] = fb[i] / max_over_ranks(first->fw[i] + first->bw[i]);
 	}
 	if (fb && ratio) {
-		double m;
-		spread(fb, repeat, &m, &out->fb_min, &out->fb_max);
+		spread(fb, repeat, &out->fb_med, &out->fb_min, &out->fb_max);
 		spread(ratio, repeat, &out->ratio_med, &out->ratio_min, &out->ratio_max);
 	}
 	free(fb);
@@ -411,10 +410,11 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		           "peak_fwd_bytes,peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,"
 		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
 		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
-		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max\n");
+		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max,"
+		           "fwd_bwd_median_ms\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
@@ -422,7 +422,8 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        o[i].model_bwd, cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32",
 		        (long long)(cfg->partitions > 1 && o[i].d != RMOE_DISPATCH_ALLTOALL ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
-		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max);
+		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
+		        o[i].fb_med);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -512,14 +513,13 @@ static void print_comparisons(const struct outcome *out, const struct rmoe_resul
 			snprintf(t, sizeof(t), "%.2fx [%.2f-%.2f] (median, range of the repetitions)", a2a->ratio_med,
 			         a2a->ratio_min, a2a->ratio_max);
 		else
-			snprintf(t, sizeof(t), "%.2fx (of the medians)",
-			         (a2a->fwd_ms + a2a->bwd_ms) / (ring->fwd_ms + ring->bwd_ms));
+			snprintf(t, sizeof(t), "%.2fx (of the medians)", a2a->fb_med / ring->fb_med);
 		rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward time %s\n",
 		             rmoe_dispatch_name(ring->d), pa / pr, (pa - a2a->resident) / (pr - ring->resident), t);
 	}
 	for (int i = 0; i < ndisp; i++)
 		rmoe_app_say("%-5s forward+backward %.1f ms [%.1f-%.1f] over the interleaved repetitions\n",
-		             rmoe_dispatch_name(out[i].d), out[i].fwd_ms + out[i].bwd_ms, out[i].fb_min, out[i].fb_max);
+		             rmoe_dispatch_name(out[i].d), out[i].fb_med, out[i].fb_min, out[i].fb_max);
 	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
 		rmoe_app_say("model %-5s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB (%+.1f%%) "
 		             "against the measured\n",
