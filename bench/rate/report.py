@@ -69,6 +69,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for n in ("raw", "routing", "breakdown", "known", "meta", "shapes", "out"):
         ap.add_argument("--" + n, required=True)
+    ap.add_argument("--trace", help="trace_gaps.py's CSV")
     a = ap.parse_args()
     chk = Checks()
     meta = dict(line.rstrip("\n").split("=", 1) for line in open(a.meta) if "=" in line)
@@ -178,7 +179,9 @@ def main():
         w.writeheader()
         w.writerows(raw)
     plot(os.path.join(a.out, "rate.png"), shapes, configs, rounds, rate, reference, bd)
-    write_md(os.path.join(a.out, "rate.md"), meta, shapes, configs, rounds, summary, rate, ms_of, bd, flops, torch_cfg)
+    traced = list(csv.DictReader(open(a.trace))) if a.trace else []
+    write_md(os.path.join(a.out, "rate.md"), meta, shapes, configs, rounds, summary, rate, ms_of, bd, flops, torch_cfg,
+             traced)
     for row in summary:
         print(f"{row['shape']:10s} {row['config']:14s} fwd {fmt(row['fwd'])} GFLOP/s = {fmt(row['fwd_ratio'], 2)} "
               f"of sgemm {fmt(row['fwd_ref'])}; bwd {fmt(row['bwd'])} = {fmt(row['bwd_ratio'], 2)} of "
@@ -242,7 +245,25 @@ def ratio_of(summary, shape, a, b, key):
     return ra[key][0] / rb[key][0]
 
 
-def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flops, torch_cfg):
+def trace_table(traced, meta):
+    L = ["", "### From FxT traces", "",
+         "The breakdown runs again with relaymoe built against a StarPU with FxT "
+         f"({meta.get('trace_starpu', '?')}; bench/rate/trace_gaps.py), one timed pass of median span per row, of "
+         "the rank whose tasks span longest: wall = relaymoe's median of the traced run; span = first task's start "
+         "to last task's end; outside = wall - span (registration, submission before the first task, waiting for "
+         "the outputs after the last); in tasks = the span covered by at least one of the rank's tasks; gaps = the "
+         "rest of the span (no task running: dependencies, transfers, the host's synchronisation on the expert "
+         "counts, StarPU between tasks); per operation, its tasks' time in that pass.", "",
+         "| run | pass | wall ms | span | outside | in tasks | gaps | largest gap (between) | tasks | per operation (ms) |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in traced:
+        L.append(f"| {r['label']} | {r['pass']} | {float(r['wall_ms']):.0f} | {float(r['span_ms']):.0f} | "
+                 f"{float(r['outside_span_ms']):.0f} | {float(r['task_ms']):.0f} | {float(r['gaps_ms']):.1f} | "
+                 f"{float(r['largest_gap_ms']):.1f} ({r['largest_gap_between']}) | {r['tasks']} | {r['ops']} |")
+    return L
+
+
+def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flops, torch_cfg, traced):
     L = ["# The layer's FLOP rate against OpenBLAS sgemm on the same cores (issue 16)", ""]
     L += [f"Command: `{meta.get('command', '')}` on {meta.get('date', '')} (UTC), commit {meta.get('commit', '')}; "
           f"{meta.get('seconds', '?')} s.",
@@ -311,6 +332,8 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
           "includes the codelets' own element-wise work (SwiGLU, routing weights, the dx scatter of expert-bwd). "
           "Cells: ms per pass (share of the worker time).", ""]
     L += breakdown_table(bd) if bd else ["(no breakdown run)"]
+    if traced:
+        L += trace_table(traced, meta)
     L += ["", "## Against the gap: the configurations measured", ""]
     L += closing_notes(shapes, summary, rate, rounds, bd)
     L += ["", "## Caveats", "",
@@ -325,7 +348,8 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
           "count (forward one gather per hop, backward two of the same rows).",
           "- The sgemm lists leave out the element-wise work the codelets do; the expert codelets' own rate "
           "includes it.",
-          "- No FxT trace: the StarPU here is built without FxT; the breakdown uses StarPU's own accounting.",
+          "- Debian's StarPU has no FxT: the breakdown uses StarPU's own accounting; the traces (when present) come "
+          "from another build of the same StarPU version with FxT (and CUDA, unused here), with tracing's own cost.",
           "- The routing is the layer's (seed 1, Gaussian inputs): close to even (rate_routing.csv)."]
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")

@@ -5,7 +5,7 @@
 #
 #   bench/rate/run.sh [--quick] [--rounds N] [--repeat R] [--shapes LIST]
 #                     [--configs LIST] [--breakdown LIST] [--build DIR]
-#                     [--out DIR] [--no-torch]
+#                     [--trace-build DIR] [--out DIR] [--no-torch]
 #
 # Per shape, round after round (the order rotating from round to round, so
 # that none always runs first on a shared machine):
@@ -25,7 +25,10 @@
 # STARPU_WORKER_STATS=1), and one-thread sgemm (t1s1): where a pass's time
 # goes (bench/rate/breakdown.py). Those runs also write each shape's
 # routing (`relaymoe run --routing`), from which the flops are counted and
-# the sgemm lists built.
+# the sgemm lists built. --trace-build DIR: a relaymoe build against a
+# StarPU with FxT (scripts/build-starpu.sh --fxt); each breakdown run is
+# repeated with it under --trace, and bench/rate/trace_gaps.py says how much
+# of each pass lies outside its tasks (rate_trace.csv).
 #
 # SHAPE: NAME:H:F:E:K:T, T the tokens of all ranks together (split evenly).
 # Default: issue16:1024:512:8:2:4096 (the issue's), and Qwen3-30B-A3B's
@@ -42,7 +45,7 @@
 # r2-w1b1-lws, one round of one step, into BUILD/bench-rate-quick: checks the
 # script and the counts, not a measurement (CTest bench_rate_quick).
 # Writes rate.csv (every measurement), rate_breakdown.csv, rate_routing.csv,
-# rate.png and rate.md into --out (default bench/results), all at the end:
+# (rate_trace.csv,) rate.png and rate.md into --out (default bench/results), all at the end:
 # nothing is written when a step fails. Exit status 0, 1 when a step
 # failed or a check of report.py did not hold, 2 on bad options.
 set -euo pipefail
@@ -51,7 +54,7 @@ root=$(cd "$here/../.." && pwd)
 cmdline="bench/rate/run.sh${*:+ $*}"
 die() { echo "rate/run.sh: $*" >&2; exit 2; }
 need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-quick=0 rounds='' repeat='' shapes='' configs='' breakdown=unset build=$root/build out='' torch=1
+quick=0 rounds='' repeat='' shapes='' configs='' breakdown=unset build=$root/build out='' torch=1 trace_build=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1; shift ;;
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --configs) need "$1" $#; configs=$2; shift 2 ;;
     --breakdown) need "$1" $#; breakdown=$2; shift 2 ;;
     --build) need "$1" $#; build=$2; shift 2 ;;
+    --trace-build) need "$1" $#; trace_build=$2; shift 2 ;;
     --out) need "$1" $#; out=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -91,6 +95,11 @@ done
 build=$(cd "$build" 2>/dev/null && pwd) || die "no build tree at '$build'"
 app=$build/apps/relaymoe
 [ -x "$app" ] || die "$app missing: build first (scripts/build.sh, or --build DIR)"
+if [ -n "$trace_build" ]; then
+  trace_build=$(cd "$trace_build" 2>/dev/null && pwd) || die "--trace-build: no build tree at '$trace_build'"
+  [ -x "$trace_build/apps/relaymoe" ] || die "--trace-build: $trace_build/apps/relaymoe missing"
+  [ -n "$breakdown" ] || die "--trace-build traces the breakdown configurations: --breakdown is empty"
+fi
 py=/usr/bin/python3
 [ -x $py ] || py=$(command -v python3)
 "$py" -c 'import numpy, matplotlib' 2>/dev/null || die "$py needs numpy and matplotlib (scripts/setup.sh)"
@@ -163,8 +172,8 @@ parse_config() {  # parse_config CONFIG -> np ncpu nblas sched
 
 # One relaymoe run: its CSV row into $2; a fresh STARPU_HOME per rank under
 # $3 when given (the breakdown: calibrated models, worker statistics).
-relaymoe_run() {  # relaymoe_run SHAPE CSV [HOMES] -- CONFIG RUN-ARGS...
-  local shape=$1 csv=$2 homes=${3:-}; shift 4
+relaymoe_run() {  # relaymoe_run SHAPE CSV [HOMES] -- CONFIG RUN-ARGS... (RUN_APP: another build's)
+  local shape=$1 csv=$2 homes=${3:-} exe=${RUN_APP:-$app} home=${RUN_HOME:-$tmp/starpu-home}; shift 4
   local config=$1; shift
   IFS=: read -r name H F E K T <<<"$shape"
   parse_config "$config"
@@ -181,9 +190,9 @@ relaymoe_run() {  # relaymoe_run SHAPE CSV [HOMES] -- CONFIG RUN-ARGS...
     wrap=(sh -c 'export STARPU_HOME="$0/r${OMPI_COMM_WORLD_RANK:-0}"; mkdir -p "$STARPU_HOME"
                  exec "$@" >"$STARPU_HOME/out.log" 2>&1' "$homes")
   else
-    env+=(STARPU_HOME="$tmp/starpu-home")
+    env+=(STARPU_HOME="$home")
   fi
-  env "${env[@]}" timeout 900 "${mpi[@]}" "${wrap[@]}" "$app" run --hidden "$H" --ffn "$F" --experts "$E" \
+  env "${env[@]}" timeout 900 "${mpi[@]}" "${wrap[@]}" "$exe" run --hidden "$H" --ffn "$F" --experts "$E" \
     --topk "$K" --tokens $((T / np)) --dispatch ring --sched "$sched" --csv "$csv" "$@"
 }
 
@@ -241,6 +250,30 @@ if [ -n "$breakdown" ]; then
       done
     done
   done
+fi
+
+# The breakdown configurations again under FxT.
+if [ -n "$trace_build" ]; then
+  mkdir -p "$tmp/starpu-home-fxt"
+  STARPU_HOME=$tmp/starpu-home-fxt STARPU_NCPU=1 mpirun --bind-to none -np 1 "$trace_build/apps/relaymoe" run \
+    --hidden 8 --ffn 8 --experts 2 --topk 1 --tokens 8 --dispatch ring --repeat 1 --quiet >>"$log" 2>&1 ||
+    { say "the traced build's first StarPU start failed"; exit 1; }
+  tdirs=() tlabels='' tcsvs=''
+  for s in $shapes; do
+    name=${s%%:*}
+    for c in $breakdown; do
+      d=$tmp/trace/$name/$c
+      mkdir -p "$tmp/trace/$name"
+      say "trace $name $c ($((SECONDS - start)) s)"
+      RUN_APP=$trace_build/apps/relaymoe RUN_HOME=$tmp/starpu-home-fxt relaymoe_run "$s" "$d.csv" "" -- "$c" \
+        --repeat "$repeat" --quiet --trace "$d" >>"$log" 2>&1 || { say "traced relaymoe failed (see the log)"; exit 1; }
+      tdirs+=("$d") tlabels+=${tlabels:+,}$name/$c tcsvs+=${tcsvs:+,}$d.csv
+    done
+  done
+  "$py" "$here/trace_gaps.py" "${tdirs[@]}" --labels "$tlabels" --csv "$tcsvs" --repeat "$repeat" \
+    --out "$tmp/rate_trace.csv" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { say "trace_gaps.py failed"; exit 1; }
+  echo "trace_starpu=$(sed -n 's/^RMOE_STARPU_PREFIX:PATH=//p' "$trace_build/CMakeCache.txt")" >>"$tmp/meta.txt"
 fi
 
 # ---- the rounds ----
@@ -323,9 +356,12 @@ echo "seconds=$((SECONDS - start))" >>"$tmp/meta.txt"
 mkdir -p "$tmp/out"
 rc=0
 "$py" "$here/report.py" --raw "$tmp/raw.csv" --routing "$tmp/rate_routing.csv" --breakdown "$tmp/rate_breakdown.csv" \
-  --known "$tmp/known_flops.csv" --meta "$tmp/meta.txt" --shapes "$shapes" --out "$tmp/out" || rc=$?
+  --known "$tmp/known_flops.csv" --meta "$tmp/meta.txt" --shapes "$shapes" --out "$tmp/out" \
+  ${trace_build:+--trace "$tmp/rate_trace.csv"} || rc=$?
 [ $rc = 0 ] || { say "report.py: a check failed or the report could not be written (exit $rc)"; exit 1; }
 cp "$tmp/rate_routing.csv" "$tmp/rate_breakdown.csv" "$tmp/out/"
+[ -z "$trace_build" ] || cp "$tmp/rate_trace.csv" "$tmp/out/"
 mkdir -p "$out"
+[ -n "$trace_build" ] || rm -f "$out/rate_trace.csv"   # not this run's
 for f in "$tmp"/out/*; do mv -f "$f" "$out/"; done
 say "rate/run.sh: done in $((SECONDS - start)) s: $out/rate.md"
