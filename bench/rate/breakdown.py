@@ -17,7 +17,8 @@ Codelets to passes and categories:
   backward  recompute, expert-bwd (expert GEMMs); router-bwd (router); two
             in three gathers: x and dy, of the same rows as the forward's
             (gather/scatter); grad-accumulate, zero (accumulate)
-A pass's worker time is its wall time (relaymoe's median, max over ranks)
+A pass's worker time is its wall time (the mean of the timed passes rank 0
+printed, as the models' means; else relaymoe's median, max over ranks)
 times the workers of all ranks; what no codelet filled of it is "no codelet":
 workers idle (waiting for a dependency, a transfer, the host's submission
 and its synchronisation on the routing counts) and StarPU's own work
@@ -33,6 +34,7 @@ import glob
 import math
 import os
 import re
+import statistics
 import sys
 
 CATEGORY = {
@@ -124,6 +126,14 @@ def main():
         with open(os.path.join(d, "run.csv")) as f:
             run = list(csv.DictReader(f))[-1]
         wall = {"fwd": float(run["fwd_ms"]), "bwd": float(run["bwd_ms"])}
+        # The models hold means over the timed passes: against them the mean
+        # of the timed passes' wall times (rank 0 prints every pass), not
+        # the median, which one slow pass on a busy machine leaves apart.
+        timed = re.findall(r"run: forward ([\d.]+) ms, backward ([\d.]+) ms",
+                           open(os.path.join(d, "homes", "r0", "out.log"), errors="replace").read())
+        if len(timed) == a.repeat:
+            wall = {"fwd": statistics.mean(float(f) for f, _ in timed),
+                    "bwd": statistics.mean(float(b) for _, b in timed)}
         busy = {(p, c): 0.0 for p in wall for c in CATEGORIES}
         gemm = {p: [0.0, 0.0] for p in wall}     # expert GEMM codelets: ms, flops (all ranks)
         tasks = {(p, c): 0.0 for p in wall for c in CATEGORIES}
