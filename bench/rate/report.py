@@ -398,6 +398,7 @@ def plot(path, shapes, configs, rounds, rate, reference, bd):
     import matplotlib.pyplot as plt
     names = list(shapes)
     fig, axes = plt.subplots(2, len(names), figsize=(5.2 * len(names), 8.5), squeeze=False)
+    handles, labels = [], []
     for j, name in enumerate(names):
         ax = axes[0][j]
         bars = [(f"relaymoe {c}", n, "relaymoe", c) for n, c in configs]
@@ -440,8 +441,10 @@ def plot(path, shapes, configs, rounds, rate, reference, bd):
         ax.set_ylabel("% of the pass's worker time")
         ax.set_title("where the time goes (StarPU history models)", fontsize=9)
         if j == 0:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+            handles, labels = ax.get_legend_handles_labels()
+    if bd:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0.03 if bd else 0, 1, 1))
     fig.savefig(path, dpi=110)
 
 
