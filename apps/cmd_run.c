@@ -26,7 +26,7 @@
 struct run_opts {
 	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, partitions;
 	double scale;
-	const char *preset, *dispatch, *load, *dump, *csv, *dtype, *io;
+	const char *preset, *dispatch, *load, *dump, *csv, *dtype, *io, *routing;
 	const char *trace, *sched;      /* traces and scheduler experiments */
 	const char *ring_order;         /* planned | rank */
 	int no_prio;
@@ -81,6 +81,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"load", RMOE_OPT_STRING, &r->load, 0, 0, "DIR", "read inputs and weights from DIR/*.npy", NULL},
 		{"dump", RMOE_OPT_STRING, &r->dump, 0, 0, "DIR", "write inputs and outputs to DIR/*.npy", NULL},
 		{"csv", RMOE_OPT_STRING, &r->csv, 0, 0, "FILE", "append one result row per dispatcher", NULL},
+		{"routing", RMOE_OPT_STRING, &r->routing, 0, 0, "FILE", "write the rows each rank routed to each expert (CSV)", NULL},
 		{"quiet", RMOE_OPT_FLAG, &r->quiet, 0, 0, NULL, "print the summary only", NULL},
 		{"trace", RMOE_OPT_STRING, &r->trace, 0, 0, "DIR", "record an FxT trace of every rank, converted into DIR", NULL},
 		{"sched", RMOE_OPT_STRING, &r->sched, 0, 0, "POLICY", "StarPU scheduling policy (lws, prio, ws, dmdas, eager, ...)", NULL},
@@ -93,7 +94,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 29
+#define NOPTS 30
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -427,6 +428,48 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
+/* --routing: the pairs of each rank's tokens routed to each expert, as the
+ * expert GEMMs see them (rank r's rows of expert e form one GEMM per
+ * matrix): "rank,expert,rows", one line per rank and expert. The routing
+ * is that of the run's last pass; every dispatcher routes alike. Written to
+ * a temporary name and renamed: no partial file. */
+static int write_routing(const char *path, const struct rmoe_problem *p, const int32_t *topk_idx)
+{
+	const int64_t E = p->cfg.experts, P = p->cfg.tokens * p->cfg.topk;
+	int64_t *mine = calloc((size_t)E, sizeof(int64_t));
+	int64_t *all = p->rank == 0 ? calloc((size_t)(E * p->nranks), sizeof(int64_t)) : NULL;
+	int rc = mine && (p->rank != 0 || all) ? 0 : RMOE_ENOMEM;
+	for (int64_t i = 0; i < P && !rc; i++)
+		mine[topk_idx[i]]++;
+	if (rmoe_app_agree(rc)) {
+		free(mine);
+		free(all);
+		rmoe_app_error("--routing %s: out of memory", path);
+		return RMOE_ENOMEM;
+	}
+	MPI_Gather(mine, (int)E, MPI_INT64_T, all, (int)E, MPI_INT64_T, 0, MPI_COMM_WORLD);
+	if (p->rank == 0) {
+		char tmp[4096];
+		snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
+		FILE *f = fopen(tmp, "w");
+		rc = f ? 0 : RMOE_EIO;
+		if (f) {
+			fprintf(f, "rank,expert,rows\n");
+			for (int r = 0; r < p->nranks; r++)
+				for (int64_t e = 0; e < E; e++)
+					fprintf(f, "%d,%lld,%lld\n", r, (long long)e, (long long)all[r * E + e]);
+			rc = fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : RMOE_EIO;
+			if (rc)
+				remove(tmp);
+		}
+		if (rc)
+			rmoe_app_error("--routing %s: cannot write it", path);
+	}
+	free(mine);
+	free(all);
+	return rc;
+}
+
 /* The dispatchers --dispatch names, ring first: ratios are against it. */
 static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
 {
@@ -586,6 +629,8 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	}
 	if (exit_code == 0 && r->csv && rmoe_app_agree(write_csv(r->csv, cfg, prob->nranks, out, ndisp, r->io)))
 		exit_code = 1;
+	if (exit_code == 0 && r->routing && rmoe_app_agree(write_routing(r->routing, prob, res[0].topk_idx)))
+		exit_code = 1;
 	return exit_code;
 }
 
@@ -611,8 +656,8 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		prc = RMOE_EINVAL;
 	}
 #ifdef RMOE_SIMGRID
-	if (!prc && (r.check || r.load || r.dump || r.trace)) {
-		snprintf(msg, sizeof(msg), "--check, --load, --dump and --trace need real kernels: this is the "
+	if (!prc && (r.check || r.load || r.dump || r.trace || r.routing)) {
+		snprintf(msg, sizeof(msg), "--check, --load, --dump, --trace and --routing need real kernels: this is the "
 		         "simulation build (StarPU-SimGrid)");
 		prc = RMOE_EINVAL;
 	}

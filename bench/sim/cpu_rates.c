@@ -8,31 +8,12 @@
  *   cpu_rates H F E K T      prints "gflops=G gbs=B"
  *
  * Each figure is the best of 5 timed rounds of at least 0.2 s. */
-#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static float *filled(size_t n)
-{
-	float *p = malloc(n * sizeof(float));
-	if (!p) {
-		fprintf(stderr, "cpu_rates: out of memory\n");
-		exit(1);
-	}
-	for (size_t i = 0; i < n; i++)
-		p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-	return p;
-}
+#include "../common/sgemm_list.h"
 
 int main(int argc, char **argv)
 {
@@ -51,38 +32,30 @@ int main(int argc, char **argv)
 	long M = T * K / E;
 	if (M < 1)
 		M = 1;
-	float *x = filled((size_t)M * H), *w1 = filled((size_t)H * 2 * F), *h = filled((size_t)M * 2 * F);
-	float *w2 = filled((size_t)F * H), *y = filled((size_t)M * H);
-	double flops = 2.0 * M * H * 2 * F + 2.0 * M * F * H;
-	double best = 0;
-	for (int round = 0; round < 5; round++) {
-		long n = 0;
-		double t0 = now(), t;
-		do {
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)(2 * F), (int)H, 1.0f, x,
-			            (int)H, w1, (int)(2 * F), 0.0f, h, (int)(2 * F));
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)H, (int)F, 1.0f, h,
-			            (int)(2 * F), w2, (int)H, 0.0f, y, (int)H);
-			n++;
-		} while ((t = now() - t0) < 0.2);
-		double r = flops * n / t;
-		if (r > best)
-			best = r;
-	}
+	float *x = bench_filled((size_t)M * H), *w1 = bench_filled((size_t)H * 2 * F);
+	float *h = bench_filled((size_t)M * 2 * F), *w2 = bench_filled((size_t)F * H), *y = bench_filled((size_t)M * H);
+	const struct bench_gemm expert[] = {{0, 0, (int)M, (int)(2 * F), (int)H, x, w1, h, 0.0f},
+	                                    {0, 0, (int)M, (int)H, (int)F, h, w2, y, 0.0f}};
+	const double flops = bench_gemm_flops(expert, 2);
+	double secs[5], best = 0;
+	bench_gemm_time(expert, 2, 5, 0.2, secs);
+	for (int round = 0; round < 5; round++)
+		if (flops / secs[round] > best)
+			best = flops / secs[round];
 	/* Row gather: M*K/... rows picked from a [T x H] source, as dispatch does. */
-	float *src = filled((size_t)T * H), *dst = filled((size_t)T * H);
+	float *src = bench_filled((size_t)T * H), *dst = bench_filled((size_t)T * H);
 	long *idx = malloc(sizeof(long) * (size_t)T);
 	for (long i = 0; i < T; i++)
 		idx[i] = (i * 7919) % T;
 	double best_b = 0;
 	for (int round = 0; round < 5; round++) {
 		long n = 0;
-		double t0 = now(), t;
+		double t0 = bench_now(), t;
 		do {
 			for (long i = 0; i < T; i++)
 				memcpy(dst + (size_t)i * H, src + (size_t)idx[i] * H, sizeof(float) * (size_t)H);
 			n++;
-		} while ((t = now() - t0) < 0.2);
+		} while ((t = bench_now() - t0) < 0.2);
 		double r = 2.0 * sizeof(float) * (double)T * H * n / t;   /* read + write */
 		if (r > best_b)
 			best_b = r;
