@@ -87,6 +87,17 @@ struct rmoe_problem {
 	float *ws_gate, *ws_up, *ws_down; /* shared expert, when shared_ffn > 0 */
 };
 
+/* Skews the router so that experts [0, hot) take nearly every token: most
+ * partitions then receive no pair, and ranks whose experts are cold compute
+ * no rows (the tests' uneven routing). */
+static inline void rmoe_problem_skew_router(struct rmoe_problem *p, int64_t hot)
+{
+	const int64_t H = p->cfg.hidden, E = p->cfg.experts;
+	for (int64_t h = 0; h < H; h++)
+		for (int64_t e = 0; e < E; e++)
+			p->w_router[h * E + e] *= e < hot ? 8.0f : 0.05f;
+}
+
 /* Draws every tensor from seed, then replaces those with a file in load_dir
  * (may be NULL). Collective; 0 or an RMOE_E* code (message printed). */
 int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,

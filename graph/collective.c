@@ -145,9 +145,7 @@ static void arrivals_free(struct arrivals *a, int abandon)
 		free(a->req);
 	free(a->peer);
 	free(a->answered);
-	a->req = NULL;
-	a->peer = NULL;
-	a->answered = NULL;
+	*a = (struct arrivals){0};
 }
 
 static int arrivals_post(MPI_Comm comm, struct arrivals *a, const char *what)

@@ -341,11 +341,7 @@ void rmoe_topology_free(struct rmoe_topology *t)
 	free(t->node);
 	free(t->device);
 	free(t->hosts);
-	t->node = NULL;
-	t->device = NULL;
-	t->hosts = NULL;
-	t->nranks = 0;
-	t->nnodes = 0;
+	memset(t, 0, sizeof(*t));
 }
 
 const char *rmoe_topology_host(const struct rmoe_topology *t, int r)

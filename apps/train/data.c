@@ -207,9 +207,7 @@ void rmoe_corpus_free(struct rmoe_corpus *c)
 	free(c->succ);
 	free(c->cum);
 	free(c->text);
-	c->succ = NULL;
-	c->cum = NULL;
-	c->text = NULL;
+	*c = (struct rmoe_corpus){0};
 }
 
 void rmoe_corpus_start(const struct rmoe_corpus *c, int rank, struct rmoe_corpus_state *s)

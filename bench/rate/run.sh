@@ -53,24 +53,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cmdline="bench/rate/run.sh${*:+ $*}"
 die() { echo "rate/run.sh: $*" >&2; exit 2; }
-need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-quick=0 rounds='' repeat='' shapes='' configs='' breakdown=unset build=$root/build out='' torch=1 trace_build=
-while [ $# -gt 0 ]; do
-  case $1 in
-    --quick) quick=1; shift ;;
-    --rounds) need "$1" $#; rounds=$2; shift 2 ;;
-    --repeat) need "$1" $#; repeat=$2; shift 2 ;;
-    --shapes) need "$1" $#; shapes=$2; shift 2 ;;
-    --configs) need "$1" $#; configs=$2; shift 2 ;;
-    --breakdown) need "$1" $#; breakdown=$2; shift 2 ;;
-    --build) need "$1" $#; build=$2; shift 2 ;;
-    --trace-build) need "$1" $#; trace_build=$2; shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
-    --no-torch) torch=0; shift ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown option '$1' (see --help)" ;;
-  esac
-done
+quick=0 no_torch=0 rounds='' repeat='' shapes='' configs='' breakdown=unset build=$root/build out='' torch=1 trace_build=
+# shellcheck source=scripts/lib/opts.sh
+. "$root/scripts/lib/opts.sh"
+OPT_VALUE+=([--rounds]=rounds [--repeat]=repeat [--shapes]=shapes [--configs]=configs [--breakdown]=breakdown
+  [--build]=build [--trace-build]=trace_build [--out]=out)
+OPT_FLAG+=([--quick]=quick [--no-torch]=no_torch)
+opts_parse "$@"
+[ "$no_torch" = 1 ] && torch=0
 if [ $quick = 1 ]; then
   rounds=${rounds:-1} repeat=${repeat:-1} shapes=${shapes:-quick:256:128:8:2:1024}
   configs=${configs:-r1-w2b1-lws r2-w1b1-lws}

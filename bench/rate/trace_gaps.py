@@ -33,23 +33,7 @@ BACKWARD_OPS = {"gather-dy", "recompute", "expert-bwd", "router-bwd", "grad-accu
 
 def read_submits(path):
     """SubmitTime of every task (tasks.rec), in the order rmoe_trace.read_tasks reads them."""
-    out, rec = [], {}
-
-    def flush():
-        if "StartTime" in rec and "EndTime" in rec and "Name" in rec:
-            out.append(float(rec.get("SubmitTime", rec["StartTime"])))
-        rec.clear()
-
-    with open(path) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                flush()
-                continue
-            k, _, v = line.partition(": ")
-            rec[k] = v
-    flush()
-    return out
+    return [float(r.get("SubmitTime", r["StartTime"])) for r in rmoe_trace.read_task_records(path)]
 
 
 class Timed:

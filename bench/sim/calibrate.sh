@@ -48,20 +48,13 @@ app=$root/build/apps/relaymoe
 launcher=$root/scripts/mpirun.sh
 keep_samples=0
 die() { echo "sim/calibrate.sh: $*" >&2; exit 2; }
-need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) need "$1" $#; out=$2; shift 2 ;;
-    --np) need "$1" $#; np=$2; shift 2 ;;
-    --host) need "$1" $#; host=$2; shift 2 ;;
-    --app) need "$1" $#; app=$2; shift 2 ;;
-    --launcher) need "$1" $#; launcher=$2; shift 2 ;;
-    --keep-samples) keep_samples=1; shift ;;
-    --) shift; break ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown option '$1' (--help lists them; the run's own arguments follow --)" ;;
-  esac
-done
+# shellcheck source=scripts/lib/opts.sh
+. "$root/scripts/lib/opts.sh"
+OPT_VALUE+=([--out]=out [--np]=np [--host]=host [--app]=app [--launcher]=launcher)
+OPT_FLAG+=([--keep-samples]=keep_samples)
+OPT_REST=1
+opts_parse "$@"
+set -- "${rest[@]}"
 [ -n "$out" ] || die "--out DIR is required"
 [[ $np =~ ^[0-9]+$ ]] && [ "$np" -ge 1 ] || die "--np: '$np' is not a rank count"
 [[ $host =~ ^[A-Za-z0-9._-]+$ ]] || die "--host: '$host': use letters, digits, . _ -"

@@ -56,26 +56,12 @@ out=$root/bench/results
 keep=
 resim=
 die() { echo "sim/check_real.sh: $*" >&2; exit 2; }
-need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --ranks) need "$1" $#; ranks=$2; shift 2 ;;
-    --dispatch) need "$1" $#; dispatches=$2; shift 2 ;;
-    --layer) need "$1" $#; layer=$2; shift 2 ;;
-    --repeat) need "$1" $#; repeat=$2; shift 2 ;;
-    --tol) need "$1" $#; tol=$2; shift 2 ;;
-    --floor-us) need "$1" $#; floor_us=$2; shift 2 ;;
-    --sched) need "$1" $#; sched=$2; shift 2 ;;
-    --real-app) need "$1" $#; real_app=$2; shift 2 ;;
-    --sim-app) need "$1" $#; sim_app=$2; shift 2 ;;
-    --prefix) need "$1" $#; prefix=$2; shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
-    --keep) need "$1" $#; keep=$2; shift 2 ;;
-    --resimulate) need "$1" $#; resim=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) die "unknown option '$1' (--help lists them)" ;;
-  esac
-done
+# shellcheck source=scripts/lib/opts.sh
+. "$root/scripts/lib/opts.sh"
+OPT_VALUE+=([--ranks]=ranks [--dispatch]=dispatches [--layer]=layer [--repeat]=repeat [--tol]=tol
+  [--floor-us]=floor_us [--sched]=sched [--real-app]=real_app [--sim-app]=sim_app [--prefix]=prefix
+  [--out]=out [--keep]=keep [--resimulate]=resim)
+opts_parse "$@"
 py=/usr/bin/python3
 for n in $ranks; do [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] || die "--ranks: '$n' is not a count of at least 2"; done
 for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done

@@ -38,37 +38,19 @@
 # Wall time: about 1-2 ms per simulated task on this 2-core machine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-eps="8 16 32 64"
-dispatches="ring token a2a"
-sched=dmdas
-preset=Qwen3-30B-A3B
-scale=1
-cluster=$root/scheduler/clusters/mn5-acc.cluster
-gpu_tflops=
-gpu_gbs=2500
-floor_us=20
-repeat=1
-history=
-history_host=
-tmo=900
-app=$root/build-sim/apps/relaymoe
-prefix=/opt/starpu-sim
-out=$root/bench/results
-name=sim_ep
-keep=
-die() { echo "sim/run.sh: $*" >&2; exit 2; }
-need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+# shellcheck source=scripts/lib/opts.sh
+. "$root/scripts/lib/opts.sh"
 # shellcheck source=bench/sim/setup.sh
 . "$root/bench/sim/setup.sh"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --sched) need "$1" $#; sched=$2; shift 2 ;;
-    --repeat) need "$1" $#; repeat=$2; shift 2 ;;
-    --name) need "$1" $#; name=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) if sim_opt "$1" "${2-}"; then need "$1" $#; shift 2; else die "unknown option '$1' (--help lists them)"; fi ;;
-  esac
-done
+dispatches="ring token a2a"
+sched=dmdas
+scale=1
+repeat=1
+tmo=900
+name=sim_ep
+die() { echo "sim/run.sh: $*" >&2; exit 2; }
+OPT_VALUE+=([--sched]=sched [--repeat]=repeat [--name]=name)
+opts_parse "$@"
 py=/usr/bin/python3
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] || die "--repeat: '$repeat' is not a positive integer"
 [[ $tmo =~ ^[0-9]+$ ]] || die "--timeout: '$tmo' is not a number of seconds"

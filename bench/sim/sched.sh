@@ -39,39 +39,20 @@
 # data, and scheduling work) and sleeping time (nothing to run).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-eps="8 16 32 64"
+# shellcheck source=scripts/lib/opts.sh
+. "$root/scripts/lib/opts.sh"
+# shellcheck source=bench/sim/setup.sh
+. "$root/bench/sim/setup.sh"
 dispatches="ring a2a"
 policies="eager prio ws lws dm dmda dmdas modular-heft"
-preset=Qwen3-30B-A3B
 scale=8
-cluster=$root/scheduler/clusters/mn5-acc.cluster
-gpu_tflops=
-gpu_gbs=2500
-floor_us=20
-history=
-history_host=
 rounds="1 2"
 prios="on off"
 jobs=$(nproc)
 tmo=1800
-app=$root/build-sim/apps/relaymoe
-prefix=/opt/starpu-sim
-out=$root/bench/results
-keep=
 die() { echo "sim/sched.sh: $*" >&2; exit 2; }
-need() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-# shellcheck source=bench/sim/setup.sh
-. "$root/bench/sim/setup.sh"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --policies) need "$1" $#; policies=$2; shift 2 ;;
-    --rounds) need "$1" $#; rounds=$2; shift 2 ;;
-    --prio) need "$1" $#; prios=$2; shift 2 ;;
-    --jobs) need "$1" $#; jobs=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) if sim_opt "$1" "${2-}"; then need "$1" $#; shift 2; else die "unknown option '$1' (--help lists them)"; fi ;;
-  esac
-done
+OPT_VALUE+=([--policies]=policies [--rounds]=rounds [--prio]=prios [--jobs]=jobs)
+opts_parse "$@"
 py=/usr/bin/python3
 for r in $rounds; do [[ $r =~ ^[0-9]+$ ]] && [ "$r" -ge 1 ] || die "--rounds: '$r' is not a round number"; done
 [ -n "${rounds// /}" ] || die "--rounds: no round"

@@ -1,7 +1,7 @@
-# Sourced by bench/sim/run.sh and bench/sim/sched.sh: the checks and set-up
-# of the options they share. The caller defines die() and sets eps,
-# dispatches, cluster, app, prefix, history, history_host and gpu_tflops (empty: the cluster
-# file's bf16_tflops); sim_setup makes the paths absolute (the runs start in
+# Sourced by bench/sim/run.sh and bench/sim/sched.sh (after $root is set):
+# the options they share, their defaults, checks and set-up. The caller
+# defines die() and sets dispatches; gpu_tflops empty means the cluster
+# file's bf16_tflops; sim_setup makes the paths absolute (the runs start in
 # their work folder), fills gpu_tflops and raises vm.max_map_count.
 sim_setup() {
   local e d
@@ -36,25 +36,11 @@ sim_setup() {
   fi
 }
 
-# sim_opt OPTION VALUE: stores the value of an option run.sh and sched.sh
-# share; 1 when OPTION is not one of them.
-sim_opt() {
-  case "$1" in
-    --ep) eps=$2 ;;
-    --dispatch) dispatches=$2 ;;
-    --preset) preset=$2 ;;
-    --scale) scale=$2 ;;
-    --cluster) cluster=$2 ;;
-    --gpu-tflops) gpu_tflops=$2 ;;
-    --gpu-gbs) gpu_gbs=$2 ;;
-    --floor-us) floor_us=$2 ;;
-    --history) history=$2 ;;
-    --history-host) history_host=$2 ;;
-    --timeout) tmo=$2 ;;
-    --app) app=$2 ;;
-    --prefix) prefix=$2 ;;
-    --out) out=$2 ;;
-    --keep) keep=$2 ;;
-    *) return 1 ;;
-  esac
-}
+# The options run.sh and sched.sh share, for opts_parse (scripts/lib/opts.sh,
+# sourced first), and their defaults (a script sets its own after this).
+eps="8 16 32 64" preset=Qwen3-30B-A3B cluster=$root/scheduler/clusters/mn5-acc.cluster
+gpu_tflops='' gpu_gbs=2500 floor_us=20 history='' history_host=''
+app=$root/build-sim/apps/relaymoe prefix=/opt/starpu-sim out=$root/bench/results keep=''
+OPT_VALUE+=([--ep]=eps [--dispatch]=dispatches [--preset]=preset [--scale]=scale [--cluster]=cluster
+  [--gpu-tflops]=gpu_tflops [--gpu-gbs]=gpu_gbs [--floor-us]=floor_us [--history]=history
+  [--history-host]=history_host [--timeout]=tmo [--app]=app [--prefix]=prefix [--out]=out [--keep]=keep)

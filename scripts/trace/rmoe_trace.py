@@ -439,27 +439,28 @@ def read_layout(directory):
     return nranks, ring, tag_first
 
 
-def read_tasks(path):
-    """The tasks that ran (StarPU's internal acquire and sync tasks do not)."""
-    tasks = []
+def read_task_records(path):
+    """tasks.rec's records of tasks that ran (StarPU's internal acquire and
+    sync tasks do not: they have no start, end or name), as dicts."""
     rec = {}
-
-    def flush():
-        if "StartTime" in rec and "EndTime" in rec and "Name" in rec:
-            tasks.append(Task(int(rec.get("MPIRank", 0)), int(rec.get("WorkerId", 0)), rec["Name"],
-                              float(rec["StartTime"]), float(rec["EndTime"])))
-        rec.clear()
-
     with open(path) as f:
         for line in f:
             line = line.rstrip("\n")
-            if not line:
-                flush()
+            if line:
+                key, _, value = line.partition(": ")
+                rec[key] = value
                 continue
-            key, _, value = line.partition(": ")
-            rec[key] = value
-    flush()
-    return tasks
+            if "StartTime" in rec and "EndTime" in rec and "Name" in rec:
+                yield rec
+            rec = {}
+    if "StartTime" in rec and "EndTime" in rec and "Name" in rec:
+        yield rec
+
+
+def read_tasks(path):
+    """The tasks that ran."""
+    return [Task(int(r.get("MPIRank", 0)), int(r.get("WorkerId", 0)), r["Name"], float(r["StartTime"]),
+                 float(r["EndTime"])) for r in read_task_records(path)]
 
 
 def read_links(path):

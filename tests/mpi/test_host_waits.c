@@ -45,16 +45,6 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	return 0;
 }
 
-/* Experts [0, hot) take nearly every token: the other ranks compute no
- * rows, and their exchanges have nothing to wait for but the previous one. */
-static void skew_router(struct rmoe_problem *p, int64_t hot)
-{
-	const int64_t H = p->cfg.hidden, E = p->cfg.experts;
-	for (int64_t h = 0; h < H; h++)
-		for (int64_t e = 0; e < E; e++)
-			p->w_router[h * E + e] *= e < hot ? 8.0f : 0.05f;
-}
-
 struct scenario {
 	const char *name;
 	int64_t shared_ffn, skew_hot;
@@ -73,7 +63,7 @@ static void run_scenario(rmoe_ctx *ctx, int nranks, const struct scenario *s)
 		return;
 	}
 	if (s->skew_hot)
-		skew_router(&prob, s->skew_hot);
+		rmoe_problem_skew_router(&prob, s->skew_hot);
 	rmoe_app_say(" %s\n", s->name);
 	const int counts = nranks - 1;
 	char what[128];

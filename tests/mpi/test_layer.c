@@ -22,16 +22,6 @@ static void expect(int ok, const char *what, double value)
 	}
 }
 
-/* Skews the router so that experts [0, hot) take nearly every token: most
- * partitions then receive no pair at all. */
-static void skew_router(struct rmoe_problem *p, int64_t hot)
-{
-	const int64_t H = p->cfg.hidden, E = p->cfg.experts;
-	for (int64_t h = 0; h < H; h++)
-		for (int64_t e = 0; e < E; e++)
-			p->w_router[h * E + e] *= e < hot ? 8.0f : 0.05f;
-}
-
 struct scenario {
 	const char *name;
 	int64_t hidden, ffn, experts_per_rank, topk, tokens, shared_ffn, chunk_rows;
@@ -56,7 +46,7 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 		return;
 	}
 	if (s->skew)
-		skew_router(&prob, s->skew);
+		rmoe_problem_skew_router(&prob, s->skew);
 
 	enum rmoe_dispatch ds[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_ALLTOALL,
 	                            RMOE_DISPATCH_RING_TOKEN};
