@@ -269,13 +269,6 @@ int rmoe_sim_MPI_Finalize(void)
 	return MPI_SUCCESS;
 }
 
-int rmoe_sim_MPI_Abort(MPI_Comm comm, int code)
-{
-	(void)comm;
-	fprintf(stderr, "relaymoe (simulation): rank %d aborts the simulation (code %d)\n", world_rank(), code);
-	abort();
-}
-
 double rmoe_sim_MPI_Wtime(void)
 {
 	return starpu_timing_now() * 1e-6;

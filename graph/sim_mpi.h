@@ -19,7 +19,6 @@ int rmoe_sim_MPI_Init_thread(int *argc, char ***argv, int required, int *provide
 int rmoe_sim_MPI_Initialized(int *flag);
 int rmoe_sim_MPI_Query_thread(int *provided);
 int rmoe_sim_MPI_Finalize(void);
-int rmoe_sim_MPI_Abort(MPI_Comm comm, int code);
 double rmoe_sim_MPI_Wtime(void);
 int rmoe_sim_MPI_Get_processor_name(char *name, int *len);
 int rmoe_sim_MPI_Comm_rank(MPI_Comm comm, int *rank);
@@ -48,7 +47,6 @@ int rmoe_sim_MPI_Wait(MPI_Request *req, MPI_Status *status);
 #define MPI_Initialized rmoe_sim_MPI_Initialized
 #define MPI_Query_thread rmoe_sim_MPI_Query_thread
 #define MPI_Finalize rmoe_sim_MPI_Finalize
-#define MPI_Abort rmoe_sim_MPI_Abort
 #define MPI_Wtime rmoe_sim_MPI_Wtime
 #define MPI_Get_processor_name rmoe_sim_MPI_Get_processor_name
 #define MPI_Comm_rank rmoe_sim_MPI_Comm_rank
