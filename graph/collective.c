@@ -126,7 +126,7 @@ int rmoe_wait_tasks(const char *what)
  * gives up, the ranks that never answered are the ones lost, stuck before
  * the collective, or cut off from this one (a rank whose own "arrived" went
  * out before a link failed hears the others, but they cannot answer).
- * 3 (N - 1) empty messages per collective, with a timeout only. */
+ * 2 (N - 1) empty messages from each rank per collective, with a timeout only. */
 enum { ARRIVED_RECV, HEARD_RECV, ARRIVED_SEND, HEARD_SEND, NREQ };
 
 struct arrivals {

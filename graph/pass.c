@@ -148,6 +148,16 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	return 0;
 }
 
+/* Appends ", rank R on host H" (no comma first) to who[cap]; *n counts them. */
+static void append_rank(char *who, size_t cap, size_t *used, int *n, const struct rmoe_topology *t, int rank)
+{
+	if (*used >= cap)
+		return;
+	const char *h = rmoe_topology_host(t, rank);
+	*used += (size_t)snprintf(who + *used, cap - *used, "%srank %d on host %s", *n ? ", " : "", rank, h ? h : "?");
+	(*n)++;
+}
+
 /* The peers of the earliest watched transfers (lowest tag) that have not
  * completed, with their hosts, into *rc; 0 when every watched transfer has
  * completed. Transfers of later tags may wait only because of those: an
@@ -168,16 +178,13 @@ static int stalled_peers(const struct rmoe_layer *L, const struct rmoe_pass *pas
 	char who[256] = "";
 	size_t used = 0;
 	int n = 0;
-	for (int i = 0; i < pass->nwatched && used < sizeof(who); i++) {
+	for (int i = 0; i < pass->nwatched; i++) {
 		const struct rmoe_watch *w = &pass->watched[i];
 		int seen = 0;
 		for (int j = 0; j < i; j++)
 			seen |= pass->watched[j].peer == w->peer && pass->watched[j].tag == w->tag && PENDING(&pass->watched[j]);
-		if (w->tag != first->tag || seen || !PENDING(w))
-			continue;
-		const char *h = rmoe_topology_host(t, w->peer);
-		used += (size_t)snprintf(who + used, sizeof(who) - used, "%srank %d on host %s", n++ ? ", " : "",
-		                         w->peer, h ? h : "?");
+		if (w->tag == first->tag && !seen && PENDING(w))
+			append_rank(who, sizeof(who), &used, &n, t, w->peer);
 	}
 	*rc = rmoe_error(RMOE_EPEER, "%s pass stalled waiting for %s exchanged with %s, this rank (%d on %s): %s",
 	                 pass->backward ? "backward" : "forward", first->what, who, L->ctx->rank,
@@ -202,11 +209,9 @@ int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pas
 		 * stuck in the pass before, with their hosts. */
 		char who[256] = "";
 		size_t used = 0;
-		for (int i = 0; i < m && i < 4 && used < sizeof(who); i++) {
-			const char *h = rmoe_topology_host(t, missing[i]);
-			used += (size_t)snprintf(who + used, sizeof(who) - used, "%srank %d on host %s", i ? ", " : "",
-			                         missing[i], h ? h : "?");
-		}
+		int n = 0;
+		for (int i = 0; i < m && i < 4; i++)
+			append_rank(who, sizeof(who), &used, &n, t, missing[i]);
 		return rmoe_error(RMOE_EPEER, "%s vote stalled waiting for %s%s, this rank (%d on %s): %s",
 		                  pass->backward ? "backward" : "forward", who, m > 4 ? ", ..." : "", L->ctx->rank,
 		                  my_host ? my_host : "?", why);
@@ -314,6 +319,10 @@ int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag
 int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
                     int received, const char *what)
 {
+	/* Without a timeout no wait gives up, so there is no stall to name: no
+	 * task is added to the pass. */
+	if (L->cfg.wait_timeout <= 0)
+		return 0;
 	if (pass->nwatched == pass->capwatched) {
 		int cap = pass->capwatched ? 2 * pass->capwatched : 16;
 		struct rmoe_watch *a = realloc(pass->watched, (size_t)cap * sizeof(*a));

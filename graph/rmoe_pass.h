@@ -126,7 +126,7 @@ int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag
  * receive into h; else a send of h): a fence kept until the pass ends, which
  * ends with the transfer and changes nothing else. A pass whose transfers
  * are not awaited by the host (the all-to-all) names from them the peers it
- * stalled on. */
+ * stalled on. Only with a wait_timeout: without one nothing gives up. */
 int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
                     int received, const char *what);
 
