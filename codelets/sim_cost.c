@@ -220,6 +220,16 @@ static struct sim_fit *history_fit(struct sim_history *h, struct starpu_perfmode
 	return f;
 }
 
+/* The bytes of the task's buffers (StarPU's history entries record the
+ * same sum as their size). */
+static double task_bytes(const struct starpu_task *task)
+{
+	double b = 0;
+	for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++)
+		b += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+	return b;
+}
+
 /* The recorded duration of task on arch, in us; NAN (StarPU then stops
  * the simulation naming the codelet) when the recording lacks it. */
 static double history_cost(const struct starpu_task *task, struct starpu_perfmodel_arch *arch)
@@ -240,10 +250,7 @@ static double history_cost(const struct starpu_task *task, struct starpu_perfmod
 	for (int i = 0; i < f->npts; i++)
 		if (f->pts[i].footprint == fp)
 			return f->pts[i].t;
-	double x = f->by_flops ? task->flops : 0;
-	for (unsigned i = 0; !f->by_flops && i < STARPU_TASK_GET_NBUFFERS(task); i++)
-		x += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
-	return f->a + f->b * x;
+	return f->a + f->b * (f->by_flops ? task->flops : task_bytes(task));
 }
 
 /* ---- per-codelet flops and bytes ------------------------------------------ */
@@ -254,14 +261,6 @@ static int is_gpu(const struct starpu_perfmodel_arch *arch)
 }
 
 /* Bytes of every buffer of the task, each read or written once. */
-static double task_bytes(const struct starpu_task *task)
-{
-	double b = 0;
-	for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++)
-		b += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
-	return b;
-}
-
 static double cost(const struct starpu_task *task, struct starpu_perfmodel_arch *arch, double flops, double bytes)
 {
 	if (sim_nhist >= 0)
