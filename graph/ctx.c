@@ -202,9 +202,9 @@ static int check_policy(const struct rmoe_ctx_config *cfg)
 		if (n > 0 && (size_t)n < sizeof(known) - used)
 			used += (size_t)n;
 	}
+	const int from_env = name == env && (!cfg->sched || strcmp(env, cfg->sched));
 	return rmoe_error(RMOE_EINVAL, "scheduling policy '%s'%s is not one StarPU knows: expected one of %s, or one of "
-	                  "its %d modular-* policies", name, name == env && (!cfg->sched || strcmp(env, cfg->sched)) ? " (STARPU_SCHED)" : "",
-	                  known, modular);
+	                  "its %d modular-* policies", name, from_env ? " (STARPU_SCHED)" : "", known, modular);
 }
 
 /* StarPU and StarPU-MPI on the context's communicator. */

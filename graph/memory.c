@@ -1,8 +1,8 @@
-/* What a context runs on (policy, workers, StarPU's build), and the buffers of the _raw
- * calls (rmoe_ctx_alloc, _free, _copy): StarPU's
- * allocator and copy paths, so that a device buffer is counted in the
- * device's memory as the layer's own buffers are, and a copy between the
- * host and the device takes the path StarPU's transfers take. */
+/* What a context runs on (policy, workers, StarPU's build), and the buffers
+ * of the _raw calls (rmoe_ctx_alloc, _free, _copy): StarPU's allocator and
+ * copy paths, so that a device buffer is counted in the device's memory as
+ * the layer's own buffers are, and a copy between the host and the device
+ * takes the path StarPU's transfers take. */
 #include <stdio.h>
 #include <string.h>
 
