@@ -232,19 +232,6 @@ static struct cap_cost cap_cost(const struct plan_view *v)
 	return c;
 }
 
-/* A ring pass of expert routing from the per-hop costs, with transfers
- * overlapping compute (§3.1): the first hop computes the local partition,
- * each of the other N - 1 takes the longer of its transfer and its compute;
- * backward, each finished gradient then goes back to its owner (half a
- * backward hop's bytes, over the same slowest edge). */
-static double expert_pass_ms(const struct rmoe_hop_cost *c, int64_t n, int backward)
-{
-	double s = c->compute_s + (double)(n - 1) * fmax(c->transfer_s, c->compute_s);
-	if (backward && n > 1)
-		s += c->transfer_s / 2;
-	return s * 1e3;
-}
-
 static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
 {
 	return plan->routing.mode == RMOE_DISPATCH_RING_TOKEN ? plan->routing.token : plan->routing.expert;
@@ -379,7 +366,8 @@ static void print_text(struct text *o, const struct plan_view *v)
 	       "  routing; the token ring here also carries the output accumulator, and dx, dg backward)\n");
 	put(o, "ring pass, expert routing: forward %.3f ms, backward %.3f ms (compute + (N-1) x max(transfer, "
 	       "compute), backward + the gradients' return)\n",
-	    expert_pass_ms(&rc->expert[0], p->ep, 0), expert_pass_ms(&rc->expert[1], p->ep, 1));
+	    1e3 * rmoe_ring_pass_seconds(&rc->expert[0], p->ep, 0),
+	    1e3 * rmoe_ring_pass_seconds(&rc->expert[1], p->ep, 1));
 
 	const struct rmoe_hop_cost *c = chosen(plan);
 	put(o, "\nchoice: %s routing\n  %s\n", mode_name(rc->mode), rc->reason);
@@ -503,7 +491,8 @@ static void print_json(struct text *o, const struct plan_view *v)
 		put(o, "}%s\n", m ? "" : ",");
 	}
 	put(o, "  },\n  \"pass_ms\": {\"expert\": {\"forward\": %.6g, \"backward\": %.6g}},\n",
-	    expert_pass_ms(&rc->expert[0], p->ep, 0), expert_pass_ms(&rc->expert[1], p->ep, 1));
+	    1e3 * rmoe_ring_pass_seconds(&rc->expert[0], p->ep, 0),
+	    1e3 * rmoe_ring_pass_seconds(&rc->expert[1], p->ep, 1));
 	const struct rmoe_hop_cost *c = chosen(plan);
 	put(o, "  \"choice\": {\"mode\": \"%s\", \"crossover_tokens\": %lld, \"reason\": ", mode_name(rc->mode),
 	    (long long)rc->crossover_tokens);

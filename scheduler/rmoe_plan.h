@@ -288,6 +288,13 @@ struct rmoe_routing_choice {
 int rmoe_routing_choose(const struct rmoe_routing_problem *p, const struct rmoe_ring_edge *edges, int n,
                         double device_tflops, struct rmoe_routing_choice *out);
 
+/* The time of a ring pass of n hops from one hop's cost, with transfers
+ * overlapping compute (§3.1): the first hop computes the local partition,
+ * each of the other n - 1 takes the longer of its transfer and its compute;
+ * backward, each finished gradient then goes back to its owner (half a
+ * backward hop's bytes, over the same slowest edge). Seconds. */
+double rmoe_ring_pass_seconds(const struct rmoe_hop_cost *c, int64_t n, int backward);
+
 /* The smallest tokens per rank at which expert routing moves no more bytes
  * per hop than token routing: below it token routing is chosen, from it on
  * expert routing. Ignores p->tokens. */

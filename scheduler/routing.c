@@ -138,6 +138,14 @@ static const char *human_bytes(double b, char buf[32])
 	return buf;
 }
 
+double rmoe_ring_pass_seconds(const struct rmoe_hop_cost *c, int64_t n, int backward)
+{
+	double s = c->compute_s + (double)(n - 1) * fmax(c->transfer_s, c->compute_s);
+	if (backward && n > 1)
+		s += c->transfer_s / 2;
+	return s;
+}
+
 int rmoe_routing_choose(const struct rmoe_routing_problem *p, const struct rmoe_ring_edge *edges, int n,
                         double device_tflops, struct rmoe_routing_choice *out)
 {
