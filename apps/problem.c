@@ -43,8 +43,10 @@ int rmoe_app_agree(int rc)
 	if (rc == RMOE_EPEER) {
 		rmoe_app_error("%s; ending this process", rmoe_strerror(rc));
 		fflush(NULL);
-		const char *t = getenv("RMOE_WAIT_TIMEOUT");
-		double grace = t ? atof(t) : 1.0;
+		/* RMOE_WAIT_TIMEOUT as the layer's configuration reads it */
+		struct rmoe_layer_config cfg;
+		rmoe_layer_config_init(&cfg);
+		const double grace = cfg.wait_timeout;
 		sleep(grace >= 10.0 ? 10u : grace >= 1.0 ? (unsigned)grace : 1u);
 		_exit(3);
 	}
