@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The default layer (Qwen3-30B-A3B with H, F, tokens divided by 16) at N = 2
-# and 4 ranks, ring and all-to-all side by side in each run; writes
+# and 4 ranks, the ring and both all-to-all baselines (a2a, with the ring's
+# kernel discipline; a2a-megatron, with Megatron-LM's buffers) side by side,
+# their repetitions interleaved in one process; writes
 # bench/results/layer_default.csv and layer_default.md.
 #   bench/layer_default.sh [extra relaymoe run options]
 set -euo pipefail
@@ -19,11 +21,12 @@ for np in 2 4; do
 done
 mv "$tmp/layer_default.csv" "$out/layer_default.csv"
 {
-  echo "# Default layer, ring vs all-to-all"
+  echo "# Default layer, ring vs the two all-to-all baselines"
   echo
   echo "Command: \`bench/layer_default.sh $*\` on $(date -u +%Y-%m-%d), $(nproc) cores ($(uname -m)), CPU only, ranks oversubscribed."
   echo "Layer: Qwen3-30B-A3B with H, F and tokens divided by 16 (H=128, F=48, E=128, K=8, 3072 tokens per rank), fp32."
-  echo "Times are medians of 5 after a warm-up, max over ranks; memory is the layer's data (resident + sampled StarPU temporaries), max over ranks."
+  echo "Times: medians of 5 repetitions after a warm-up, max over ranks; the dispatchers alternate repetition by repetition (the order rotating), and the ratios are the median and range of the per-repetition ratios. Memory, max over ranks: peak = the layer's StarPU data (resident + StarPU temporaries, sampled at every task and while exchanges are in flight); heap = the independent figure (resident + the process heap's growth over the pass: every allocation, StarPU's, codelet scratch, Open MPI's staging). a2a is the all-to-all with the ring's kernel discipline (the strongest we can write), a2a-megatron the Megatron-LM-faithful buffers (the paper's baseline)."
+  echo "These are CPU ranks oversubscribed on $(nproc) shared cores: the ratios are side by side on this machine, not GPU times."
   echo
   echo '```'
   cat "$tmp/log"
