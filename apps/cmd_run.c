@@ -143,6 +143,7 @@ struct outcome {
 	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
+	double heap_fwd, heap_bwd;      /* the heap figure (peak_heap_*), bytes, max over ranks */
 	double fb_med, fb_min, fb_max;  /* forward+backward per repetition: median and range, ms */
 	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
@@ -208,6 +209,7 @@ struct contender {
 	double *fw, *bw;              /* per timed repetition, ms, this rank */
 	struct rmoe_layer_stats st;   /* of the last pass */
 	double peak_f, peak_b, dev_f, dev_b;
+	double heap_f, heap_b;
 };
 
 static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum rmoe_dispatch d, int64_t repeat,
@@ -261,6 +263,8 @@ static int contender_pass(struct contender *c, const struct rmoe_problem *prob, 
 	c->peak_b = fmax(c->peak_b, (double)st->peak_backward_bytes);
 	c->dev_f = fmax(c->dev_f, (double)st->peak_device_forward_bytes);
 	c->dev_b = fmax(c->dev_b, (double)st->peak_device_backward_bytes);
+	c->heap_f = fmax(c->heap_f, (double)st->peak_heap_forward_bytes);
+	c->heap_b = fmax(c->heap_b, (double)st->peak_heap_backward_bytes);
 	if (!quiet)
 		rmoe_app_say("  %-5s %s: forward %.1f ms, backward %.1f ms\n", rmoe_dispatch_name(c->d),
 		             it < 0 ? "warm-up" : "run", st->forward_seconds * 1e3, st->backward_seconds * 1e3);
@@ -307,6 +311,8 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	out->chunk_rows = c->st.chunk_rows;
 	out->device_fwd = max_over_ranks(c->dev_f);
 	out->device_bwd = max_over_ranks(c->dev_b);
+	out->heap_fwd = max_over_ranks(c->heap_f);
+	out->heap_bwd = max_over_ranks(c->heap_b);
 	double skew_ring = 1.0, skew_a2a = 1.0;
 	/* Simulated: no output exists, the routing is the synthetic uniform one
 	 * (skew 1) and no task sampled memory: the peaks are the model's. */
@@ -383,9 +389,9 @@ static void print_outcome(const struct outcome *o, int device)
 	char dev[48] = "";
 	if (device)
 		snprintf(dev, sizeof(dev), " %9.1f %9.1f", o->device_fwd / MiB, o->device_bwd / MiB);
-	rmoe_app_say("%-6s %9.1f %9.1f %11.1f %11.1f %11.1f %9.1f %9.1f%s\n", rmoe_dispatch_name(o->d), o->fwd_ms,
-	             o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB, (peak - o->resident) / MiB, o->rss / MiB,
-	             o->sent / MiB, dev);
+	rmoe_app_say("%-6s %9.1f %9.1f %11.1f %11.1f %9.1f %9.1f %11.1f %9.1f %9.1f%s\n", rmoe_dispatch_name(o->d),
+	             o->fwd_ms, o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB, o->heap_fwd / MiB, o->heap_bwd / MiB,
+	             (peak - o->resident) / MiB, o->rss / MiB, o->sent / MiB, dev);
 }
 
 /* What the run ran on (this rank's context), for the record of every row. */
@@ -412,10 +418,10 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
 		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
 		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max,"
-		           "fwd_bwd_median_ms\n");
+		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
@@ -424,7 +430,7 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        (long long)(cfg->partitions > 1 && o[i].d != RMOE_DISPATCH_ALLTOALL ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
-		        o[i].fb_med);
+		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -569,6 +575,13 @@ static void print_comparisons(const struct outcome *out, const struct rmoe_resul
 		             rmoe_dispatch_name(out[i].d), out[i].skew, out[i].model_fwd / MiB,
 		             100.0 * (out[i].model_fwd / out[i].peak_fwd - 1.0), out[i].model_bwd / MiB,
 		             100.0 * (out[i].model_bwd / out[i].peak_bwd - 1.0));
+	/* The model against the independent figure: what neither StarPU nor
+	 * the model counts (scratch, MPI's buffers, slack) shows here. */
+	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
+		rmoe_app_say("model %-5s against the heap: fwd %.1f MiB (model %+.1f%%), bwd %.1f MiB (model %+.1f%%)\n",
+		             rmoe_dispatch_name(out[i].d), out[i].heap_fwd / MiB,
+		             100.0 * (out[i].model_fwd / out[i].heap_fwd - 1.0), out[i].heap_bwd / MiB,
+		             100.0 * (out[i].model_bwd / out[i].heap_bwd - 1.0));
 	for (int i = 1; i < ndisp && !RMOE_SIMULATED; i++) {
 		const char *worst;
 		double diff = rmoe_results_max_rel_diff(&res[0], &res[i], prob, &worst);
@@ -586,10 +599,11 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	int device = 0;
 	for (int i = 0; i < ndisp; i++)
 		device |= out[i].device_fwd > 0 || out[i].device_bwd > 0;
-	rmoe_app_say("\n%-6s %9s %9s %11s %11s %11s %9s %9s%s\n", "", "fwd ms", "bwd ms", "peak fwd", "peak bwd",
-	             "exec peak", "peak RSS", "sent", device ? "  dev fwd   dev bwd" : "");
-	rmoe_app_say("%-6s %9s %9s %11s %11s %11s %9s %9s%s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB", "MiB",
-	             "MiB/rank", device ? "       MiB       MiB" : "");
+	rmoe_app_say("\n%-6s %9s %9s %11s %11s %9s %9s %11s %9s %9s%s\n", "", "fwd ms", "bwd ms", "peak fwd",
+	             "peak bwd", "heap fwd", "heap bwd", "exec peak", "peak RSS", "sent",
+	             device ? "  dev fwd   dev bwd" : "");
+	rmoe_app_say("%-6s %9s %9s %11s %11s %9s %9s %11s %9s %9s%s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB",
+	             "MiB", "MiB", "MiB", "MiB/rank", device ? "       MiB       MiB" : "");
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
@@ -603,7 +617,9 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	             "resident; peak RSS is the simulator's whole process)\n",
 	             out[0].resident / MiB);
 #else
-	rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; exec peak = peak "
+	rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; heap = the same "
+	             "resident part plus the process heap's growth (malloc'ed, whoever by), sampled at every task and "
+	             "every 0.5 ms; exec peak = peak "
 	             "above the %.1f MiB resident: weights, gradients, inputs, routing; peak RSS: the process, which "
 	             "holds every dispatcher's layer)\n",
 	             out[0].resident / MiB);

@@ -127,8 +127,10 @@ int rmoe_cl_dim_ok(int64_t n);
  * and rows_per_expert summing to rows. 0, or -1 after reporting. */
 int rmoe_expert_args_check(const char *op, const struct rmoe_expert_args *a);
 
-/* Memory probe (probe.c): called by rmoe_cl_unpack. */
+/* Memory probe (probe.c): called by rmoe_cl_unpack and the sampler
+ * thread; samples the heap probe too (heap.c). */
 void rmoe_probe_sample(void);
+void rmoe_heap_sample(void);
 
 /* ---- submission --------------------------------------------------------------------- */
 

@@ -1,6 +1,8 @@
 /* Memory probe: the bytes StarPU holds on each memory node (main memory and
- * every device), sampled by every codelet on entry, with a running maximum
- * per node (StarPU 1.3 keeps no peak). */
+ * every device), sampled by every codelet on entry and by the sampler
+ * thread (heap.c) while a pass is measured, with a running maximum per node
+ * (StarPU 1.3 keeps no peak). Each sample also samples the process heap
+ * (heap.c), the figure independent of StarPU's accounting. */
 #include <stdatomic.h>
 
 #include "codelet.h"
@@ -31,6 +33,7 @@ int64_t rmoe_probe_current(void)
 
 void rmoe_probe_sample(void)
 {
+	rmoe_heap_sample();
 	for (int node = 0; node < nodes(); node++) {
 		int64_t now = used((unsigned)node);
 		int64_t peak = atomic_load_explicit(&peak_bytes[node], memory_order_relaxed);

@@ -97,22 +97,56 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 
 /* ---- recording ----------------------------------------------------------------------- */
 
-static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_base, double t0)
+/* A pass's measurement: both probes' levels at its start, and whether the
+ * sampler thread runs for it. */
+struct measure {
+	int64_t starpu_base, heap_base;
+	int sampling;
+};
+
+/* Starts a pass's measurement: the probes' peaks and the process's. The
+ * sampler first, so the bases are taken with it running; after the pass's
+ * edges, so a staging copy (counted in the resident part) is in the heap's
+ * base, not twice. */
+static void measure_start(struct measure *m)
+{
+	m->sampling = rmoe_sampler_start() == 0;
+	rmoe_probe_reset();
+	rmoe_host_peak_rss_reset();
+	m->starpu_base = rmoe_probe_current();
+	m->heap_base = rmoe_heap_reset();
+}
+
+/* Every pass that started a measurement ends it, recorded or not. */
+static void measure_stop(struct measure *m)
+{
+	if (m->sampling)
+		rmoe_sampler_stop();
+	m->sampling = 0;
+}
+
+static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure *m, double t0)
 {
 	double secs = (starpu_timing_now() - t0) * 1e-6;
-	int64_t dyn = rmoe_probe_peak() - dyn_base;
+	measure_stop(m);
+	int64_t dyn = rmoe_probe_peak() - m->starpu_base;
 	if (dyn < 0)
 		dyn = 0;
+	int64_t heap = rmoe_heap_peak() - m->heap_base;
+	if (heap < 0)
+		heap = 0;
 	int64_t resident = L->resident_bytes + pass->resident;
 	if (pass->backward) {
 		L->stats.peak_device_backward_bytes = rmoe_probe_device_peak();
 		L->stats.backward_seconds = secs;
 		L->stats.peak_backward_bytes = resident + dyn;
+		L->stats.peak_heap_backward_bytes = resident + heap;
 		L->stats.bytes_sent_backward = pass->bytes_sent;
 	} else {
 		L->stats.peak_device_forward_bytes = rmoe_probe_device_peak();
 		L->stats.forward_seconds = secs;
 		L->stats.peak_forward_bytes = resident + dyn;
+		L->stats.peak_heap_forward_bytes = resident + heap;
 		L->stats.bytes_sent_forward = pass->bytes_sent;
 	}
 	L->stats.resident_bytes = resident;
@@ -128,14 +162,6 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t dyn_bas
 		L->stats.host_waits_forward = pass->host_waits;
 	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
 	L->stats.chunk_rows = L->cfg.chunk_rows;
-}
-
-/* Starts a pass's measurement: the probe's peak and the process's. */
-static int64_t measure_start(void)
-{
-	rmoe_probe_reset();
-	rmoe_host_peak_rss_reset();
-	return rmoe_probe_current();
 }
 
 /* An application's buffer as a pass sees it: a float32 array of the
@@ -269,8 +295,9 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	if ((rc = keep_x(L, raw, x, node)))
 		return rc;
 	struct edge ey;
-	int64_t dyn_base = measure_start();
+	struct measure m;
 	rc = edge_open(&pass, &ey, raw ? NULL : y, raw ? y : NULL, node, L->T * L->H, L->act, 0);
+	measure_start(&m);
 	if (!rc)
 		rc = submit_router_fwd(L);
 	if (!rc && L->Fs > 0)
@@ -287,15 +314,19 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	/* After RMOE_EPEER tasks may still hold y: nothing more is waited for. */
 	if (rc != RMOE_EPEER && ey.h) {
 		int frc = rmoe_pass_finish(L, &pass, &ey.h, 1);
-		if (frc == RMOE_EPEER)
+		if (frc == RMOE_EPEER) {
+			measure_stop(&m);
 			return rmoe_pass_peer_named(L, &pass, frc);
+		}
 	}
 	if (rc != RMOE_EPEER)
 		edge_close(&ey, !rc);
-	if (rc)
+	if (rc) {
+		measure_stop(&m);
 		return rmoe_pass_peer_named(L, &pass, rc);
+	}
 	L->have_forward = 1;
-	record(L, &pass, dyn_base, t0);
+	record(L, &pass, &m, t0);
 	return 0;
 }
 
@@ -338,13 +369,14 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
 		return rmoe_pass_peer_named(L, &pass, rc);
 	struct edge edx = {0}, edy = {0}, edp = {0};
-	int64_t dyn_base = measure_start();
+	struct measure m;
 	rc = edge_open(&pass, &edx, raw ? NULL : dx, raw ? dx : NULL, node, L->T * L->H, L->act, 0);
 	if (!rc)
 		rc = edge_open(&pass, &edy, raw ? NULL : (float *)dy, raw ? (void *)dy : NULL, node, L->T * L->H, L->act, 1);
 	if (!rc && dprobs)
 		rc = edge_open(&pass, &edp, raw ? NULL : (float *)dprobs, raw ? (void *)dprobs : NULL, node, L->T * L->E,
 		               sizeof(float), 1);
+	measure_start(&m);
 	if (!rc && L->Fs > 0)
 		rc = submit_shared_bwd(L, &pass, edy.h, edx.h);
 	/* As forward: the shared expert's phase, then the dispatch's. */
@@ -358,15 +390,19 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 	/* After RMOE_EPEER tasks may still hold dy and dx: nothing more is waited for. */
 	if (rc != RMOE_EPEER) {
 		int frc = rmoe_pass_finish(L, &pass, outs, 4);
-		if (frc == RMOE_EPEER)
+		if (frc == RMOE_EPEER) {
+			measure_stop(&m);
 			return rmoe_pass_peer_named(L, &pass, frc);
+		}
 		edge_close(&edx, !rc);
 		edge_close(&edy, 0);
 		edge_close(&edp, 0);
 	}
-	if (rc)
+	if (rc) {
+		measure_stop(&m);
 		return rmoe_pass_peer_named(L, &pass, rc);
-	record(L, &pass, dyn_base, t0);
+	}
+	record(L, &pass, &m, t0);
 	return 0;
 }
 

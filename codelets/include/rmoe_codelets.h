@@ -177,6 +177,21 @@ int64_t rmoe_probe_current(void);
  * (what StarPU held there, absolute); 0 without a GPU. */
 int64_t rmoe_probe_device_peak(void);
 
+/* The heap probe (heap.c): the bytes the process has malloc'ed (glibc's
+ * mallinfo2: in use in the arenas plus mmap'ed chunks), whoever allocated
+ * them, sampled with the probe above; independent of StarPU's accounting.
+ * reset sets the running maximum to the bytes in use now and returns them. */
+int64_t rmoe_heap_current(void);
+int64_t rmoe_heap_reset(void);
+int64_t rmoe_heap_peak(void);
+/* The sampler thread: samples both probes every 0.5 ms between a start and
+ * its stop, so memory held while no codelet runs (exchanges in flight) is
+ * seen. Counted: the first start creates it, the last stop joins it. 0, or
+ * -1 when it could not start (a simulation, or no thread): the codelets'
+ * samples remain. Stop only after a start that returned 0. */
+int rmoe_sampler_start(void);
+void rmoe_sampler_stop(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -310,6 +310,21 @@ struct rmoe_layer_stats {
 	                                 routing for the same counts; expert
 	                                 routing (with overlap) never */
 	int host_waits_backward;
+	int64_t peak_heap_forward_bytes;  /* the same resident part as the peaks
+	                                     above plus the process heap's growth
+	                                     during the pass (glibc mallinfo2:
+	                                     every malloc and mmap'ed chunk, whoever
+	                                     made it: StarPU's buffers, codelet
+	                                     scratch, MPI's unexpected messages),
+	                                     sampled at every task and every 0.5 ms,
+	                                     so exchanges in flight count. Not in it:
+	                                     memory mapped before the pass without
+	                                     malloc (OpenBLAS's per-thread GEMM
+	                                     workspace, Open MPI's shared-memory
+	                                     segments, thread stacks). Counts the
+	                                     whole process: another layer's pass
+	                                     running at once would count here */
+	int64_t peak_heap_backward_bytes;
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
 

@@ -106,6 +106,8 @@ class LayerStats(ctypes.Structure):
         ("peak_device_backward_bytes", ctypes.c_int64),
         ("host_waits_forward", ctypes.c_int),
         ("host_waits_backward", ctypes.c_int),
+        ("peak_heap_forward_bytes", ctypes.c_int64),
+        ("peak_heap_backward_bytes", ctypes.c_int64),
     ]
 
 

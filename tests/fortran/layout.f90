@@ -73,6 +73,10 @@ program layout
              c_sizeof(s%host_waits_forward), 'int')
   call field('rmoe_layer_stats', 'host_waits_backward', c_loc(s), c_loc(s%host_waits_backward), &
              c_sizeof(s%host_waits_backward), 'int')
+  call field('rmoe_layer_stats', 'peak_heap_forward_bytes', c_loc(s), c_loc(s%peak_heap_forward_bytes), &
+             c_sizeof(s%peak_heap_forward_bytes), 'int')
+  call field('rmoe_layer_stats', 'peak_heap_backward_bytes', c_loc(s), c_loc(s%peak_heap_backward_bytes), &
+             c_sizeof(s%peak_heap_backward_bytes), 'int')
 
   call enum('RMOE_OK', RMOE_OK)
   call enum('RMOE_EINVAL', RMOE_EINVAL)

@@ -1,0 +1,120 @@
+/* Heap probe: the bytes the process has malloc'ed, from glibc, as a figure
+ * independent of StarPU's accounting (probe.c), with a running maximum; and
+ * the sampler thread that samples both probes while a pass is measured.
+ *
+ * mallinfo2() gives uordblks (bytes in use in every arena, brk and
+ * mmap'ed heaps alike) and hblkhd (chunks malloc served by a mapping of
+ * their own): their sum is every malloc, calloc, realloc and
+ * posix_memalign still held, whoever made it: StarPU's host buffers,
+ * codelet scratch (the fp32 copies of bf16 operands), StarPU's task and
+ * handle structures, StarPU-MPI's and Open MPI's request and
+ * unexpected-message buffers. Not in it: memory mapped without malloc. Two
+ * such pools matter here, and both are mapped before a measured pass
+ * and never grow with it:
+ * - OpenBLAS's GEMM workspace: a pool of per-thread buffers that
+ *   blas_memory_alloc mmaps on a thread's first level-3 call and keeps
+ *   (BUFFER_SIZE each: 128 MiB of address space in Debian's 0.3.21,
+ *   DYNAMIC_ARCH; what a GEMM touches of it is its packing blocks, a few
+ *   MiB). A fixed pool per BLAS thread, outside the figure.
+ * - Open MPI's shared-memory segments (the vader BTL's per-peer FIFOs and
+ *   fragments), mapped at MPI_Init; rendezvous messages land in the
+ *   receiver's buffer, which is malloc'ed and counted.
+ * Thread stacks (the sampler's included) are mappings too. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <malloc.h>
+
+#include "codelet.h"
+
+static _Atomic int64_t heap_peak;
+
+int64_t rmoe_heap_current(void)
+{
+	struct mallinfo2 m = mallinfo2();
+	return (int64_t)(m.uordblks + m.hblkhd);
+}
+
+void rmoe_heap_sample(void)
+{
+	int64_t now = rmoe_heap_current();
+	int64_t peak = atomic_load_explicit(&heap_peak, memory_order_relaxed);
+	while (now > peak && !atomic_compare_exchange_weak_explicit(&heap_peak, &peak, now, memory_order_relaxed,
+	                                                            memory_order_relaxed))
+		;
+}
+
+int64_t rmoe_heap_reset(void)
+{
+	int64_t now = rmoe_heap_current();
+	atomic_store(&heap_peak, now);
+	return now;
+}
+
+int64_t rmoe_heap_peak(void)
+{
+	return atomic_load(&heap_peak);
+}
+
+/* ---- the sampler thread --------------------------------------------------------------- */
+
+/* One thread, started by the first rmoe_sampler_start and joined by the
+ * matching last stop (counted, for passes of two layers in one process).
+ * Codelets sample on entry, but a pass also holds memory while no codelet
+ * runs: the all-to-all's exchange buffers, StarPU-MPI's early-data copies,
+ * Open MPI's unexpected messages. Every 0.5 ms is short beside a hop or an
+ * exchange of the sizes measured (milliseconds) and costs one mallinfo2
+ * (a walk of the arenas' free lists) and one read of StarPU's counters. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_t thread;
+	int users;
+	atomic_int stop;
+} sampler = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *sampler_main(void *arg)
+{
+	(void)arg;
+	const struct timespec period = {0, 500 * 1000};
+	while (!atomic_load_explicit(&sampler.stop, memory_order_relaxed)) {
+		clock_nanosleep(CLOCK_MONOTONIC, 0, &period, NULL);
+		rmoe_probe_sample();
+	}
+	return NULL;
+}
+
+int rmoe_sampler_start(void)
+{
+#ifdef STARPU_SIMGRID
+	/* No task runs and SimGrid owns the threads that call StarPU: nothing
+	 * to sample. */
+	return -1;
+#else
+	int rc = 0;
+	pthread_mutex_lock(&sampler.lock);
+	if (sampler.users == 0) {
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		/* It calls mallinfo2 and StarPU's counters: a small stack (a
+		 * mapping, outside the heap figure) is plenty. */
+		pthread_attr_setstacksize(&attr, 256 * 1024);
+		atomic_store(&sampler.stop, 0);
+		rc = pthread_create(&sampler.thread, &attr, sampler_main, NULL) ? -1 : 0;
+		pthread_attr_destroy(&attr);
+	}
+	if (rc == 0)
+		sampler.users++;
+	pthread_mutex_unlock(&sampler.lock);
+	return rc;
+#endif
+}
+
+void rmoe_sampler_stop(void)
+{
+	pthread_mutex_lock(&sampler.lock);
+	if (sampler.users > 0 && --sampler.users == 0) {
+		atomic_store(&sampler.stop, 1);
+		pthread_join(sampler.thread, NULL);
+	}
+	pthread_mutex_unlock(&sampler.lock);
+}
