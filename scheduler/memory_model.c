@@ -190,7 +190,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows)
 {
-	if (d == RMOE_DISPATCH_ALLTOALL)
+	if (rmoe_dispatch_alltoall(d))
 		return rmoe_error(RMOE_ENOTSUP,
 		                  "a memory cap applies to the ring dispatchers; the all-to-all builds its "
 		                  "top-k-expanded buffers whole");
