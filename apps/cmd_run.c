@@ -205,6 +205,9 @@ static double max_over_ranks(double v)
 	return m;
 }
 
+/* --dispatch all: ring, token, a2a, a2a-megatron. */
+enum { MAX_DISPATCHERS = 4 };
+
 /* One dispatcher of a run: its layer and what its passes measured. */
 struct contender {
 	enum rmoe_dispatch d;
@@ -334,7 +337,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 static int run_all(rmoe_ctx *ctx, const struct rmoe_problem *prob, const enum rmoe_dispatch *which, int n,
                    const struct run_opts *r, struct rmoe_results *res, struct outcome *out)
 {
-	struct contender c[3];
+	struct contender c[MAX_DISPATCHERS];
 	memset(c, 0, sizeof(c));
 	int rc = 0;
 	for (int i = 0; i < n && !rc; i++)
@@ -656,7 +659,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	if (prc == 1)
 		return 0;
 	struct rmoe_layer_config cfg;
-	enum rmoe_dispatch which[4];
+	enum rmoe_dispatch which[MAX_DISPATCHERS];
 	int ndisp = 0;
 	if (!prc)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
@@ -706,8 +709,8 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 	             cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
 
-	struct rmoe_results res[3];
-	struct outcome out[3];
+	struct rmoe_results res[MAX_DISPATCHERS];
+	struct outcome out[MAX_DISPATCHERS];
 	memset(res, 0, sizeof(res));
 	int rc = 0;
 	for (int i = 0; i < ndisp && !rc; i++)
@@ -715,7 +718,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	if (!rc)
 		rc = run_all(ctx, &prob, which, ndisp, &r, res, out);
 	int exit_code = rc ? 1 : report(&r, &cfg, out, res, ndisp, &prob);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < MAX_DISPATCHERS; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
 	/* With --trace, destroying the context converts the trace on rank 0. */
