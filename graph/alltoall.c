@@ -1,16 +1,30 @@
-/* The all-to-all baseline, in the style of Megatron-LM's dispatcher (paper
+/* The all-to-all baselines, in the style of Megatron-LM's dispatcher (paper
  * Fig. 2): permute and top-k-expand the tokens by destination, exchange
  * counts, then rows (all-to-all as point-to-point StarPU-MPI transfers),
  * sort by local expert, grouped SwiGLU, unsort, all-to-all back, weighted
  * unpermute. Its buffers hold all T*K routed rows at once: that is the peak
- * the ring removes.
+ * the ring removes. Both share this forward; the backwards differ.
  *
- * Backward follows Megatron's MoE-layer recomputation: the whole block is run
- * forward again (dispatch, experts keeping their intermediates, combine back
- * to the source ranks), then the reverse path: unpermute backward (dg and the
- * weighted output gradients), all-to-all, sort, expert backward, unsort,
- * all-to-all back, unpermute into dx. Buffers are released as soon as their
- * last task is submitted, as a caching allocator would reuse them.
+ * a2a-megatron (RMOE_DISPATCH_ALLTOALL_MEGATRON) follows Megatron's
+ * MoE-layer recomputation: the whole block is run forward again (dispatch,
+ * experts keeping their intermediates, combine back to the source ranks),
+ * then the reverse path: unpermute backward (dg and the weighted output
+ * gradients), all-to-all, sort, preweighted expert backward (a separate dx
+ * rows buffer: 3H + 3F per row live, and the kept outputs), unsort,
+ * all-to-all back, unpermute into dx.
+ *
+ * a2a (RMOE_DISPATCH_ALLTOALL) is the strongest all-to-all we could write,
+ * with the ring's kernel discipline (§3.3): the x rows of my pairs go to
+ * their experts' ranks and are sorted there, then the dy rows (unweighted),
+ * then the routing weights (one float per row); the pair-weighted expert
+ * backward recomputes from x, applies the weight and produces dg in the
+ * kernel, and leaves the rows' dx over the sorted x rows (2H + 4F per row
+ * live, as a ring hop); those and the dg go back, added at their tokens and
+ * pairs. Each kind of row is sorted before the next is exchanged, so the
+ * stages' buffers do not coexist.
+ *
+ * Buffers are released as soon as their last task is submitted, as a
+ * caching allocator would reuse them.
  *
  * Only the expert counts reach the host (plan_build): it sizes the buffers
  * with them, as Megatron's dispatcher synchronises on its "tokens per
@@ -267,6 +281,7 @@ int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_d
 	return rc;
 }
 
+/* Megatron's backward (file head): recompute, then the reverse path. */
 int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                                     starpu_data_handle_t dx)
 {
@@ -409,21 +424,19 @@ static int rows_to_experts(struct rmoe_layer *L, struct rmoe_pass *pass, const s
 	return rc;
 }
 
-/* Sorted rows back to the ranks of their tokens: unsorted to one buffer
- * per source rank (here, before the caller releases sorted), exchanged,
- * received into back[q] (rows of my pairs in partition q). */
+/* Sorted rows back toward the ranks of their tokens: unsorted into ret[q],
+ * one buffer per source rank, before the caller releases sorted; the
+ * caller's exchange sends them. */
 static int rows_to_tokens(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
                           starpu_data_handle_t sorted, int64_t width, size_t elsize, starpu_data_handle_t *ret,
                           const char *name)
 {
-	int rc = 0;
 	if (p->M == 0)
 		return 0;
 	for (int q = 0; q < p->N; q++)
 		if (p->recv_rows[q] > 0)
 			ret[q] = rmoe_temp_vector(pass, p->recv_rows[q] * width, elsize);
-	rc = submit_sort_rows(L, p, RMOE_UNSORT_TO_PEERS, width, ret, sorted, name, NULL);
-	return rc;
+	return submit_sort_rows(L, p, RMOE_UNSORT_TO_PEERS, width, ret, sorted, name, NULL);
 }
 
 /* 0, 1, ..., M-1: the pair order of the sorted rows, whose pair i is row i
@@ -442,6 +455,43 @@ static int identity_order(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t 
 	}
 	*h = rmoe_host_vector(pass, L->iota, M, sizeof(int32_t));
 	return 0;
+}
+
+/* The expert stage of the lean backward on the sorted rows, after the
+ * task after (the last sort): recompute from xs, then the pair-weighted
+ * backward with the identity pair order (K = 1), the routing weights gs and
+ * the dg of each row into *dgs; the rows' dx left in xs. No rows: the
+ * weight gradient is zero. */
+static int expert_stage(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                        starpu_data_handle_t xs, starpu_data_handle_t dys, starpu_data_handle_t gs,
+                        struct starpu_task *after, starpu_data_handle_t *dgs)
+{
+	if (p->M == 0)
+		return rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+	starpu_data_handle_t order = NULL, work = rmoe_act_vector(pass, L, p->M * 4 * L->F);
+	*dgs = rmoe_temp_vector(pass, p->M, sizeof(float));
+	int rc = identity_order(L, pass, p->M, &order);
+	/* The recompute waits for the last sort: its workspace comes to exist
+	 * after the exchanges' buffers are gone. */
+	struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p->M, p->rows_per_expert};
+	struct rmoe_task_opts o = rmoe_opts(L, "recompute", 0);
+	o.after = after;
+	if (!rc)
+		rc = rmoe_insert_expert_ffn(&o, &es, xs, L->h_w_part, work, NULL);
+	/* The kernel writes every row's dg, but StarPU reads a buffer that a
+	 * task updates (STARPU_RW): it must hold values first. */
+	o = rmoe_opts(L, "zero-dg-rows", 0);
+	o.after = after;
+	if (!rc)
+		rc = rmoe_insert_zero(&o, p->M, *dgs);
+	o = rmoe_opts(L, "expert-bwd", 0);
+	if (!rc)
+		rc = rmoe_insert_expert_bwd_pairs(&o, &es, 0, 1, 0, xs, dys, L->h_w_part, order, gs, work, NULL, *dgs,
+		                                  L->h_dw_part);
+	if (order)
+		starpu_data_unregister_submit(order);
+	starpu_data_unregister_submit(work);
+	return rc;
 }
 
 /* The ring's kernel discipline in an all-to-all (file head): x, dy and g
@@ -484,33 +534,8 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 		                     "permute-g");
 
 	starpu_data_handle_t dgs = NULL;
-	if (!rc && p.M > 0) {
-		starpu_data_handle_t order = NULL, work = rmoe_act_vector(pass, L, p.M * 4 * L->F);
-		dgs = rmoe_temp_vector(pass, p.M, f32);
-		rc = identity_order(L, pass, p.M, &order);
-		/* The recompute waits for the last sort: its workspace comes to
-		 * exist after the exchanges' buffers are gone. */
-		struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p.M, p.rows_per_expert};
-		struct rmoe_task_opts o = rmoe_opts(L, "recompute", 0);
-		o.after = next;
-		if (!rc)
-			rc = rmoe_insert_expert_ffn(&o, &es, xs, L->h_w_part, work, NULL);
-		/* The kernel writes every row's dg, but StarPU reads a buffer
-		 * that a task updates (STARPU_RW): it must hold values first. */
-		o = rmoe_opts(L, "zero-dg", 0);
-		o.after = next;
-		if (!rc)
-			rc = rmoe_insert_zero(&o, p.M, dgs);
-		o = rmoe_opts(L, "expert-bwd", 0);
-		if (!rc)
-			rc = rmoe_insert_expert_bwd_pairs(&o, &es, 0, 1, 0, xs, dys, L->h_w_part, order, gs, work, NULL, dgs,
-			                                  L->h_dw_part);
-		if (order)
-			starpu_data_unregister_submit(order);
-		starpu_data_unregister_submit(work);
-	} else if (!rc) {
-		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
-	}
+	if (!rc)
+		rc = expert_stage(L, pass, &p, xs, dys, gs, next, &dgs);
 	if (dys)
 		starpu_data_unregister_submit(dys);
 	if (gs)
