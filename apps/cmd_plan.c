@@ -379,15 +379,16 @@ static void print_text(struct text *o, const struct plan_view *v)
 	const struct rmoe_plan_memory *mem = &plan->memory;
 	const double GiB = 1024.0 * 1024 * 1024;
 	put(o, "\nmemory per rank (scheduler/memory_model.c, even routing):\n");
-	put(o, "  %-7s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
-	for (int i = 0; i < 3; i++)
-		put(o, "  %-7s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_plan_dispatchers[i]),
+	put(o, "  %-12s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
+		put(o, "  %-12s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_plan_dispatchers[i]),
 		    mem->est[i].peak_forward / GiB, mem->est[i].peak_backward / GiB, (long long)mem->max_tokens[i]);
 	put(o, "  max tokens: the largest local token count whose peak fits %.2f GiB%s; ring/a2a "
-	       "%.2fx, token/a2a %.2fx\n",
+	       "%.2fx, token/a2a %.2fx, ring/a2a-megatron %.2fx\n",
 	    mem->budget / GiB, v->opts->budget > 0 ? "" : " (the device's memory)",
 	    mem->max_tokens[2] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[2] : 0.0,
-	    mem->max_tokens[2] ? (double)mem->max_tokens[1] / (double)mem->max_tokens[2] : 0.0);
+	    mem->max_tokens[2] ? (double)mem->max_tokens[1] / (double)mem->max_tokens[2] : 0.0,
+	    mem->max_tokens[3] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[3] : 0.0);
 	if (v->opts->mem_cap > 0) {
 		struct cap_cost cc = cap_cost(v);
 		if (plan->cap_rc)
@@ -502,7 +503,7 @@ static void print_json(struct text *o, const struct plan_view *v)
 	const struct rmoe_plan_memory *mem = &plan->memory;
 	put(o, "  \"memory\": {\"modelled\": true, \"budget_bytes\": %lld, \"dispatchers\": {",
 	    (long long)mem->budget);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
 		put(o, "%s\"%s\": {\"peak_forward_bytes\": %lld, \"peak_backward_bytes\": %lld, "
 		       "\"resident_forward_bytes\": %lld, \"resident_backward_bytes\": %lld, "
 		       "\"weights_and_inputs_bytes\": %lld, \"largest_buffer_bytes\": %lld, "

@@ -40,10 +40,14 @@ static const char *usage_head =
 	"usage: mpirun -np N relaymoe run [options]\n"
 	"\n"
 	"Runs one MoE layer (router, top-k, SwiGLU experts) forward and backward on N\n"
-	"ranks, with the ring dispatcher of RelayMoE and a Megatron-style all-to-all\n"
-	"side by side, and reports time, memory and the difference between them.\n"
+	"ranks, with the ring dispatcher of RelayMoE and two all-to-all baselines side\n"
+	"by side, and reports time, memory and the difference between them. a2a is\n"
+	"the lean all-to-all (its backward runs the ring's pair-weighted expert\n"
+	"kernel on exchanged x and dy rows); a2a-megatron keeps Megatron-LM's buffers\n"
+	"(the backward recomputes the whole block, then unpermute backward and a\n"
+	"preweighted expert backward).\n"
 	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
-	"F=48, E=128, K=8, 3072 tokens per rank), both dispatchers.\n"
+	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a and a2a-megatron.\n"
 	"\n"
 	"options:\n";
 
@@ -69,7 +73,7 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (0: none)", &r->g_shared},
 		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (see below)", NULL},
 		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, auto, both (ring+a2a) or all", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, auto, both (ring+a2a), baselines (ring, a2a, a2a-megatron; default) or all", NULL},
 		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of inputs and weights (1)", NULL},
 		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up (3)", NULL},
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
@@ -202,6 +206,9 @@ static double max_over_ranks(double v)
 	return m;
 }
 
+/* --dispatch all: ring, token, a2a, a2a-megatron. */
+enum { MAX_DISPATCHERS = 4 };
+
 /* One dispatcher of a run: its layer and what its passes measured. */
 struct contender {
 	enum rmoe_dispatch d;
@@ -220,7 +227,7 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	cfg.dispatch = d;
 	/* The cap and the partitions shape the rings' hops; the all-to-all
 	 * builds its buffers whole. */
-	if (d == RMOE_DISPATCH_ALLTOALL) {
+	if (rmoe_dispatch_alltoall(d)) {
 		cfg.mem_cap = 0;
 		cfg.partitions = 1;
 	}
@@ -318,7 +325,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	 * (skew 1) and no task sampled memory: the peaks are the model's. */
 	if (!RMOE_SIMULATED)
 		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
-	out->skew = c->d == RMOE_DISPATCH_ALLTOALL ? skew_a2a : skew_ring;
+	out->skew = rmoe_dispatch_alltoall(c->d) ? skew_a2a : skew_ring;
 	model_peaks(prob, out);
 	if (RMOE_SIMULATED) {
 		out->peak_fwd = out->model_fwd;
@@ -336,7 +343,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 static int run_all(rmoe_ctx *ctx, const struct rmoe_problem *prob, const enum rmoe_dispatch *which, int n,
                    const struct run_opts *r, struct rmoe_results *res, struct outcome *out)
 {
-	struct contender c[3];
+	struct contender c[MAX_DISPATCHERS];
 	memset(c, 0, sizeof(c));
 	int rc = 0;
 	for (int i = 0; i < n && !rc; i++)
@@ -389,7 +396,7 @@ static void print_outcome(const struct outcome *o, int device)
 	char dev[48] = "";
 	if (device)
 		snprintf(dev, sizeof(dev), " %9.1f %9.1f", o->device_fwd / MiB, o->device_bwd / MiB);
-	rmoe_app_say("%-6s %9.1f %9.1f %11.1f %11.1f %9.1f %9.1f %11.1f %9.1f %9.1f%s\n", rmoe_dispatch_name(o->d),
+	rmoe_app_say("%-12s %9.1f %9.1f %11.1f %11.1f %9.1f %9.1f %11.1f %9.1f %9.1f%s\n", rmoe_dispatch_name(o->d),
 	             o->fwd_ms, o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB, o->heap_fwd / MiB, o->heap_bwd / MiB,
 	             (peak - o->resident) / MiB, o->rss / MiB, o->sent / MiB, dev);
 }
@@ -427,7 +434,7 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
 		        o[i].resident, o[i].rss, o[i].sent, o[i].largest_temp, o[i].skew, o[i].model_fwd,
 		        o[i].model_bwd, cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32",
-		        (long long)(cfg->partitions > 1 && o[i].d != RMOE_DISPATCH_ALLTOALL ? cfg->partitions : 1),
+		        (long long)(cfg->partitions > 1 && !rmoe_dispatch_alltoall(o[i].d) ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
 		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd);
@@ -480,19 +487,24 @@ static int write_routing(const char *path, const struct rmoe_problem *p, const i
 static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
 {
 	int n = 0;
-	int ring = !strcmp(d, "ring") || !strcmp(d, "both") || !strcmp(d, "all");
-	int a2a = !strcmp(d, "a2a") || !strcmp(d, "both") || !strcmp(d, "all");
-	int token = !strcmp(d, "token") || !strcmp(d, "all");
+	const int all = !strcmp(d, "all"), baselines = !strcmp(d, "baselines");
+	int ring = !strcmp(d, "ring") || !strcmp(d, "both") || baselines || all;
+	int a2a = !strcmp(d, "a2a") || !strcmp(d, "both") || baselines || all;
+	int megatron = !strcmp(d, "a2a-megatron") || baselines || all;
+	int token = !strcmp(d, "token") || all;
 	if (!strcmp(d, "auto"))
 		which[n++] = RMOE_DISPATCH_AUTO;
 	if (ring)
 		which[n++] = RMOE_DISPATCH_RING_EXPERT;
-	if (a2a)
-		which[n++] = RMOE_DISPATCH_ALLTOALL;
 	if (token)
 		which[n++] = RMOE_DISPATCH_RING_TOKEN;
+	if (a2a)
+		which[n++] = RMOE_DISPATCH_ALLTOALL;
+	if (megatron)
+		which[n++] = RMOE_DISPATCH_ALLTOALL_MEGATRON;
 	if (!n)
-		snprintf(msg, len, "--dispatch '%s': expected ring, token, a2a, auto, both or all", d);
+		snprintf(msg, len, "--dispatch '%s': expected ring, token, a2a, a2a-megatron, auto, both, baselines or all",
+		         d);
 	return n;
 }
 
@@ -542,35 +554,37 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	return 0;
 }
 
-/* The comparison printed after the table: a2a over each ring mode, the
- * model against the measured peaks, the dispatchers against each other. */
+/* The comparison printed after the table: each all-to-all baseline over
+ * each ring mode, the model against the measured peaks, the dispatchers
+ * against each other. */
 static void print_comparisons(const struct outcome *out, const struct rmoe_results *res, int ndisp,
                               const struct rmoe_problem *prob)
 {
-	int ia = -1;
-	for (int i = 0; i < ndisp; i++)
-		if (out[i].d == RMOE_DISPATCH_ALLTOALL)
-			ia = i;
-	for (int i = 0; i < ndisp && ia >= 0; i++) {
-		if (i == ia)
+	for (int ia = 0; ia < ndisp; ia++) {
+		if (!rmoe_dispatch_alltoall(out[ia].d))
 			continue;
-		const struct outcome *ring = &out[i], *a2a = &out[ia];
-		double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
-		char t[96];
-		/* against the first dispatcher: the ratio of each repetition */
-		if (i == 0)
-			snprintf(t, sizeof(t), "%.2fx [%.2f-%.2f] (median, range of the repetitions)", a2a->ratio_med,
-			         a2a->ratio_min, a2a->ratio_max);
-		else
-			snprintf(t, sizeof(t), "%.2fx (of the medians)", a2a->fb_med / ring->fb_med);
-		rmoe_app_say("a2a/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward time %s\n",
-		             rmoe_dispatch_name(ring->d), pa / pr, (pa - a2a->resident) / (pr - ring->resident), t);
+		for (int i = 0; i < ndisp; i++) {
+			if (rmoe_dispatch_alltoall(out[i].d))
+				continue;
+			const struct outcome *ring = &out[i], *a2a = &out[ia];
+			double pr = fmax(ring->peak_fwd, ring->peak_bwd), pa = fmax(a2a->peak_fwd, a2a->peak_bwd);
+			char t[96];
+			/* against the first dispatcher: the ratio of each repetition */
+			if (i == 0)
+				snprintf(t, sizeof(t), "%.2fx [%.2f-%.2f] (median, range of the repetitions)", a2a->ratio_med,
+				         a2a->ratio_min, a2a->ratio_max);
+			else
+				snprintf(t, sizeof(t), "%.2fx (of the medians)", a2a->fb_med / ring->fb_med);
+			rmoe_app_say("%s/%s: peak layer memory %.2fx (execution peak %.2fx), forward+backward time %s\n",
+			             rmoe_dispatch_name(a2a->d), rmoe_dispatch_name(ring->d), pa / pr,
+			             (pa - a2a->resident) / (pr - ring->resident), t);
+		}
 	}
 	for (int i = 0; i < ndisp; i++)
-		rmoe_app_say("%-5s forward+backward %.1f ms [%.1f-%.1f] over the interleaved repetitions\n",
+		rmoe_app_say("%-12s forward+backward %.1f ms [%.1f-%.1f] over the interleaved repetitions\n",
 		             rmoe_dispatch_name(out[i].d), out[i].fb_med, out[i].fb_min, out[i].fb_max);
 	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
-		rmoe_app_say("model %-5s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB (%+.1f%%) "
+		rmoe_app_say("model %-12s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB (%+.1f%%) "
 		             "against the measured\n",
 		             rmoe_dispatch_name(out[i].d), out[i].skew, out[i].model_fwd / MiB,
 		             100.0 * (out[i].model_fwd / out[i].peak_fwd - 1.0), out[i].model_bwd / MiB,
@@ -578,7 +592,7 @@ static void print_comparisons(const struct outcome *out, const struct rmoe_resul
 	/* The model against the independent figure: what neither StarPU nor
 	 * the model counts (scratch, MPI's buffers, slack) shows here. */
 	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
-		rmoe_app_say("model %-5s against the heap: fwd %.1f MiB (model %+.1f%%), bwd %.1f MiB (model %+.1f%%)\n",
+		rmoe_app_say("model %-12s against the heap: fwd %.1f MiB (model %+.1f%%), bwd %.1f MiB (model %+.1f%%)\n",
 		             rmoe_dispatch_name(out[i].d), out[i].heap_fwd / MiB,
 		             100.0 * (out[i].model_fwd / out[i].heap_fwd - 1.0), out[i].heap_bwd / MiB,
 		             100.0 * (out[i].model_bwd / out[i].heap_bwd - 1.0));
@@ -599,15 +613,15 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	int device = 0;
 	for (int i = 0; i < ndisp; i++)
 		device |= out[i].device_fwd > 0 || out[i].device_bwd > 0;
-	rmoe_app_say("\n%-6s %9s %9s %11s %11s %9s %9s %11s %9s %9s%s\n", "", "fwd ms", "bwd ms", "peak fwd",
+	rmoe_app_say("\n%-12s %9s %9s %11s %11s %9s %9s %11s %9s %9s%s\n", "", "fwd ms", "bwd ms", "peak fwd",
 	             "peak bwd", "heap fwd", "heap bwd", "exec peak", "peak RSS", "sent",
 	             device ? "  dev fwd   dev bwd" : "");
-	rmoe_app_say("%-6s %9s %9s %11s %11s %9s %9s %11s %9s %9s%s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB",
+	rmoe_app_say("%-12s %9s %9s %11s %11s %9s %9s %11s %9s %9s%s\n", "", "(median)", "(median)", "MiB", "MiB", "MiB",
 	             "MiB", "MiB", "MiB", "MiB/rank", device ? "       MiB       MiB" : "");
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL)
+		if (cfg->mem_cap > 0 && !rmoe_dispatch_alltoall(out[i].d))
 			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
 			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, (long long)out[i].chunk_rows,
 			             fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
@@ -652,7 +666,7 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 
 int rmoe_cmd_run(int argc, char **argv, int first)
 {
-	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "both", .dtype = "f32", .partitions = 1,
+	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "baselines", .dtype = "f32", .partitions = 1,
 	                     .io = "host", .ring_order = "planned"};
 	struct rmoe_opt opts[NOPTS];
 	fill_opts(opts, &r);
@@ -661,7 +675,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	if (prc == 1)
 		return 0;
 	struct rmoe_layer_config cfg;
-	enum rmoe_dispatch which[3];
+	enum rmoe_dispatch which[MAX_DISPATCHERS];
 	int ndisp = 0;
 	if (!prc)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
@@ -711,8 +725,8 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 	             cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
 
-	struct rmoe_results res[3];
-	struct outcome out[3];
+	struct rmoe_results res[MAX_DISPATCHERS];
+	struct outcome out[MAX_DISPATCHERS];
 	memset(res, 0, sizeof(res));
 	int rc = 0;
 	for (int i = 0; i < ndisp && !rc; i++)
@@ -720,7 +734,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	if (!rc)
 		rc = run_all(ctx, &prob, which, ndisp, &r, res, out);
 	int exit_code = rc ? 1 : report(&r, &cfg, out, res, ndisp, &prob);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < MAX_DISPATCHERS; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
 	/* With --trace, destroying the context converts the trace on rank 0. */

@@ -73,7 +73,7 @@ static void fill_opts(struct rmoe_opt *o, struct train_opts *r)
 		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e6, "FS", "shared expert width (0: none)", NULL},
 		{"steps", RMOE_OPT_INT, &r->steps, 0, 1e9, "S", "train up to step S (100)", NULL},
 		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of parameters and data (1)", NULL},
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a", "MoE dispatcher (ring)", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|a2a-megatron", "MoE dispatcher (ring)", NULL},
 		{"lr", RMOE_OPT_DOUBLE, &r->lr, 0, 10, "LR", "peak learning rate (3e-3)", NULL},
 		{"warmup", RMOE_OPT_INT, &r->warmup, 0, 1e9, "S", "linear warm-up steps (10)", NULL},
 		{"weight-decay", RMOE_OPT_DOUBLE, &r->weight_decay, 0, 10, "W", "AdamW decay of matrices (0.1)", NULL},
@@ -99,8 +99,10 @@ static int check_opts(struct train_opts *r, int nranks, struct rmoe_train_shape 
 		*d = RMOE_DISPATCH_RING_EXPERT;
 	} else if (strcmp(r->dispatch, "a2a") == 0) {
 		*d = RMOE_DISPATCH_ALLTOALL;
+	} else if (strcmp(r->dispatch, "a2a-megatron") == 0) {
+		*d = RMOE_DISPATCH_ALLTOALL_MEGATRON;
 	} else {
-		snprintf(msg, len, "--dispatch '%s': expected ring or a2a", r->dispatch);
+		snprintf(msg, len, "--dispatch '%s': expected ring, a2a or a2a-megatron", r->dispatch);
 		return RMOE_EINVAL;
 	}
 	if (r->text) {

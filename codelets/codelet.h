@@ -46,7 +46,10 @@ struct rmoe_rows_args {
 
 enum rmoe_expert_bwd_mode {
 	RMOE_BWD_PAIR_WEIGHTED = 0,     /* ring, §3.3: routing weights applied in the kernel */
-	RMOE_BWD_PREWEIGHTED = 1,       /* all-to-all, shared expert */
+	RMOE_BWD_PREWEIGHTED = 1,       /* Megatron's all-to-all, shared expert */
+	/* pair-weighted without a dx [T*H] target: the rows' dx stay in the x
+	 * rows (the lean all-to-all sends them back to their tokens' ranks) */
+	RMOE_BWD_PAIR_ROWS = 2,
 };
 
 /* expert-ffn, recompute, expert-bwd */

@@ -1,16 +1,19 @@
-/* The expert backward over one partition (grouped GEMM), in two modes:
+/* The expert backward over one partition (grouped GEMM), in three modes:
  * pair-weighted (ring, §3.3: routing weights applied in the kernel, dg
  * produced there, the rows' dx written over the consumed x rows and added in
- * place) and preweighted (all-to-all, shared expert). */
+ * place), the same without the addition (the lean all-to-all: the rows' dx
+ * stay in the x rows, which go back to their tokens' ranks) and preweighted
+ * (Megatron's all-to-all, shared expert). */
 #include "codelet.h"
 
 /* Pair-weighted buffers: 0 x rows (consumed), 1 dy rows, 2 weights,
- * 3 pair_order, 4 topk_w, 5 work [m*4F], 6 dx [T*H], 7 dg, 8 dweights.
- * Preweighted: 0 x rows, 1 dout rows, 2 weights, 3 work [m*3F], 4 dx rows,
+ * 3 pair_order, 4 topk_w, 5 work [m*4F], 6 dx [T*H], 7 dg, 8 dweights;
+ * without dx (RMOE_BWD_PAIR_ROWS) the same less buffer 6, unpacked with
+ * p[6] = NULL so that the kernels skip the addition. Preweighted: 0 x rows, 1 dout rows, 2 weights, 3 work [m*3F], 4 dx rows,
  * 5 dweights. */
 static int expert_bwd_unpack(void *buffers[], const struct rmoe_expert_args *a, void **p)
 {
-	const int pw = a->mode == RMOE_BWD_PAIR_WEIGHTED;
+	const int rows_only = a->mode == RMOE_BWD_PAIR_ROWS, pw = a->mode == RMOE_BWD_PAIR_WEIGHTED || rows_only;
 	if (rmoe_expert_args_check("expert-bwd", a))
 		return -1;
 	if (!pw && a->mode != RMOE_BWD_PREWEIGHTED)
@@ -26,9 +29,21 @@ static int expert_bwd_unpack(void *buffers[], const struct rmoe_expert_args *a, 
 		RMOE_CL_BUF("x rows", m * H),     RMOE_CL_BUF("dy rows", m * H),    RMOE_CL_BUF("weights", W),
 		RMOE_CL_BUF("pair_order", n_pairs), RMOE_CL_BUF("topk_w", n_pairs), RMOE_CL_BUF("work", 4 * m * F),
 		RMOE_CL_BUF("dx", pw ? n_pairs / a->topk * H : 0), RMOE_CL_BUF("dg", n_pairs), RMOE_CL_BUF("dweights", W)};
+	const struct rmoe_cl_buffer pair_rows[] = {
+		RMOE_CL_BUF("x rows", m * H),     RMOE_CL_BUF("dy rows", m * H),    RMOE_CL_BUF("weights", W),
+		RMOE_CL_BUF("pair_order", n_pairs), RMOE_CL_BUF("topk_w", n_pairs), RMOE_CL_BUF("work", 4 * m * F),
+		RMOE_CL_BUF("dg", n_pairs),       RMOE_CL_BUF("dweights", W)};
 	const struct rmoe_cl_buffer preweighted[] = {RMOE_CL_BUF("x rows", m * H), RMOE_CL_BUF("dout rows", m * H),
 	                                             RMOE_CL_BUF("weights", W),    RMOE_CL_BUF("work", 3 * m * F),
 	                                             RMOE_CL_BUF("dx rows", m * H), RMOE_CL_BUF("dweights", W)};
+	if (rows_only) {
+		if (rmoe_cl_unpack("expert-bwd (pair rows)", buffers, pair_rows, 8, p))
+			return -1;
+		p[8] = p[7];
+		p[7] = p[6];
+		p[6] = NULL;
+		return 0;
+	}
 	return rmoe_cl_unpack(pw ? "expert-bwd (pair-weighted)" : "expert-bwd (preweighted)", buffers,
 	                      pw ? pair_weighted : preweighted, pw ? 9 : 6, p);
 }
@@ -76,7 +91,8 @@ static void expert_bwd_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-/* Nine buffers in the pair-weighted mode, more than STARPU_NMAXBUFS. */
+/* Nine buffers in the pair-weighted mode (eight without dx), more than
+ * STARPU_NMAXBUFS. */
 RMOE_CODELET(rmoe_cl_expert_bwd, "expert-bwd", rmoe_expert_bwd_cpu, expert_bwd_cuda, "rmoe_expert_bwd_v1",
              expert_bwd, STARPU_VARIABLE_NBUFFERS);
 
@@ -108,6 +124,12 @@ int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rm
 		{dx, rmoe_cl_acc_mode(o)}, {dg, STARPU_RW | STARPU_COMMUTE},
 		{dweights, accumulate ? STARPU_RW : STARPU_W},
 	};
+	if (!dx) {
+		/* No dx target: the rows' dx are the result, left in xrows. */
+		d[6] = d[7];
+		d[7] = d[8];
+		return insert_expert_bwd(o, s, RMOE_BWD_PAIR_ROWS, accumulate, first, topk, d, 8);
+	}
 	return insert_expert_bwd(o, s, RMOE_BWD_PAIR_WEIGHTED, accumulate, first, topk, d, 9);
 }
 

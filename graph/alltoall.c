@@ -1,16 +1,30 @@
-/* The all-to-all baseline, in the style of Megatron-LM's dispatcher (paper
+/* The all-to-all baselines, in the style of Megatron-LM's dispatcher (paper
  * Fig. 2): permute and top-k-expand the tokens by destination, exchange
  * counts, then rows (all-to-all as point-to-point StarPU-MPI transfers),
  * sort by local expert, grouped SwiGLU, unsort, all-to-all back, weighted
  * unpermute. Its buffers hold all T*K routed rows at once: that is the peak
- * the ring removes.
+ * the ring removes. Both share this forward; the backwards differ.
  *
- * Backward follows Megatron's MoE-layer recomputation: the whole block is run
- * forward again (dispatch, experts keeping their intermediates, combine back
- * to the source ranks), then the reverse path: unpermute backward (dg and the
- * weighted output gradients), all-to-all, sort, expert backward, unsort,
- * all-to-all back, unpermute into dx. Buffers are released as soon as their
- * last task is submitted, as a caching allocator would reuse them.
+ * a2a-megatron (RMOE_DISPATCH_ALLTOALL_MEGATRON) follows Megatron's
+ * MoE-layer recomputation: the whole block is run forward again (dispatch,
+ * experts keeping their intermediates, combine back to the source ranks),
+ * then the reverse path: unpermute backward (dg and the weighted output
+ * gradients), all-to-all, sort, preweighted expert backward (a separate dx
+ * rows buffer: 3H + 3F per row live, and the kept outputs), unsort,
+ * all-to-all back, unpermute into dx.
+ *
+ * a2a (RMOE_DISPATCH_ALLTOALL) is the strongest all-to-all we could write,
+ * with the ring's kernel discipline (§3.3): the x rows of my pairs go to
+ * their experts' ranks and are sorted there, then the dy rows (unweighted),
+ * then the routing weights (one float per row); the pair-weighted expert
+ * backward recomputes from x, applies the weight and produces dg in the
+ * kernel, and leaves the rows' dx over the sorted x rows (2H + 4F per row
+ * live, as a ring hop); those and the dg go back, added at their tokens and
+ * pairs. Each kind of row is sorted before the next is exchanged, so the
+ * stages' buffers do not coexist.
+ *
+ * Buffers are released as soon as their last task is submitted, as a
+ * caching allocator would reuse them.
  *
  * Only the expert counts reach the host (plan_build): it sizes the buffers
  * with them, as Megatron's dispatcher synchronises on its "tokens per
@@ -27,7 +41,8 @@
 
 #include "rmoe_dispatch.h"
 
-enum { TAG_COUNTS, TAG_DISPATCH, TAG_COMBINE, TAG_DOUT, TAG_DX };
+/* TAG_DY, TAG_G and TAG_DG: the lean backward's. */
+enum { TAG_COUNTS, TAG_DISPATCH, TAG_COMBINE, TAG_DOUT, TAG_DX, TAG_DY, TAG_G, TAG_DG };
 
 /* Who sends what to whom, from every rank's expert counts. */
 struct a2a_plan {
@@ -84,13 +99,20 @@ static int plan_build(struct rmoe_layer *L, struct rmoe_pass *pass, struct a2a_p
 }
 
 /* after: a task the sort waits for, or NULL. */
+static int submit_sort_rows(struct rmoe_layer *L, const struct a2a_plan *p, enum rmoe_sort_direction direction,
+                            int64_t width, starpu_data_handle_t *per_peer, starpu_data_handle_t sorted,
+                            const char *name, struct starpu_task *after)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+	o.after = after;
+	return rmoe_insert_sort_chunks(&o, direction, width, p->N, L->e_local, p->chunk_rows, per_peer, sorted);
+}
+
 static int submit_sort(struct rmoe_layer *L, const struct a2a_plan *p, enum rmoe_sort_direction direction,
                        starpu_data_handle_t *per_peer, starpu_data_handle_t sorted, const char *name,
                        struct starpu_task *after)
 {
-	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
-	o.after = after;
-	return rmoe_insert_sort_chunks(&o, direction, L->H, p->N, L->e_local, p->chunk_rows, per_peer, sorted);
+	return submit_sort_rows(L, p, direction, L->H, per_peer, sorted, name, after);
 }
 
 static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, starpu_data_handle_t back,
@@ -128,14 +150,15 @@ static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, s
  * wait_timeout and gives RMOE_EPEER, naming the peers of the earliest
  * transfers that never completed (rmoe_pass_watch): no host wait here sees
  * which peer is missing any more. */
-static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
-                    starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
-                    const int64_t *rows_in, int phase, struct starpu_task **done)
+static int exchange_rows(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                         starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
+                         const int64_t *rows_in, int64_t width, size_t elsize, int phase,
+                         struct starpu_task **done)
 {
 	const int N = p->N, me = p->me;
 	const int64_t tag = pass->tag_base + phase;
 	for (int q = 0; q < N; q++)
-		in[q] = q != me && rows_in[q] > 0 ? rmoe_act_vector(pass, L, rows_in[q] * L->H) : NULL;
+		in[q] = q != me && rows_in[q] > 0 ? rmoe_temp_vector(pass, rows_in[q] * width, elsize) : NULL;
 	int rc = rmoe_pass_fence(L, pass, out, N, in, N, *done, NULL, "a2a-post");
 	for (int q = 0; q < N && !rc; q++)
 		if (in[q] && !(rc = rmoe_recv(L, in[q], q, tag)))
@@ -153,6 +176,14 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 			out[q] = NULL;
 		}
 	return rc;
+}
+
+/* Rows of H activations, every exchange of Megatron's graph. */
+static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                    starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
+                    const int64_t *rows_in, int phase, struct starpu_task **done)
+{
+	return exchange_rows(L, pass, p, out, rows_out, in, rows_in, L->H, L->act, phase, done);
 }
 
 static void release_all(starpu_data_handle_t *h, int n)
@@ -250,8 +281,9 @@ int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_d
 	return rc;
 }
 
-int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
-                           starpu_data_handle_t dx)
+/* Megatron's backward (file head): recompute, then the reverse path. */
+int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                                    starpu_data_handle_t dx)
 {
 	const int N = L->N;
 	struct a2a_plan p;
@@ -323,6 +355,228 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	free(drecv);
 	free(dxsend);
 	free(dxback);
+	plan_free(&p);
+	return rc;
+}
+
+
+/* ---- the lean backward ------------------------------------------------------------------------ */
+
+/* A fence kept until the pass ends that ends once h is written: the next
+ * stage's first tasks wait for it, so that its buffers come to exist only
+ * after the previous stage's sort. NULL where h is. */
+static int written(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, struct starpu_task **t)
+{
+	*t = NULL;
+	return h ? rmoe_pass_fence(L, pass, &h, 1, NULL, 0, NULL, t, "a2a-sorted") : 0;
+}
+
+/* My pairs' rows per destination: width elements of src per pair (x or dy
+ * at the pair's token: topk K; one routing weight: topk 1, width 1, pair p
+ * at index p), after the task after. */
+static int gather_per_peer(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                           starpu_data_handle_t src, int64_t width, int64_t topk, size_t elsize,
+                           starpu_data_handle_t *send, struct starpu_task *after, const char *name)
+{
+	int rc = 0;
+	for (int q = 0; q < p->N && !rc; q++)
+		if (p->send_rows[q] > 0) {
+			struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+			o.after = after;
+			struct rmoe_pair_slice s = {p->send_first[q], p->send_rows[q], width, topk};
+			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * width, elsize);
+			rc = rmoe_insert_gather(&o, &s, src, L->h_pair_order, NULL, send[q]);
+		}
+	return rc;
+}
+
+/* Rows (width elements each) of my pairs to the ranks of their experts,
+ * sorted there by local expert into *sorted (NULL where no row comes), the
+ * receive buffers released. The gathers wait for after; *next: the sort's
+ * end, for the next stage. */
+static int rows_to_experts(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                           starpu_data_handle_t src, int64_t width, int64_t topk, size_t elsize, int phase,
+                           struct starpu_task *after, struct starpu_task **done, starpu_data_handle_t *sorted,
+                           struct starpu_task **next, const char *gather_name)
+{
+	const int N = p->N;
+	starpu_data_handle_t *send = calloc((size_t)N, sizeof(*send));
+	starpu_data_handle_t *recv = calloc((size_t)N, sizeof(*recv));
+	int rc = send && recv ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*sorted = NULL;
+	*next = NULL;
+	if (!rc)
+		rc = gather_per_peer(L, pass, p, src, width, topk, elsize, send, after, gather_name);
+	if (!rc)
+		rc = exchange_rows(L, pass, p, send, p->send_rows, recv, p->recv_rows, width, elsize, phase, done);
+	if (!rc && p->M > 0) {
+		*sorted = rmoe_temp_vector(pass, p->M * width, elsize);
+		rc = submit_sort_rows(L, p, RMOE_SORT_BY_EXPERT, width, recv, *sorted, "sort-by-expert", *done);
+		if (!rc)
+			rc = written(L, pass, *sorted, next);
+	}
+	if (send)
+		release_all(send, N);
+	if (recv)
+		release_all(recv, N);
+	free(send);
+	free(recv);
+	return rc;
+}
+
+/* Sorted rows back toward the ranks of their tokens: unsorted into ret[q],
+ * one buffer per source rank, before the caller releases sorted; the
+ * caller's exchange sends them. */
+static int rows_to_tokens(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                          starpu_data_handle_t sorted, int64_t width, size_t elsize, starpu_data_handle_t *ret,
+                          const char *name)
+{
+	if (p->M == 0)
+		return 0;
+	for (int q = 0; q < p->N; q++)
+		if (p->recv_rows[q] > 0)
+			ret[q] = rmoe_temp_vector(pass, p->recv_rows[q] * width, elsize);
+	return submit_sort_rows(L, p, RMOE_UNSORT_TO_PEERS, width, ret, sorted, name, NULL);
+}
+
+/* 0, 1, ..., M-1: the pair order of the sorted rows, whose pair i is row i
+ * (its routing weight gs[i], its dg dgs[i]). Host memory of the layer,
+ * registered for this pass (counted in it). */
+static int identity_order(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t M, starpu_data_handle_t *h)
+{
+	if (M > L->iota_n) {
+		int32_t *v = realloc(L->iota, (size_t)M * sizeof(int32_t));
+		if (!v)
+			return rmoe_error(RMOE_ENOMEM, "out of host memory for %lld rows' pair order", (long long)M);
+		for (int64_t i = L->iota_n; i < M; i++)
+			v[i] = (int32_t)i;
+		L->iota = v;
+		L->iota_n = M;
+	}
+	*h = rmoe_host_vector(pass, L->iota, M, sizeof(int32_t));
+	return 0;
+}
+
+/* The expert stage of the lean backward on the sorted rows, after the
+ * task after (the last sort): recompute from xs, then the pair-weighted
+ * backward with the identity pair order (K = 1), the routing weights gs and
+ * the dg of each row into *dgs; the rows' dx left in xs. No rows: the
+ * weight gradient is zero. */
+static int expert_stage(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a2a_plan *p,
+                        starpu_data_handle_t xs, starpu_data_handle_t dys, starpu_data_handle_t gs,
+                        struct starpu_task *after, starpu_data_handle_t *dgs)
+{
+	if (p->M == 0)
+		return rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+	starpu_data_handle_t order = NULL, work = rmoe_act_vector(pass, L, p->M * 4 * L->F);
+	*dgs = rmoe_temp_vector(pass, p->M, sizeof(float));
+	int rc = identity_order(L, pass, p->M, &order);
+	/* The recompute waits for the last sort: its workspace comes to exist
+	 * after the exchanges' buffers are gone. */
+	struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p->M, p->rows_per_expert};
+	struct rmoe_task_opts o = rmoe_opts(L, "recompute", 0);
+	o.after = after;
+	if (!rc)
+		rc = rmoe_insert_expert_ffn(&o, &es, xs, L->h_w_part, work, NULL);
+	/* The kernel writes every row's dg, but StarPU reads a buffer that a
+	 * task updates (STARPU_RW): it must hold values first. */
+	o = rmoe_opts(L, "zero-dg-rows", 0);
+	o.after = after;
+	if (!rc)
+		rc = rmoe_insert_zero(&o, p->M, *dgs);
+	o = rmoe_opts(L, "expert-bwd", 0);
+	if (!rc)
+		rc = rmoe_insert_expert_bwd_pairs(&o, &es, 0, 1, 0, xs, dys, L->h_w_part, order, gs, work, NULL, *dgs,
+		                                  L->h_dw_part);
+	if (order)
+		starpu_data_unregister_submit(order);
+	starpu_data_unregister_submit(work);
+	return rc;
+}
+
+/* The ring's kernel discipline in an all-to-all (file head): x, dy and g
+ * rows of my pairs go to the experts' ranks, each kind sorted by local
+ * expert before the next is exchanged; the pair-weighted expert backward
+ * (recompute from x, routing weight applied in the kernel, dg produced
+ * there) leaves the rows' dx over the sorted x rows; those and the dg go
+ * back, dx rows added at their tokens unweighted (the weight is in), dg
+ * values at their pairs. Per computed row 2H + 4F live in the expert
+ * stage, as a ring hop's, where Megatron's graph keeps 3H + 3F and the
+ * recomputed outputs. */
+int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                           starpu_data_handle_t dx)
+{
+	const int N = L->N;
+	const size_t f32 = sizeof(float);
+	struct a2a_plan p;
+	int rc = plan_build(L, pass, &p);
+	starpu_data_handle_t *dxsend = calloc((size_t)N, sizeof(*dxsend));
+	starpu_data_handle_t *dxback = calloc((size_t)N, sizeof(*dxback));
+	starpu_data_handle_t *dgsend = calloc((size_t)N, sizeof(*dgsend));
+	starpu_data_handle_t *dgback = calloc((size_t)N, sizeof(*dgback));
+	if (!rc && (!dxsend || !dxback || !dgsend || !dgback))
+		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
+
+	/* dg arrives as additions at the pairs (scatter-add): from zero. */
+	if (!rc)
+		rc = rmoe_pass_zero(NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
+
+	struct starpu_task *done = NULL, *next = NULL;
+	starpu_data_handle_t xs = NULL, dys = NULL, gs = NULL;
+	if (!rc)
+		rc = rows_to_experts(L, pass, &p, L->h_x, L->H, L->K, L->act, TAG_DISPATCH, NULL, &done, &xs, &next,
+		                     "permute");
+	if (!rc)
+		rc = rows_to_experts(L, pass, &p, dy, L->H, L->K, L->act, TAG_DY, next, &done, &dys, &next,
+		                     "permute-dy");
+	if (!rc)
+		rc = rows_to_experts(L, pass, &p, L->h_topk_w, 1, 1, f32, TAG_G, next, &done, &gs, &next,
+		                     "permute-g");
+
+	starpu_data_handle_t dgs = NULL;
+	if (!rc)
+		rc = expert_stage(L, pass, &p, xs, dys, gs, next, &dgs);
+	if (dys)
+		starpu_data_unregister_submit(dys);
+	if (gs)
+		starpu_data_unregister_submit(gs);
+	if (!rc)
+		rc = rows_to_tokens(L, pass, &p, xs, L->H, L->act, dxsend, "unsort");
+	if (!rc)
+		rc = rows_to_tokens(L, pass, &p, dgs, 1, f32, dgsend, "unsort-dg");
+	if (xs)
+		starpu_data_unregister_submit(xs);
+	if (dgs)
+		starpu_data_unregister_submit(dgs);
+	if (!rc)
+		rc = exchange_rows(L, pass, &p, dxsend, p.recv_rows, dxback, p.send_rows, L->H, L->act, TAG_DX, &done);
+	/* dispatch preprocess backward: the rows' dx (weighted in the kernel)
+	 * summed over k into dx */
+	for (int q = 0; q < N && !rc; q++)
+		if (p.send_rows[q] > 0)
+			rc = rmoe_pass_scatter_add(L, &L->own, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
+			                             "unpermute-dx");
+	if (dxback)
+		release_all(dxback, N);
+	if (!rc)
+		rc = exchange_rows(L, pass, &p, dgsend, p.recv_rows, dgback, p.send_rows, 1, f32, TAG_DG, &done);
+	/* each pair's dg at its index (width 1, topk 1) */
+	for (int q = 0; q < N && !rc; q++)
+		if (p.send_rows[q] > 0) {
+			struct rmoe_task_opts o = rmoe_opts(L, "unpermute-dg", 0);
+			struct rmoe_pair_slice s = {p.send_first[q], p.send_rows[q], 1, 1};
+			rc = rmoe_insert_scatter_add(&o, &s, dgback[q], L->h_pair_order, NULL, L->h_dg);
+		}
+	if (dxsend)
+		release_all(dxsend, N);
+	if (dgsend)
+		release_all(dgsend, N);
+	if (dgback)
+		release_all(dgback, N);
+	free(dxsend);
+	free(dxback);
+	free(dgsend);
+	free(dgback);
 	plan_free(&p);
 	return rc;
 }

@@ -160,7 +160,7 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure 
 		L->stats.host_waits_backward = pass->host_waits;
 	else
 		L->stats.host_waits_forward = pass->host_waits;
-	L->stats.hops = L->dispatch == RMOE_DISPATCH_ALLTOALL ? 0 : L->N;
+	L->stats.hops = rmoe_dispatch_alltoall(L->dispatch) ? 0 : L->N;
 	L->stats.chunk_rows = L->cfg.chunk_rows;
 }
 
@@ -252,6 +252,9 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	switch (L->dispatch) {
 	case RMOE_DISPATCH_ALLTOALL:
 		rc = dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+		break;
+	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
+		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_RING_TOKEN:
 		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);

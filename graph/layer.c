@@ -98,6 +98,7 @@ static void layer_free(struct rmoe_layer *L)
 		rmoe_layer_free_buffer(*k[i].ptr, k[i].n, k[i].elsize);
 	}
 	free(L->expert_offsets);
+	free(L->iota);
 	free(L->ring);
 	free(L);
 }

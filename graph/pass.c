@@ -218,7 +218,7 @@ int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pas
 	}
 	if (stalled_peers(L, pass, why, &rc))
 		return rc;
-	if (L->dispatch == RMOE_DISPATCH_ALLTOALL)
+	if (rmoe_dispatch_alltoall(L->dispatch))
 		return rc;
 	/* A ring hop waits for one rank only: the left neighbour, the sender
 	 * of every relay this rank receives. When data stops, it is that rank

@@ -44,6 +44,10 @@ struct rmoe_layer {
 	float *probs, *topk_w, *dg;
 	int32_t *topk_idx, *pair_order, *expert_counts;
 	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
+	/* 0, 1, ...: the lean all-to-all's pair order of its sorted rows
+	 * (alltoall.c), grown to the largest row count seen, kept to the end. */
+	int32_t *iota;
+	int64_t iota_n;
 
 	/* Their handles (home node: main memory), registered once. */
 	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;

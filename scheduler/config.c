@@ -47,6 +47,7 @@ static const char *const dispatch_names[] = {
 	[RMOE_DISPATCH_RING_EXPERT] = "ring",
 	[RMOE_DISPATCH_RING_TOKEN] = "token",
 	[RMOE_DISPATCH_AUTO] = "auto",
+	[RMOE_DISPATCH_ALLTOALL_MEGATRON] = "a2a-megatron",
 };
 
 const char *rmoe_dispatch_name(enum rmoe_dispatch d)
@@ -63,7 +64,7 @@ int rmoe_dispatch_parse(const char *name, enum rmoe_dispatch *d)
 			*d = (enum rmoe_dispatch)i;
 			return 0;
 		}
-	return rmoe_error(RMOE_EINVAL, "dispatch '%s': expected one of a2a, ring, token, auto",
+	return rmoe_error(RMOE_EINVAL, "dispatch '%s': expected one of a2a, ring, token, auto, a2a-megatron",
 	                  name ? name : "(null)");
 }
 
@@ -119,7 +120,7 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 		                  "partitions = %lld does not divide the %lld experts of each of the %d rank(s): expected a "
 		                  "divisor of experts/ranks",
 		                  (long long)c->partitions, (long long)(c->experts / nranks), nranks);
-	if (c->partitions > 1 && c->dispatch == RMOE_DISPATCH_ALLTOALL)
+	if (c->partitions > 1 && rmoe_dispatch_alltoall(c->dispatch))
 		return rmoe_error(RMOE_ENOTSUP, "partitions = %lld: partitions are hops of a ring; the all-to-all "
 		                  "dispatch has none (expected 0 or 1)", (long long)c->partitions);
 	if (c->chunk_rows < 0)
@@ -143,9 +144,10 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 	case RMOE_DISPATCH_RING_EXPERT:
 	case RMOE_DISPATCH_RING_TOKEN:
 	case RMOE_DISPATCH_AUTO:
+	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
 		break;
 	default:
-		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token or auto",
+		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token, auto or a2a-megatron",
 		                  (int)c->dispatch);
 	}
 	if (c->dtype != RMOE_DTYPE_F32 && c->dtype != RMOE_DTYPE_BF16)

@@ -1,4 +1,4 @@
-/* The memory model of the three dispatchers, buffer by buffer.
+/* The memory model of the dispatchers, buffer by buffer.
  *
  * Notation (one rank): T tokens, P = T*K pairs, N ranks, W the floats of one
  * partition's weights (E/N experts of 3*H*F/ETP), r the rows of the busiest
@@ -24,8 +24,10 @@
  * - all-to-all: the stages of graph/alltoall.c, each exchange ordered as a
  *   collective on a stream by data dependencies, not by host waits
  *   (receives posted once its inputs exist, sent buffers freed before the
- *   next stage's first task); backward keeps the recomputed sorted input,
- *   work and returned outputs as autograd would.
+ *   next stage's first task). The lean backward (a2a) exchanges x, dy and
+ *   g rows one kind after the other and runs the ring's pair-weighted
+ *   kernel on them (2H + 4F per row); Megatron's (a2a-megatron) keeps the
+ *   recomputed sorted input, work and returned outputs as autograd would.
  */
 #include <math.h>
 #include <string.h>
@@ -89,7 +91,7 @@ static int check(const struct rmoe_mem_config *c)
 	return 0;
 }
 
-/* Long: the three dispatchers' buffers side by side, one case each, so that
+/* Long: the dispatchers' buffers side by side, one case each, so that
  * each term can be read against the others and against the graph it
  * models. */
 int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
@@ -159,20 +161,40 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		largest = max2(largest, r * max2(H, 4 * F) * s);
 		break;
 	}
-	case RMOE_DISPATCH_ALLTOALL: {
+	case RMOE_DISPATCH_ALLTOALL:
+	case RMOE_DISPATCH_ALLTOALL_MEGATRON: {
 		/* rows of my own tokens that stay here */
 		const int64_t own = even;
-		int64_t f1 = (P + M - own) * H, f2 = 2 * M * H, f3 = M * (2 * H + 3 * F);
+		/* one exchange of rows: my pairs' sent, the peers' received */
+		const int64_t ex = P + M - own;
+		int64_t f1 = ex * H, f2 = 2 * M * H, f3 = M * (2 * H + 3 * F);
 		int64_t f5 = M * H + (P - own) * H;
 		fwd = s * max2(max2(f1, f2), max2(f3, f5));
-		int64_t b4 = M * (3 * H + 3 * F), b5 = M * (2 * H + 3 * F) + (P - own) * H;
-		int64_t b6 = M * (H + 3 * F) + 2 * P * H;
-		bwd = s * max2(max2(f1, f2), max2(max2(b4, b5), b6));
+		if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON) {
+			/* recompute (f1, f2), expert backward, unsort, the dx
+			 * exchange with the kept outputs, unpermute */
+			int64_t b4 = M * (3 * H + 3 * F), b5 = M * (2 * H + 3 * F) + (P - own) * H;
+			int64_t b6 = M * (H + 3 * F) + 2 * P * H;
+			bwd = s * max2(max2(f1, f2), max2(max2(b4, b5), b6));
+			largest = max2(largest, s * max2(M * H, M * 3 * F));
+		} else {
+			/* The lean graph's stages (graph/alltoall.c), in order: x
+			 * exchanged (f1) and sorted (f2); dy exchanged and sorted
+			 * beside the sorted x; g (4-byte) exchanged and sorted; the
+			 * pair-weighted expert backward on x, dy, work [M,4F], g and
+			 * dg [M]; dx rows and dg unsorted to the peers; the dx
+			 * exchange beside the unsorted dg. The identity pair order
+			 * (4M, host memory of the pass) lives throughout. */
+			int64_t b3 = s * (M * H + ex * H), b4 = s * 3 * M * H;
+			int64_t b5 = s * 2 * M * H + 4 * ex, b6 = s * 2 * M * H + 8 * M;
+			int64_t b7 = s * M * (2 * H + 4 * F) + 8 * M, b9 = s * (M + P - own) * H + 4 * M;
+			bwd = max2(s * max2(f1, f2), max2(max2(b3, b4), max2(max2(b5, b6), max2(b7, b9)))) + 4 * M;
+			largest = max2(largest, s * max2(M * H, M * 4 * F));
+		}
 		fwd = max2(fwd, shared);
 		bwd = max2(bwd, shared);
 		o->fixed_backward = o->resident_backward + bwd;
 		o->per_row_backward = 0;
-		largest = max2(largest, s * max2(M * H, M * 3 * F));
 		break;
 	}
 	default:
@@ -190,7 +212,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows)
 {
-	if (d == RMOE_DISPATCH_ALLTOALL)
+	if (rmoe_dispatch_alltoall(d))
 		return rmoe_error(RMOE_ENOTSUP,
 		                  "a memory cap applies to the ring dispatchers; the all-to-all builds its "
 		                  "top-k-expanded buffers whole");

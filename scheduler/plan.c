@@ -9,8 +9,8 @@
 
 #include "rmoe_plan.h"
 
-const enum rmoe_dispatch rmoe_plan_dispatchers[3] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
-                                                     RMOE_DISPATCH_ALLTOALL};
+const enum rmoe_dispatch rmoe_plan_dispatchers[RMOE_PLAN_NDISPATCHERS] = {
+	RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON};
 
 /* The ring: the planned order, or rank order when asked (the baseline the
  * planner is measured against, bench/multihost/); its edges either way. */
@@ -135,7 +135,7 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 	m->budget = req->budget > 0 ? req->budget : out->device.memory_bytes;
 	struct rmoe_mem_config even = *mc;
 	even.chunk_rows = 0;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
 		rmoe_memory_model(rmoe_plan_dispatchers[i], &even, &m->est[i]);
 		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_plan_dispatchers[i], &even, m->budget) : 0;
 	}

@@ -331,11 +331,12 @@ struct rmoe_plan_request {
 };
 
 /* The memory model at the planned configuration (scheduler/memory_model.c). */
+enum { RMOE_PLAN_NDISPATCHERS = 4 };
 struct rmoe_plan_memory {
-	/* The three dispatchers (RMOE_DISPATCH_RING_EXPERT, RING_TOKEN,
-	 * ALLTOALL, in that order), even routing, no chunking. */
-	struct rmoe_mem_estimate est[3];
-	int64_t max_tokens[3];     /* largest local token count whose peak fits budget */
+	/* The dispatchers (RMOE_DISPATCH_RING_EXPERT, RING_TOKEN, ALLTOALL,
+	 * ALLTOALL_MEGATRON, in that order), even routing, no chunking. */
+	struct rmoe_mem_estimate est[RMOE_PLAN_NDISPATCHERS];
+	int64_t max_tokens[RMOE_PLAN_NDISPATCHERS]; /* largest local token count whose peak fits budget */
 	int64_t budget;
 	/* The dispatch that runs, with its chunk rows, even routing: what the
 	 * fit check compares with the device's memory. */
@@ -343,7 +344,7 @@ struct rmoe_plan_memory {
 };
 
 /* The dispatchers of rmoe_plan_memory.est, in order. */
-extern const enum rmoe_dispatch rmoe_plan_dispatchers[3];
+extern const enum rmoe_dispatch rmoe_plan_dispatchers[RMOE_PLAN_NDISPATCHERS];
 
 /* The device the plan targets: the smallest memory over the ranks. */
 struct rmoe_plan_device {

@@ -75,6 +75,13 @@ int64_t rmoe_host_peak_rss(void);
 int64_t rmoe_host_vm_bytes(void);
 void rmoe_host_peak_rss_reset(void);
 
+/* Both all-to-alls (the lean one and Megatron's buffers) share their
+ * plan, transfers and limits: no hops, no partitions, no memory cap. */
+static inline int rmoe_dispatch_alltoall(enum rmoe_dispatch d)
+{
+	return d == RMOE_DISPATCH_ALLTOALL || d == RMOE_DISPATCH_ALLTOALL_MEGATRON;
+}
+
 /* ---- ownership ------------------------------------------------------------ */
 
 /* Floats of one expert's weights (gate + up + down) and of a partition. */

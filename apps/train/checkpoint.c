@@ -194,7 +194,7 @@ static void describe(const struct field *f, const void *v, char *buf, size_t len
 	case F_INT: snprintf(buf, len, "%lld", (long long)i); break;
 	case F_HASH: snprintf(buf, len, "%016llx", (unsigned long long)i); break;
 	case F_REAL: snprintf(buf, len, "%.17g", d); break;
-	case F_DISPATCH: snprintf(buf, len, "%s", i == RMOE_DISPATCH_ALLTOALL ? "a2a" : "ring"); break;
+	case F_DISPATCH: snprintf(buf, len, "%s", rmoe_dispatch_name((enum rmoe_dispatch)i)); break;
 	case F_CORPUS: snprintf(buf, len, "%s", i == RMOE_CORPUS_TEXT ? "--text" : "Markov chain"); break;
 	}
 }

@@ -96,7 +96,9 @@ int rmoe_insert_expert_ffn(const struct rmoe_task_opts *o, const struct rmoe_exp
 /* Pair-weighted backward (ring, §3.3) of the pairs [first, first + rows) of
  * pair_order: x rows consumed into the rows' dx, added into dx [T*H]; dg
  * [T*K] written for the slice's pairs; dweights overwritten, or added to
- * when accumulate. work [m*4F] as the recompute left it. */
+ * when accumulate. work [m*4F] as the recompute left it. dx NULL
+ * (RMOE_BWD_PAIR_ROWS, the lean all-to-all): no addition, the rows' dx are
+ * the result, left in xrows. */
 int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,
                                  int64_t first, int64_t topk, int accumulate, starpu_data_handle_t xrows,
                                  starpu_data_handle_t dyrows, starpu_data_handle_t weights,
@@ -104,7 +106,7 @@ int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rm
                                  starpu_data_handle_t work, starpu_data_handle_t dx, starpu_data_handle_t dg,
                                  starpu_data_handle_t dweights);
 
-/* Preweighted backward (all-to-all, shared expert): dout rows carry the
+/* Preweighted backward (Megatron's all-to-all, shared expert): dout rows carry the
  * routing weight; work [m*3F] holds the forward's intermediates; dx rows
  * [m*H] written; dweights overwritten, or added to when accumulate. */
 int rmoe_insert_expert_bwd_preweighted(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,

@@ -152,10 +152,11 @@ static int expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int64_t H, int64_t
 		swiglu_bwd_k<<<rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s>>>(m * F, gate, up, u);
 		rc = rmoe_cuda_check("swiglu backward");
 	}
-	/* The rows' dx over the consumed x rows, then added at their tokens. */
+	/* The rows' dx over the consumed x rows, then added at their tokens
+	 * (without dx, the lean all-to-all's, they stay in x). */
 	if (!rc)
 		rc = bwd_tail(s, b, H, F, ne, rpe, m, x, w, work, x, dw, beta);
-	if (!rc && m > 0) {
+	if (!rc && m > 0 && dx) {
 		add_rows_k<<<rmoe_cuda_rows(m), RMOE_CUDA_THREADS, 0, s>>>(m, H, first, K, order, x, dx);
 		rc = rmoe_cuda_check("dx rows");
 	}

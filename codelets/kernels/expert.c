@@ -117,7 +117,8 @@ void rmoe_kernel_expert_bwd_pairs(int64_t H, int64_t F, int64_t ne, const int64_
 		         w + rmoe_w_up_offset(ne, H, F, e), dw + rmoe_w_gate_offset(ne, H, F, e),
 		         dw + rmoe_w_up_offset(ne, H, F, e), xe, beta);
 	}
-	for (int64_t i = 0; i < m; i++)
+	/* Without dx (the lean all-to-all) the rows' dx stay in x. */
+	for (int64_t i = 0; dx && i < m; i++)
 		cblas_saxpy((int)H, 1.0f, x + i * H, 1, dx + (int64_t)pair_order[first + i] / K * H, 1);
 }
 

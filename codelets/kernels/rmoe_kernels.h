@@ -88,7 +88,7 @@ void rmoe_kernel_expert_ffn(int64_t hidden, int64_t ffn, int64_t n_experts, cons
 /* Pair-weighted backward (ring, §3.3): dy rows unweighted, routing weights
  * read per pair (pairs pair_order[first..first+m)). x rows are consumed:
  * they end as the rows' dx, which is added into dx [T*H] at each pair's
- * token; dg[p] = <u, act>; dweights overwritten (accumulate = 0; experts
+ * token (dx NULL: not added, the result is the rows' dx in x); dg[p] = <u, act>; dweights overwritten (accumulate = 0; experts
  * without rows zeroed) or added to. work [m*4F] holds the recompute's first
  * three blocks on entry and dpre_gate | dpre_up | g*act | g*u on return. */
 void rmoe_kernel_expert_bwd_pairs(int64_t hidden, int64_t ffn, int64_t n_experts,

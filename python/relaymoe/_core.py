@@ -234,7 +234,8 @@ _DTYPES = {"f32": _capi.RMOE_DTYPE_F32, "float32": _capi.RMOE_DTYPE_F32,
 
 def _dispatch_code(name):
     if not isinstance(name, str):
-        raise TypeError(f"dispatch: one of 'ring', 'token', 'a2a', 'auto' is expected, not {name!r}")
+        raise TypeError(f"dispatch: one of 'ring', 'token', 'a2a', 'auto', 'a2a-megatron' is expected, "
+                        f"not {name!r}")
     code = ctypes.c_int(0)
     _check(lib().rmoe_dispatch_parse(name.encode(), ctypes.byref(code)))
     return code.value
@@ -245,7 +246,8 @@ class Layer:
 
     Keywords are the fields of rmoe_layer_config; None keeps the library's
     default (rmoe_layer_config_init). dispatch: 'ring' (expert routing),
-    'token', 'a2a' or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
+    'token', 'a2a' (the lean all-to-all), 'a2a-megatron' (the all-to-all
+    with Megatron-LM's buffers) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
     weights, activations and transfers, fp32 accumulation): arrays stay
     float32 at this interface either way, as the C API's are.
     """

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Builds two commits of relaymoe and checks that `relaymoe run --deterministic
-# --dump` writes byte-identical .npy files with both, for ring, token and a2a
-# at 1, 3 and 4 ranks (plus a chunked ring and a shared expert): the check
-# that a restructuring changed no result.
+# --dump` writes byte-identical .npy files with both, for ring, token and the
+# all-to-all with Megatron's buffers at 1, 3 and 4 ranks (plus a chunked ring
+# and a shared expert): the check that a restructuring changed no result.
+# A revision from before the lean all-to-all (its run has no a2a-megatron)
+# ran Megatron's graph as a2a: that is what a2a-megatron is compared with.
+# The lean a2a is compared likewise where both revisions have it; otherwise
+# HEAD's runs with --check (against the reference) only.
 #
 #   scripts/dev/same-outputs.sh BASE [HEAD]     (HEAD defaults to the work tree)
 #
@@ -41,20 +45,38 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export STARPU_HOME=$work/starpu-home
 mkdir -p "$STARPU_HOME"
 layer=(--hidden 64 --ffn 48 --experts 12 --topk 4 --tokens 128 --seed 7 --repeat 1 --quiet --deterministic)
+# Megatron's all-to-all: a2a-megatron, or a2a before the lean one existed.
+megatron_of() { if "$1" run --help 2>&1 | grep -q a2a-megatron; then echo a2a-megatron; else echo a2a; fi; }
+megatron_a=$(megatron_of "$bin_a")
+megatron_b=$(megatron_of "$bin_b")
 fail=0
 for np in 1 3 4; do
-  for case in ring token a2a ring-chunked ring-shared; do
+  for case in ring token a2a-megatron a2a ring-chunked ring-shared; do
     extra=()
     case $case in
       ring-chunked) d=ring; extra=(--chunk-rows 40) ;;
       ring-shared) d=ring; extra=(--shared-ffn 32) ;;
       *) d=$case ;;
     esac
+    if [ "$case" = a2a ] && [ "$megatron_a" = a2a ]; then
+      # BASE has no lean a2a to compare with: HEAD's against the reference.
+      log=$work/log-b-$np-$case
+      if mpirun -np "$np" --oversubscribe --bind-to none "$bin_b" run "${layer[@]}" --dispatch a2a --check >"$log" 2>&1 &&
+         grep -q "check a2a vs reference.*PASS" "$log"; then
+        printf 'same-outputs: %-13s %d rank(s): --check PASS (no lean a2a in %s)\n' "$case" "$np" "$base"
+      else
+        printf 'same-outputs: %-13s %d rank(s): --check FAILED: %s\n' "$case" "$np" "$log"
+        fail=1
+      fi
+      continue
+    fi
     for side in a b; do
       bin=bin_$side
+      ds=$d
+      [ "$case" = a2a-megatron ] && { m=megatron_$side; ds=${!m}; }
       out=$work/out-$side-$np-$case
       rm -rf "$out"
-      mpirun -np "$np" --oversubscribe --bind-to none "${!bin}" run "${layer[@]}" --dispatch "$d" "${extra[@]}" --dump "$out" >"$work/log-$side-$np-$case" 2>&1 ||
+      mpirun -np "$np" --oversubscribe --bind-to none "${!bin}" run "${layer[@]}" --dispatch "$ds" "${extra[@]}" --dump "$out" >"$work/log-$side-$np-$case" 2>&1 ||
         { echo "same-outputs: $side failed for $case at $np rank(s): $work/log-$side-$np-$case" >&2; exit 2; }
     done
     n=0 diff=()

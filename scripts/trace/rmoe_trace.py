@@ -44,7 +44,8 @@ import re
 
 HOP_NAME = re.compile(r"^(?P<op>.+) h(?P<hop>\d+)$")
 TOKEN_KINDS = ["tokens", "dy", "pair-order", "topk-weights", "acc", "dg-acc"]
-A2A_PHASES = ["counts", "dispatch", "combine", "dout", "dx"]
+# graph/alltoall.c's tags; dy, g and dg: the lean backward's
+A2A_PHASES = ["counts", "dispatch", "combine", "dout", "dx", "dy", "g", "dg"]
 TAG_FIELD = re.compile(r"^\s*(-?\d+)\s*$|\(tag (-?\d+)\)")
 
 

@@ -15,14 +15,15 @@ bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 small=(--hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 40 --repeat 1 --quiet)
 
-# 1. --check passes, and reports both dispatchers.
+# 1. --check passes, and reports the ring and both all-to-alls (the default).
 out=$(run 2 "${small[@]}" --check 2>&1); rc=$?
-if [ $rc -eq 0 ] && grep -q "check ring vs reference.*PASS" <<<"$out" && grep -q "check a2a vs reference.*PASS" <<<"$out"; then
+if [ $rc -eq 0 ] && grep -q "check ring vs reference.*PASS" <<<"$out" && grep -q "check a2a vs reference.*PASS" <<<"$out" \
+   && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out"; then
   ok "run --check"; else bad "run --check (rc=$rc)"; echo "$out"; fi
 
 # 2. --load/--dump against NumPy, for the ring and for all-to-all.
 mkdir -p "$work/in" && $py "$src/tests/app/moe_numpy.py" make "$work/in" --ranks 2 --tokens 40 --hidden 32 --ffn 16 --experts 8 --seed 5
-for d in ring a2a token; do
+for d in ring a2a a2a-megatron token; do
   out=$(run 2 "${small[@]}" --dispatch $d --load "$work/in" --dump "$work/out-$d" 2>&1); rc=$?
   chk=$($py "$src/tests/app/moe_numpy.py" check "$work/in" "$work/out-$d" --topk 2 2>&1); crc=$?
   if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "npy interop $d: $(tail -1 <<<"$chk")"; else bad "npy interop $d (run $rc, check $crc)"; echo "$out"; echo "$chk"; fi
@@ -42,7 +43,7 @@ expect_fail "bad number" "expected an integer" 2 --topk x
 expect_fail "unknown preset" "not a known shape" 2 --preset Qwen9
 expect_fail "experts not divisible" "not divisible by the 3 ranks" 3 "${small[@]}" --experts 8
 expect_fail "topk above experts" "larger than experts" 2 "${small[@]}" --topk 9
-expect_fail "bad dispatch" "expected ring, token, a2a, auto, both or all" 2 --dispatch rings
+expect_fail "bad dispatch" "expected ring, token, a2a, a2a-megatron, auto, both, baselines or all" 2 --dispatch rings
 expect_fail "bad dtype" "--dtype 'bf32': expected f32 or bf16" 2 --dtype bf32
 
 mkdir -p "$work/badnpy"

@@ -72,7 +72,15 @@ static void run_scenario(rmoe_ctx *ctx, int nranks, const struct scenario *s)
 	if (run(ctx, cfg, &prob, &fwd, &bwd) == 0) {
 		snprintf(what, sizeof(what), "a2a forward: the expert counts only (%d peer(s))", counts);
 		expect_waits(what, fwd, counts, counts);
-		snprintf(what, sizeof(what), "a2a backward (recompute, then reverse): the counts only");
+		snprintf(what, sizeof(what), "a2a backward (x, dy, g out, dx, dg back): the counts only");
+		expect_waits(what, bwd, counts, counts);
+	} else
+		failures++;
+	cfg.dispatch = RMOE_DISPATCH_ALLTOALL_MEGATRON;
+	if (run(ctx, cfg, &prob, &fwd, &bwd) == 0) {
+		snprintf(what, sizeof(what), "a2a-megatron forward: the expert counts only (%d peer(s))", counts);
+		expect_waits(what, fwd, counts, counts);
+		snprintf(what, sizeof(what), "a2a-megatron backward (recompute, then reverse): the counts only");
 		expect_waits(what, bwd, counts, counts);
 	} else
 		failures++;

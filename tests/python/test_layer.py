@@ -32,9 +32,10 @@ def run_layer(ctx, comm, seed, dprobs=False, **options):
     dict(dispatch="ring"),
     dict(dispatch="token"),
     dict(dispatch="a2a"),
+    dict(dispatch="a2a-megatron"),
     dict(dispatch="ring", norm_topk=False),
     dict(dispatch="ring", shared_ffn=16),
-], ids=["ring", "token", "a2a", "ring-no-norm", "ring-shared"])
+], ids=["ring", "token", "a2a", "a2a-megatron", "ring-no-norm", "ring-shared"])
 def test_layer_matches_numpy(ctx, comm, options):
     cfg, w, x_all, dy_all, x, dy, dp, got = run_layer(ctx, comm, 7, **options)
     y, dx, mine, whole, cache = expected(cfg, w, x, dy, dp, x_all, dy_all, comm)

@@ -19,7 +19,8 @@
 #include "rmoe_hash.h"
 
 /* The two modes of the expert backward. */
-enum { PAIR_WEIGHTED, PREWEIGHTED };
+/* PAIR_ROWS: pair-weighted without a dx target (the lean all-to-all). */
+enum { PAIR_WEIGHTED, PREWEIGHTED, PAIR_ROWS };
 
 /* fp32 kernels against double loops: a few units of fp32 rounding over sums
  * of at most a few hundred terms. */
@@ -952,7 +953,9 @@ static void bwd_case_free(struct bwd_case *c)
  * recomputed (pair-weighted) or saved by a forward (preweighted), the graph's
  * way. */
 /* Pair-weighted: x_rows is consumed (the task leaves the rows' dx there) and
- * dx is the [T*H] accumulator; preweighted: dx_rows receives the rows' dx. */
+ * dx is the [T*H] accumulator; pair rows: the same without the accumulator
+ * (h_dx_acc NULL), the result being x_rows; preweighted: dx_rows receives
+ * the rows' dx. */
 static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t r0, int64_t r1,
                                     int accumulate, starpu_data_handle_t h_w,
                                     starpu_data_handle_t h_pairs, starpu_data_handle_t h_topk_w,
@@ -973,7 +976,7 @@ static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t 
 
 	starpu_data_handle_t h_x = vec_f(x_rows + r0 * H, n * H);
 	starpu_data_handle_t h_dx = NULL;
-	if (mode == PAIR_WEIGHTED) {
+	if (mode != PREWEIGHTED) {
 		starpu_data_handle_t h_dy = vec_f(c->dy_rows + r0 * H, n * H);
 		starpu_data_handle_t h_work = vec_tmp(4 * n * F);
 		INSERT(rmoe_insert_expert_ffn(opts("recompute"), &a, h_x, h_w, h_work, NULL));
@@ -999,8 +1002,8 @@ static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t 
 }
 
 /* The whole slice as one chunk (split = 0) or two, the second accumulating.
- * dx: the rows' dx (preweighted, m*H) or the [T*H] accumulator they are
- * added into (pair-weighted). */
+ * dx: the rows' dx (preweighted and pair rows, m*H) or the [T*H]
+ * accumulator they are added into (pair-weighted). */
 static void run_expert_bwd(const struct bwd_case *c, int mode, int64_t split, float *dx, float *dg,
                            float *dw)
 {
@@ -1021,6 +1024,9 @@ static void run_expert_bwd(const struct bwd_case *c, int mode, int64_t split, fl
 	}
 	wait_all();
 	unregister_all(h, mode == PAIR_WEIGHTED ? 6 : 5);
+	/* Pair rows: the consumed x rows are the result. */
+	if (mode == PAIR_ROWS)
+		memcpy(dx, x_rows, (size_t)(c->m * H) * sizeof(float));
 	free(x_rows);
 }
 
@@ -1063,7 +1069,7 @@ static void check_expert_bwd(int mode)
 			for (int64_t part = 0; part < 3; part++)
 				for (int64_t i = 0; i < H * F; i++)
 					assert_true(dw1[(part * c.ne + e) * H * F + i] == 0.0f);
-	if (mode == PAIR_WEIGHTED) {
+	if (mode != PREWEIGHTED) {
 		/* The slice's pairs written, every other pair untouched. */
 		int64_t n_slice = 0;
 		double num = 0.0, den = 0.0;
@@ -1115,6 +1121,12 @@ static void test_codelets_expert_bwd_pair_weighted(void **state)
 {
 	(void)state;
 	check_expert_bwd(PAIR_WEIGHTED);
+}
+
+static void test_codelets_expert_bwd_pair_rows(void **state)
+{
+	(void)state;
+	check_expert_bwd(PAIR_ROWS);
 }
 
 static void test_codelets_expert_bwd_preweighted(void **state)
@@ -1441,6 +1453,7 @@ int main(void)
 		cmocka_unit_test(test_codelets_bf16_rounding_to_nearest_even),
 		cmocka_unit_test(test_codelets_bf16_operands_in_fp32_copies),
 		cmocka_unit_test(test_codelets_expert_bwd_pair_weighted),
+		cmocka_unit_test(test_codelets_expert_bwd_pair_rows),
 		cmocka_unit_test(test_codelets_expert_bwd_preweighted),
 		cmocka_unit_test(test_codelets_accumulate_and_zero),
 		cmocka_unit_test(test_codelets_sort_chunks_round_trip),

@@ -119,14 +119,37 @@ static void test_memory_model_ring_token_by_hand(void **state)
  *   back rows (16): 120; the dout stage: kept (16 + 72), returned outputs
  *   (16) and dout rows to send (8): 112; the expert backward: kept (16 +
  *   72), dout sorted (16), dx rows (16) = 120; peak 120 floats = 480 bytes. */
+static void test_memory_model_alltoall_megatron_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL_MEGATRON);
+	assert_int_equal(e.dynamic_forward, 104 * 4);
+	assert_int_equal(e.dynamic_backward, 120 * 4);
+	/* The largest buffer: the experts' workspace, 8 rows of 3F. */
+	assert_int_equal(e.largest_buffer, 72 * 4);
+}
+
+/* The lean all-to-all, same layer: its forward is the one above (416
+ * bytes). Backward, in bytes (activations 4 bytes, 2 per row):
+ *   x exchanged (24 floats: 96), sorted (32 floats: 128);
+ *   dy exchanged beside the sorted x (16 + 24 floats: 160), sorted (3 * 16
+ *   floats: 192);
+ *   g exchanged (2 * 16 floats + 12 weights: 176), sorted (128 + 2 * 8
+ *   weights: 192);
+ *   the expert backward: sorted x and dy, workspace [8 * 4F] (16 + 16 + 96
+ *   floats: 512), g and dg (2 * 8 weights: 64): 576;
+ *   the unsort (32 floats and 2 * 8 weights: 192), the dx exchange (8 + 4
+ *   rows of 2 floats: 96, unsorted dg 32): 128;
+ *   peak 576, and the identity pair order (8 int32: 32) throughout: 608. */
 static void test_memory_model_alltoall_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL);
 	assert_int_equal(e.dynamic_forward, 104 * 4);
-	assert_int_equal(e.dynamic_backward, 120 * 4);
-	/* The largest buffer: the experts' workspace, 8 rows of 3F. */
-	assert_int_equal(e.largest_buffer, 72 * 4);
+	assert_int_equal(e.dynamic_backward, 608);
+	/* The largest buffer: the workspace of the pair-weighted backward, 8
+	 * rows of 4F. */
+	assert_int_equal(e.largest_buffer, 96 * 4);
 }
 
 /* Two partitions per rank (a ring of 4 partitions over 2 ranks): a hop
@@ -167,6 +190,7 @@ int main(void)
 		cmocka_unit_test(test_memory_model_ring_expert_by_hand),
 		cmocka_unit_test(test_memory_model_ring_token_by_hand),
 		cmocka_unit_test(test_memory_model_alltoall_by_hand),
+		cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
 		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
 		cmocka_unit_test(test_memory_model_partitions_by_hand),
 	};
