@@ -4,7 +4,9 @@
  * Initialisation belongs to the application: MPI and StarPU are started here
  * only when the application has not started them, and rmoe_ctx_destroy stops
  * only what was started here. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +66,7 @@ static int auto_ncpus(int local_size)
 
 /* OpenBLAS threads per call when the user did not say (rmoe_ctx_config.
  * blas_threads): OPENBLAS_NUM_THREADS when set (the user's, as OpenBLAS
- * itself reads it), otherwise the rank's share of the node's cores, less
+ * itself reads it), otherwise the rank's share of the cores it may run on, less
  * its CUDA workers' driver threads, over its CPU workers. A pass is a chain
  * of expert tasks (one per hop), so with one BLAS thread per worker the
  * cores a rank's workers leave (1 rank on 2 cores: auto_ncpus gives one
@@ -81,6 +83,12 @@ static int auto_blas_threads(int local_size)
 			return (int)n;
 	}
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	/* A process confined to fewer CPUs (a container's cpuset, mpirun's
+	 * binding) has only those: its ranks on the node then share at most
+	 * them, never more threads than CPUs. */
+	cpu_set_t allowed;
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) < cores)
+		cores = CPU_COUNT(&allowed);
 	long share = (cores > 0 ? cores : 1) / (local_size > 0 ? local_size : 1);
 	share -= (long)starpu_cuda_worker_get_count();
 	long workers = (long)starpu_cpu_worker_get_count();
