@@ -88,14 +88,14 @@ struct rmoe_ctx_config {
 	                         context; RMOE_RING_PLANNED by default */
 	int blas_threads;     /* OpenBLAS threads per BLAS call of a CPU codelet; 0 =
 	                         automatic: OPENBLAS_NUM_THREADS when set, otherwise
-	                         the rank's share of the node's cores (the CPUs the
-	                         process may run on / ranks on the node, less its
-	                         CUDA workers) divided by its
-	                         CPU workers, at least 1. A rank's pass is a chain
-	                         of expert tasks, so the cores its workers leave
-	                         would otherwise idle; the division keeps the
-	                         workers' BLAS threads from oversubscribing the
-	                         cores. Process-wide (OpenBLAS has one setting) */
+	                         the rank's share of the cores (the CPUs the process
+	                         may run on / ranks on the node, less its CUDA
+	                         workers) divided by its CPU workers, at least 1. A
+	                         rank's pass is a chain of expert tasks, so the
+	                         cores its workers leave would otherwise idle; the
+	                         division keeps the workers' BLAS threads from
+	                         oversubscribing the cores. Process-wide (OpenBLAS
+	                         has one setting) */
 };
 
 /* Defaults: automatic workers and BLAS threads, no GPU preference, StarPU's policy,
