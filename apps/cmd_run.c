@@ -25,6 +25,7 @@
 
 struct run_opts {
 	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, partitions;
+	int64_t blas_threads;           /* 0: the context's automatic count */
 	double scale;
 	const char *preset, *dispatch, *load, *dump, *csv, *dtype, *io, *routing;
 	const char *trace, *sched;      /* traces and scheduler experiments */
@@ -95,10 +96,11 @@ static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes (host)", NULL},
 		{"ring-order", RMOE_OPT_STRING, &r->ring_order, 0, 0, "planned|rank", "the ring: planned from the topology (default) or rank order", NULL},
+		{"blas-threads", RMOE_OPT_INT, &r->blas_threads, 0, 4096, "N", "OpenBLAS threads per call (0: automatic, the cores the workers leave)", NULL},
 	};
 	memcpy(o, t, sizeof(t));
 }
-#define NOPTS 30
+#define NOPTS 31
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
@@ -515,6 +517,7 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	rmoe_ctx_config_init(&ccfg);
 	ccfg.trace = r->trace;
 	ccfg.ring_order = strcmp(r->ring_order, "rank") ? RMOE_RING_PLANNED : RMOE_RING_RANK;
+	ccfg.blas_threads = (int)r->blas_threads;
 	if (r->sched) {
 		/* STARPU_SCHED would win over the configuration's policy. */
 		setenv("STARPU_SCHED", r->sched, 1);
@@ -721,9 +724,10 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	             (long long)cfg.shared_ffn, (long long)r.seed, (long long)r.repeat);
 	if (r.preset && r.scale != 1.0)
 		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
-	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %s, activations on the %s\n",
+	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call, %s, "
+	             "activations on the %s\n",
 	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
-	             cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
+	             rmoe_ctx_blas_threads(ctx), cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
 
 	struct rmoe_results res[MAX_DISPATCHERS];
 	struct outcome out[MAX_DISPATCHERS];

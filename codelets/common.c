@@ -37,6 +37,19 @@ int rmoe_codelets_init(void)
 	return rmoe_codelets_init_rc;
 }
 
+int rmoe_codelets_blas_threads(int n)
+{
+#ifdef RMOE_HAVE_OPENBLAS_SET_NUM_THREADS
+	if (openblas_set_num_threads && n >= 1) {
+		openblas_set_num_threads(n);
+		return n;
+	}
+#else
+	(void)n;
+#endif
+	return 0;
+}
+
 /* ---- the prologue -------------------------------------------------------------- */
 
 int rmoe_cl_fail(const char *op, const char *fmt, ...)

@@ -59,6 +59,7 @@ module relaymoe
     type(c_ptr) :: cluster_file
     type(c_ptr) :: trace
     integer(c_int) :: ring_order
+    integer(c_int) :: blas_threads
   end type
 
   type, bind(c), public :: rmoe_layer_config

@@ -4,7 +4,9 @@
  * Initialisation belongs to the application: MPI and StarPU are started here
  * only when the application has not started them, and rmoe_ctx_destroy stops
  * only what was started here. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,38 @@ static int auto_ncpus(int local_size)
 	if (share >= 2)
 		return (int)(share - 1);
 	return 1;
+}
+
+/* OpenBLAS threads per call when the user did not say (rmoe_ctx_config.
+ * blas_threads): OPENBLAS_NUM_THREADS when set (the user's, as OpenBLAS
+ * itself reads it), otherwise the rank's share of the cores it may run on, less
+ * its CUDA workers' driver threads, over its CPU workers. A pass is a chain
+ * of expert tasks (one per hop), so with one BLAS thread per worker the
+ * cores a rank's workers leave (1 rank on 2 cores: auto_ncpus gives one
+ * worker) would idle through every GEMM; the share keeps ranks that share
+ * the node's cores (2 ranks on 2 cores: 1 thread each) and workers running
+ * GEMMs side by side from oversubscribing them. */
+static int auto_blas_threads(int local_size)
+{
+	const char *env = getenv("OPENBLAS_NUM_THREADS");
+	if (env && *env) {
+		char *end;
+		long n = strtol(env, &end, 10);
+		if (!*end && n >= 1 && n <= 4096)
+			return (int)n;
+	}
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	/* A process confined to fewer CPUs (a container's cpuset, mpirun's
+	 * binding) has only those: its ranks on the node then share at most
+	 * them, never more threads than CPUs. */
+	cpu_set_t allowed;
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) < cores)
+		cores = CPU_COUNT(&allowed);
+	long share = (cores > 0 ? cores : 1) / (local_size > 0 ? local_size : 1);
+	share -= (long)starpu_cuda_worker_get_count();
+	long workers = (long)starpu_cpu_worker_get_count();
+	long n = workers > 0 ? share / workers : 1;
+	return n > 1 ? (int)n : 1;
 }
 
 /* The topology (live, or the cluster description's placement) and the ring
@@ -295,6 +329,9 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		rmoe_ctx_config_init(&cfg);
 	if (cfg.ncpus < 0)
 		return rmoe_error(RMOE_EINVAL, "ctx ncpus = %d: expected 0 (automatic) or a positive count", cfg.ncpus);
+	if (cfg.blas_threads < 0)
+		return rmoe_error(RMOE_EINVAL, "ctx blas_threads = %d: expected 0 (automatic) or a positive count",
+		                  cfg.blas_threads);
 	if (cfg.ncuda < -1)
 		return rmoe_error(RMOE_EINVAL, "ctx ncuda = %d: expected -1 (all), 0 or a positive count", cfg.ncuda);
 	rmoe_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -317,6 +354,12 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		rmoe_ctx_destroy(ctx);
 		return rc;
 	}
+	ctx->blas_threads =
+	        rmoe_codelets_blas_threads(cfg.blas_threads > 0 ? cfg.blas_threads : auto_blas_threads(ctx->local_size));
+	if (ctx->verbose)
+		fprintf(stderr, "relaymoe: rank %d: %u CPU worker(s), %d OpenBLAS thread(s) per call%s\n", ctx->rank,
+		        starpu_cpu_worker_get_count(), ctx->blas_threads,
+		        cfg.blas_threads > 0 ? "" : " (automatic)");
 	rmoe_codelets_start();
 	ctx->codelets_started = 1;
 	if ((rc = plan_ring(ctx, &cfg))) {

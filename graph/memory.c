@@ -26,6 +26,11 @@ int rmoe_ctx_workers(const rmoe_ctx *ctx, int *cpu_workers, int *cuda_workers)
 	return 0;
 }
 
+int rmoe_ctx_blas_threads(const rmoe_ctx *ctx)
+{
+	return ctx ? ctx->blas_threads : -1;
+}
+
 const char *rmoe_starpu_build(void)
 {
 	static char build[64];

@@ -24,6 +24,7 @@ struct rmoe_ctx {
 	struct rmoe_topology topo;    /* gathered at creation (discover.c); every layer plans on it */
 	int *ring;                /* the plan's ring order: ring[i] = rank at position i */
 	int ring_rank_order;      /* rmoe_ctx_config.ring_order is RMOE_RING_RANK */
+	int blas_threads;         /* what rmoe_codelets_blas_threads set (0: no OpenBLAS) */
 };
 
 /* Collective over ctx->comm: probes this machine (hwloc), gathers every

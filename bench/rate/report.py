@@ -298,8 +298,11 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
     L += ["", "Configurations: rN-wXbY-POLICY = N ranks, STARPU_NCPU=X workers per rank, OPENBLAS_NUM_THREADS=Y, "
           "StarPU policy POLICY; all on the same cores, `mpirun --bind-to none --mca mpi_yield_when_idle 1` (as "
           "scripts/mpirun.sh), STARPU_WORKERS_NOBIND=1. "
-          "The library sets OpenBLAS to one thread when its codelets start (codelets/common.c); b2 configurations "
-          "preload bench/rate/blas_threads.c, which ignores that call, so OPENBLAS_NUM_THREADS=2 holds.",
+          "The library keeps OPENBLAS_NUM_THREADS when it is set (rmoe_ctx_config.blas_threads, automatic); "
+          "without it, it gives each worker the cores the rank's workers leave, so r1-w1b2 and r2-w1b1 are what "
+          "`relaymoe run` does by default on 2 cores. Builds before that set OpenBLAS to one thread; b2 "
+          "configurations preload bench/rate/blas_threads.c, which ignores that call, so OPENBLAS_NUM_THREADS=2 "
+          "holds there too.",
           "sgemm: bench/rate/sgemm_rate.c runs the layer's GEMM list (router and each expert's GEMMs at its routed "
           "rows, the kernels' layout and transposes, without their element-wise work): " +
           "; ".join(f"{k} = {v}" for k, v in SGEMM_MODES.items()) +

@@ -35,9 +35,11 @@
 # H=2048, F=768 with 16 experts: qwen3-k8:2048:768:16:8:256 and
 # qwen3-k2:2048:768:16:2:1024 (128 rows per expert on one rank).
 # CONFIG: rN-wXbY-POLICY: N ranks, STARPU_NCPU=X workers per rank,
-# OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY. Y > 1 preloads
-# bench/rate/blas_threads.c, which keeps the library from setting OpenBLAS
-# to one thread. Default: r1-w2b1-lws r1-w1b2-lws r1-w2b1-eager
+# OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY. The library keeps
+# OPENBLAS_NUM_THREADS when set; Y > 1 also preloads bench/rate/blas_threads.c,
+# which keeps builds that set OpenBLAS to one thread (before
+# rmoe_ctx_config.blas_threads) from doing so. r1-w1b2 and r2-w1b1 are the
+# library's defaults on 2 cores. Default: r1-w2b1-lws r1-w1b2-lws r1-w2b1-eager
 # r1-w2b1-dmdas r2-w1b1-lws; --breakdown default: r1-w2b1-lws r1-w1b2-lws
 # r2-w1b1-lws ('' for none).
 # --rounds (3), --repeat: relaymoe's and torch's timed steps per run (3).

@@ -153,10 +153,16 @@ void rmoe_from_elements(const void *src, float *dst, int64_t n, size_t elsize);
 
 /* ---- set-up, flops, memory probe ---------------------------------------------------- */
 
-/* One-time set-up of the kernels' environment (BLAS threads: one per worker,
- * since StarPU owns the cores; the simulation's cost models). Idempotent:
+/* One-time set-up of the kernels' environment (BLAS threads: one per worker
+ * until a context says more, since StarPU owns the cores; the simulation's
+ * cost models). Idempotent:
  * 0, or the first call's RMOE_E* code (a recorded model not readable). */
 int rmoe_codelets_init(void);
+
+/* OpenBLAS threads per BLAS call from now on (n >= 1), for every worker:
+ * the context gives those its workers leave idle (graph/ctx.c). n, or 0
+ * where the BLAS is not OpenBLAS (nothing set). */
+int rmoe_codelets_blas_threads(int n);
 
 /* While a context uses StarPU (between its start and its end): the CUDA
  * workers' cuBLAS handles, on their streams. Counted: the last stop

@@ -15,13 +15,14 @@
 #define RMOE_HD
 #endif
 
-/* Sigmoid without overflow of expf for large |g|. */
+/* Sigmoid without a branch, so that a loop over it vectorises (expert.c):
+ * for g below about -88 expf(-g) overflows to +inf and 1/(1 + inf) is 0,
+ * the sigmoid's value to float precision (it is under 1e-38 there); for
+ * g >= 0 this is the expression of the branch it replaces, and for g < 0
+ * it differs from z/(1 + z) by an ulp or two. No NaN for a finite g. */
 static inline RMOE_HD float rmoe_sigmoid(float g)
 {
-	if (g >= 0.0f)
-		return 1.0f / (1.0f + expf(-g));
-	float z = expf(g);
-	return z / (1.0f + z);
+	return 1.0f / (1.0f + expf(-g));
 }
 
 static inline RMOE_HD float rmoe_silu(float g)

@@ -86,10 +86,20 @@ struct rmoe_ctx_config {
 	                         context (RMOE_ENOTSUP otherwise). NULL = no trace. */
 	int ring_order;       /* enum rmoe_ring_order: the ring of every layer of the
 	                         context; RMOE_RING_PLANNED by default */
+	int blas_threads;     /* OpenBLAS threads per BLAS call of a CPU codelet; 0 =
+	                         automatic: OPENBLAS_NUM_THREADS when set, otherwise
+	                         the rank's share of the cores (the CPUs the process
+	                         may run on / ranks on the node, less its CUDA
+	                         workers) divided by its CPU workers, at least 1. A
+	                         rank's pass is a chain of expert tasks, so the
+	                         cores its workers leave would otherwise idle; the
+	                         division keeps the workers' BLAS threads from
+	                         oversubscribing the cores. Process-wide (OpenBLAS
+	                         has one setting) */
 };
 
-/* Defaults: automatic workers, no GPU preference, StarPU's policy, quiet, no trace,
- * the planned ring. */
+/* Defaults: automatic workers and BLAS threads, no GPU preference, StarPU's policy,
+ * quiet, no trace, the planned ring. */
 RMOE_API void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg);
 
 /* Create the context over MPI_COMM_WORLD. If MPI is not initialised, MPI is
@@ -113,6 +123,10 @@ RMOE_API int rmoe_ctx_size(const rmoe_ctx *ctx);
  * "1.3.10 cuda fxt" (cuda, fxt, simgrid). */
 RMOE_API const char *rmoe_ctx_sched_policy(const rmoe_ctx *ctx);
 RMOE_API int rmoe_ctx_workers(const rmoe_ctx *ctx, int *cpu_workers, int *cuda_workers);
+/* The OpenBLAS threads per call the context set (rmoe_ctx_config.blas_threads,
+ * or its automatic value); 0 where the BLAS is not OpenBLAS, -1 without a
+ * context. */
+RMOE_API int rmoe_ctx_blas_threads(const rmoe_ctx *ctx);
 RMOE_API const char *rmoe_starpu_build(void);
 
 /* The ring order planned for this context: order[i] is the rank at ring

@@ -66,6 +66,7 @@ class CtxConfig(ctypes.Structure):
         ("cluster_file", ctypes.c_char_p),
         ("trace", ctypes.c_char_p),
         ("ring_order", ctypes.c_int),
+        ("blas_threads", ctypes.c_int),
     ]
 
 
@@ -197,6 +198,7 @@ def _prototypes(lib):
         "rmoe_ctx_rank": (c_int, [vp]),
         "rmoe_ctx_size": (c_int, [vp]),
         "rmoe_ctx_ring_order": (c_int, [vp, vp]),
+        "rmoe_ctx_blas_threads": (c_int, [vp]),
         "rmoe_layer_config_init": (None, [P(LayerConfig)]),
         "rmoe_layer_create": (c_int, [P(vp), vp, P(LayerConfig)]),
         "rmoe_layer_destroy": (c_int, [vp]),

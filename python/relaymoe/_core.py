@@ -153,7 +153,7 @@ class Context:
     """
 
     def __init__(self, comm=None, *, ncpus=None, ncuda=None, sched=None, verbose=None,
-                 cluster_file=None, trace=None, ring_order=None):
+                 cluster_file=None, trace=None, ring_order=None, blas_threads=None):
         L = lib()
         fcomm = None if comm is None else _fortran_comm(comm)
         cfg = _capi.padded(_capi.CtxConfig)
@@ -166,6 +166,8 @@ class Context:
             cfg.verbose = _int("verbose", verbose)
         if ring_order is not None:
             cfg.ring_order = _int("ring_order", ring_order)
+        if blas_threads is not None:
+            cfg.blas_threads = _int("blas_threads", blas_threads)
         for field, value in (("sched", sched), ("cluster_file", cluster_file), ("trace", trace)):
             if value is not None:
                 setattr(cfg, field, _text(field, value))
@@ -203,6 +205,10 @@ class Context:
         order = np.empty(self.size, dtype=np.intc)
         _check(lib().rmoe_ctx_ring_order(self._handle(), order.ctypes.data))
         return order
+
+    def blas_threads(self):
+        """OpenBLAS threads per call the context set (0: not OpenBLAS)."""
+        return lib().rmoe_ctx_blas_threads(self._handle())
 
     def close(self):
         """Close this context's open layers, then the context. Collective.

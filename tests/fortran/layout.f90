@@ -20,6 +20,8 @@ program layout
              'ptr')
   call field('rmoe_ctx_config', 'trace', c_loc(c), c_loc(c%trace), c_sizeof(c%trace), 'ptr')
   call field('rmoe_ctx_config', 'ring_order', c_loc(c), c_loc(c%ring_order), c_sizeof(c%ring_order), 'int')
+  call field('rmoe_ctx_config', 'blas_threads', c_loc(c), c_loc(c%blas_threads), c_sizeof(c%blas_threads), &
+             'int')
 
   call struct('rmoe_layer_config', c_sizeof(l))
   call field('rmoe_layer_config', 'hidden', c_loc(l), c_loc(l%hidden), c_sizeof(l%hidden), 'int')
