@@ -112,7 +112,8 @@ fi
 # Rounds alternate the implementations so that other load on the machine falls on all.
 for round in $(seq "$rounds"); do
   for preset in "${peers[@]}"; do
-    for d in a2a-megatron a2a ring; do point "$preset" 1 1 "$d"; done
+    # one BLAS thread, as the peer's torch.set_num_threads(1)
+    for d in a2a-megatron a2a ring; do point "$preset" 1 1 "$d" --blas-threads 1; done
     [ $torch -eq 1 ] || continue
     read -r h f e k t < <("$py" - "$app" "$preset" "$scale" <<'EOF'
 import json, subprocess, sys

@@ -672,7 +672,8 @@ def main():
             "`torch.set_num_threads(1)`; each shape in a fresh process, median of "
             f"{a.repeat + 1} forward+backward steps after a warm-up; peak RSS is VmHWM over the timed "
             "steps (reset before them). relaymoe: `mpirun -np 1 relaymoe run --dispatch a2a-megatron|a2a|ring`, each "
-            f"dispatcher in its own process, one StarPU CPU worker, median of {a.repeat}. The four ran in "
+            f"dispatcher in its own process, one StarPU CPU worker and one OpenBLAS thread (`--blas-threads 1`), "
+            f"median of {a.repeat}. The four ran in "
             f"{a.rounds} alternated round(s); the table gives each one's best time (every round's in the "
             "last column) and largest peak RSS. **RSS includes each runtime's own footprint** "
             "(PyTorch's libraries; Open MPI and StarPU), not only the layer.")
