@@ -186,8 +186,17 @@ static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct a
 	return exchange_rows(L, pass, p, out, rows_out, in, rows_in, L->H, L->act, phase, done);
 }
 
+/* The i-th of a block of per-peer handle arrays (N each), one allocation
+ * per graph; NULL when the block is. */
+static starpu_data_handle_t *peers(starpu_data_handle_t *block, int N, int i)
+{
+	return block ? block + (size_t)i * (size_t)N : NULL;
+}
+
 static void release_all(starpu_data_handle_t *h, int n)
 {
+	if (!h)
+		return;
 	for (int i = 0; i < n; i++)
 		if (h[i]) {
 			starpu_data_unregister_submit(h[i]);
@@ -204,15 +213,10 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
                                     starpu_data_handle_t *keep_work, struct starpu_task **done)
 {
 	const int N = p->N;
-	starpu_data_handle_t *send = calloc((size_t)N, sizeof(*send));
-	starpu_data_handle_t *recv = calloc((size_t)N, sizeof(*recv));
-	starpu_data_handle_t *ret_out = calloc((size_t)N, sizeof(*ret_out));
-	if (!send || !recv || !ret_out) {
-		free(send);
-		free(recv);
-		free(ret_out);
+	starpu_data_handle_t *block = calloc((size_t)(3 * N), sizeof(*block));
+	if (!block)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	}
+	starpu_data_handle_t *send = peers(block, N, 0), *recv = peers(block, N, 1), *ret_out = peers(block, N, 2);
 	int rc = 0;
 	/* dispatch preprocess: permute + top-k expand, one buffer per destination */
 	for (int q = 0; q < N && !rc; q++)
@@ -253,9 +257,7 @@ static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass
 	if (!rc)
 		rc = exchange(L, pass, p, ret_out, p->recv_rows, back, p->send_rows, TAG_COMBINE, done);
 	release_all(ret_out, N);
-	free(send);
-	free(recv);
-	free(ret_out);
+	free(block);
 	return rc;
 }
 
@@ -274,8 +276,7 @@ int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_d
 		if (p.send_rows[q] > 0)
 			rc = rmoe_pass_scatter_add(L, &L->own, back[q], p.send_first[q], p.send_rows[q], 1, y, 0,
 			                             "unpermute");
-	if (back)
-		release_all(back, L->N);
+	release_all(back, L->N);
 	free(back);
 	plan_free(&p);
 	return rc;
@@ -288,12 +289,10 @@ int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass
 	const int N = L->N;
 	struct a2a_plan p;
 	int rc = plan_build(L, pass, &p);
-	starpu_data_handle_t *back = calloc((size_t)N, sizeof(*back));
-	starpu_data_handle_t *dout = calloc((size_t)N, sizeof(*dout));
-	starpu_data_handle_t *drecv = calloc((size_t)N, sizeof(*drecv));
-	starpu_data_handle_t *dxsend = calloc((size_t)N, sizeof(*dxsend));
-	starpu_data_handle_t *dxback = calloc((size_t)N, sizeof(*dxback));
-	if (!rc && (!back || !dout || !drecv || !dxsend || !dxback))
+	starpu_data_handle_t *block = calloc((size_t)(5 * N), sizeof(*block));
+	starpu_data_handle_t *back = peers(block, N, 0), *dout = peers(block, N, 1), *drecv = peers(block, N, 2);
+	starpu_data_handle_t *dxsend = peers(block, N, 3), *dxback = peers(block, N, 4);
+	if (!rc && !block)
 		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
 
 	/* Recompute of the whole block, keeping what autograd would save. */
@@ -308,8 +307,7 @@ int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass
 			dout[q] = rmoe_act_vector(pass, L, p.send_rows[q] * L->H);
 			rc = submit_unpermute_bwd(L, dy, back[q], p.send_first[q], p.send_rows[q], dout[q], done);
 		}
-	if (back)
-		release_all(back, N);
+	release_all(back, N);
 	if (!rc)
 		rc = exchange(L, pass, &p, dout, p.send_rows, drecv, p.recv_rows, TAG_DOUT, &done);
 
@@ -337,8 +335,7 @@ int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass
 		starpu_data_unregister_submit(sorted);
 	if (work)
 		starpu_data_unregister_submit(work);
-	if (drecv)
-		release_all(drecv, N);
+	release_all(drecv, N);
 	if (!rc)
 		rc = exchange(L, pass, &p, dxsend, p.recv_rows, dxback, p.send_rows, TAG_DX, &done);
 	/* dispatch preprocess backward: unpermute (sum over k) into dx */
@@ -346,15 +343,9 @@ int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass
 		if (p.send_rows[q] > 0)
 			rc = rmoe_pass_scatter_add(L, &L->own, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
 			                             "unpermute-dx");
-	if (dxsend)
-		release_all(dxsend, N);
-	if (dxback)
-		release_all(dxback, N);
-	free(back);
-	free(dout);
-	free(drecv);
-	free(dxsend);
-	free(dxback);
+	release_all(dxsend, N);
+	release_all(dxback, N);
+	free(block);
 	plan_free(&p);
 	return rc;
 }
@@ -400,9 +391,9 @@ static int rows_to_experts(struct rmoe_layer *L, struct rmoe_pass *pass, const s
                            struct starpu_task **next, const char *gather_name)
 {
 	const int N = p->N;
-	starpu_data_handle_t *send = calloc((size_t)N, sizeof(*send));
-	starpu_data_handle_t *recv = calloc((size_t)N, sizeof(*recv));
-	int rc = send && recv ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+	starpu_data_handle_t *block = calloc((size_t)(2 * N), sizeof(*block));
+	starpu_data_handle_t *send = peers(block, N, 0), *recv = peers(block, N, 1);
+	int rc = block ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
 	*sorted = NULL;
 	*next = NULL;
 	if (!rc)
@@ -415,12 +406,9 @@ static int rows_to_experts(struct rmoe_layer *L, struct rmoe_pass *pass, const s
 		if (!rc)
 			rc = written(L, pass, *sorted, next);
 	}
-	if (send)
-		release_all(send, N);
-	if (recv)
-		release_all(recv, N);
-	free(send);
-	free(recv);
+	release_all(send, N);
+	release_all(recv, N);
+	free(block);
 	return rc;
 }
 
@@ -510,11 +498,10 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	const size_t f32 = sizeof(float);
 	struct a2a_plan p;
 	int rc = plan_build(L, pass, &p);
-	starpu_data_handle_t *dxsend = calloc((size_t)N, sizeof(*dxsend));
-	starpu_data_handle_t *dxback = calloc((size_t)N, sizeof(*dxback));
-	starpu_data_handle_t *dgsend = calloc((size_t)N, sizeof(*dgsend));
-	starpu_data_handle_t *dgback = calloc((size_t)N, sizeof(*dgback));
-	if (!rc && (!dxsend || !dxback || !dgsend || !dgback))
+	starpu_data_handle_t *block = calloc((size_t)(4 * N), sizeof(*block));
+	starpu_data_handle_t *dxsend = peers(block, N, 0), *dxback = peers(block, N, 1);
+	starpu_data_handle_t *dgsend = peers(block, N, 2), *dgback = peers(block, N, 3);
+	if (!rc && !block)
 		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
 
 	/* dg arrives as additions at the pairs (scatter-add): from zero. */
@@ -556,8 +543,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 		if (p.send_rows[q] > 0)
 			rc = rmoe_pass_scatter_add(L, &L->own, dxback[q], p.send_first[q], p.send_rows[q], 0, dx, 0,
 			                             "unpermute-dx");
-	if (dxback)
-		release_all(dxback, N);
+	release_all(dxback, N);
 	if (!rc)
 		rc = exchange_rows(L, pass, &p, dgsend, p.recv_rows, dgback, p.send_rows, 1, f32, TAG_DG, &done);
 	/* each pair's dg at its index (width 1, topk 1) */
@@ -567,16 +553,10 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 			struct rmoe_pair_slice s = {p.send_first[q], p.send_rows[q], 1, 1};
 			rc = rmoe_insert_scatter_add(&o, &s, dgback[q], L->h_pair_order, NULL, L->h_dg);
 		}
-	if (dxsend)
-		release_all(dxsend, N);
-	if (dgsend)
-		release_all(dgsend, N);
-	if (dgback)
-		release_all(dgback, N);
-	free(dxsend);
-	free(dxback);
-	free(dgsend);
-	free(dgback);
+	release_all(dxsend, N);
+	release_all(dgsend, N);
+	release_all(dgback, N);
+	free(block);
 	plan_free(&p);
 	return rc;
 }

@@ -16,6 +16,7 @@
 
 #include "relaymoe/relaymoe.h"
 #include "rmoe_codelets.h"
+#include "codelets_fixture.h"
 #include "rmoe_hash.h"
 
 /* The two modes of the expert backward. */
@@ -351,12 +352,7 @@ static int group_setup(void **state)
 	(void)state;
 	const char *dev = getenv("RMOE_TEST_DEVICE");
 	on_cuda = dev && strcmp(dev, "cuda") == 0;
-	struct starpu_conf conf;
-	starpu_conf_init(&conf);
-	conf.ncpus = on_cuda ? 0 : 1;
-	conf.ncuda = on_cuda ? 1 : 0;
-	conf.nopencl = 0;
-	int ret = starpu_init(&conf);
+	int ret = codelets_fixture_start(on_cuda);
 	if (ret == -ENODEV && on_cuda) {
 		fprintf(stderr, "test_codelets: RMOE_TEST_DEVICE=cuda but StarPU found no CUDA worker: skipped\n");
 		exit(77);
@@ -365,17 +361,6 @@ static int group_setup(void **state)
 		fprintf(stderr, "starpu_init: %d\n", ret);
 		return -1;
 	}
-	rmoe_codelets_init();
-	rmoe_codelets_init(); /* idempotent */
-	rmoe_codelets_start();
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	rmoe_codelets_stop();
-	starpu_shutdown();
 	return 0;
 }
 
@@ -1462,5 +1447,5 @@ int main(void)
 		cmocka_unit_test(test_codelets_probe_sees_temporaries),
 		cmocka_unit_test(test_codelets_sizes_and_flops),
 	};
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, group_setup, codelets_fixture_stop);
 }

@@ -15,30 +15,14 @@
 #include <starpu.h>
 
 #include "rmoe_codelets.h"
+#include "codelets_fixture.h"
 
 static const int64_t MiB = 1 << 20;
 
 static int group_setup(void **state)
 {
 	(void)state;
-	struct starpu_conf conf;
-	starpu_conf_init(&conf);
-	conf.ncpus = 1;
-	conf.ncuda = 0;
-	conf.nopencl = 0;
-	if (starpu_init(&conf) != 0)
-		return -1;
-	rmoe_codelets_init();
-	rmoe_codelets_start();
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	rmoe_codelets_stop();
-	starpu_shutdown();
-	return 0;
+	return codelets_fixture_start(0) == 0 ? 0 : -1;
 }
 
 /* A StarPU temporary of n floats, zeroed by a codelet (which samples on
@@ -165,5 +149,5 @@ int main(void)
 		cmocka_unit_test(test_heap_sampler_sees_memory_between_codelets),
 		cmocka_unit_test(test_heap_sampler_counted),
 	};
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, group_setup, codelets_fixture_stop);
 }
