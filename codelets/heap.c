@@ -23,7 +23,15 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
+
+#include "codelet.h"
+
+/* The simulation build compiles with SMPI's helpers, which replace malloc
+ * by a macro that <malloc.h>'s declarations cannot take: nothing is
+ * measured there (a simulation allocates folded memory, and no task runs). */
+#ifndef STARPU_SIMGRID
 #include <malloc.h>
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RMOE_HEAP_FROM_SANITIZER 1
@@ -38,13 +46,13 @@
 size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
-#include "codelet.h"
-
 static _Atomic int64_t heap_peak;
 
 int64_t rmoe_heap_current(void)
 {
-#ifdef RMOE_HEAP_FROM_SANITIZER
+#if defined(STARPU_SIMGRID)
+	return 0;
+#elif defined(RMOE_HEAP_FROM_SANITIZER)
 	/* Under AddressSanitizer malloc is the sanitizer's, which glibc's
 	 * arenas never see: its own count of the bytes allocated and not yet
 	 * freed is the same figure (the hardening stage runs the suite so). */
@@ -92,6 +100,7 @@ static struct {
 	atomic_int stop;
 } sampler = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+#ifndef STARPU_SIMGRID
 static void *sampler_main(void *arg)
 {
 	(void)arg;
@@ -102,6 +111,7 @@ static void *sampler_main(void *arg)
 	}
 	return NULL;
 }
+#endif
 
 int rmoe_sampler_start(void)
 {
