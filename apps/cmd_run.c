@@ -724,10 +724,10 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	             (long long)cfg.shared_ffn, (long long)r.seed, (long long)r.repeat);
 	if (r.preset && r.scale != 1.0)
 		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
-	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call, %s, "
-	             "activations on the %s\n",
+	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call "
+	             "(%s kernels), %s, activations on the %s\n",
 	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
-	             rmoe_ctx_blas_threads(ctx), cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
+	             rmoe_ctx_blas_threads(ctx), rmoe_blas_core(), cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
 
 	struct rmoe_results res[MAX_DISPATCHERS];
 	struct outcome out[MAX_DISPATCHERS];

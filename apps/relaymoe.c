@@ -3,7 +3,11 @@
  * initialises MPI itself) and hands over to a subcommand. */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <relaymoe/relaymoe.h>
 
 #include "app.h"
 #include "rmoe_config.h"
@@ -27,11 +31,36 @@ static const char *usage =
 	"  train    train a small MoE language model on the layers (AdamW, checkpoints)\n"
 	"  plan     ring order, routing mode and per-hop estimates for a model on a cluster\n"
 	"\n"
-	"relaymoe COMMAND --help describes a command's options.\n";
+	"relaymoe COMMAND --help describes a command's options.\n"
+	"relaymoe --blas-core prints the OpenBLAS kernel set the commands run with.\n";
+
+/* OpenBLAS picks its kernels once, when it loads, by CPU model: on a CPU
+ * newer than the library it falls back to narrower ones (SSE3 on a Xeon
+ * with AVX-512, 4x slower GEMMs; rmoe_blas_core_advice). Before MPI
+ * starts, the command then runs itself again with OPENBLAS_CORETYPE set;
+ * a user's own OPENBLAS_CORETYPE is kept as it is. */
+static void blas_kernels(char **argv)
+{
+#if !RMOE_MAIN_OWNS_MPI
+	const char *advice = rmoe_blas_core_advice();
+	if (!advice || getenv("OPENBLAS_CORETYPE"))
+		return;
+	if (setenv("OPENBLAS_CORETYPE", advice, 1) == 0)
+		execv("/proc/self/exe", argv);
+	unsetenv("OPENBLAS_CORETYPE"); /* not re-run: the library warns */
+#else
+	(void)argv;
+#endif
+}
 
 int main(int argc, char **argv)
 {
 	int provided = 0;
+	blas_kernels(argv);
+	if (argc == 2 && strcmp(argv[1], "--blas-core") == 0) {
+		printf("%s\n", rmoe_blas_core());
+		return 0;
+	}
 	if (!RMOE_MAIN_OWNS_MPI && MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
 		fprintf(stderr, "relaymoe: MPI_Init_thread failed\n");
 		return 1;

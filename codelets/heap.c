@@ -8,9 +8,9 @@
  * posix_memalign still held, whoever made it: StarPU's host buffers,
  * codelet scratch (the fp32 copies of bf16 operands), StarPU's task and
  * handle structures, StarPU-MPI's and Open MPI's request and
- * unexpected-message buffers. Not in it: memory mapped without malloc. Two
- * such pools matter here, and both are mapped before a measured pass
- * and never grow with it:
+ * unexpected-message buffers (less the host cache's idle blocks and class
+ * slack, host_cache.c). Not in it: memory mapped without malloc. Two such pools matter here, and both are mapped before
+ * a measured pass and never grow with it:
  * - OpenBLAS's GEMM workspace: a pool of per-thread buffers that
  *   blas_memory_alloc mmaps on a thread's first level-3 call and keeps
  *   (BUFFER_SIZE each: 128 MiB of address space in Debian's 0.3.21,
@@ -56,10 +56,13 @@ int64_t rmoe_heap_current(void)
 	/* Under AddressSanitizer malloc is the sanitizer's, which glibc's
 	 * arenas never see: its own count of the bytes allocated and not yet
 	 * freed is the same figure (the hardening stage runs the suite so). */
-	return (int64_t)__sanitizer_get_current_allocated_bytes();
+	return (int64_t)__sanitizer_get_current_allocated_bytes() - rmoe_host_cache_extra();
 #else
+	/* The host cache's idle blocks and class slack (host_cache.c) are
+	 * allocator policy, like glibc's free lists, which uordblks leaves
+	 * out too. */
 	struct mallinfo2 m = mallinfo2();
-	return (int64_t)(m.uordblks + m.hblkhd);
+	return (int64_t)(m.uordblks + m.hblkhd) - rmoe_host_cache_extra();
 #endif
 }
 

@@ -267,6 +267,19 @@ static int ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	 * nothing. STARPU_SIMGRID_CUDA_MALLOC_COST=1 restores StarPU's model. */
 	setenv("STARPU_SIMGRID_CUDA_MALLOC_COST", "0", 0);
 #endif
+	/* Before StarPU allocates anything: every main-memory buffer it frees
+	 * must come from the cache's hooks (codelets/host_cache.c). Not beside
+	 * CUDA workers, whose pinned host memory StarPU allocates itself. */
+#ifdef STARPU_USE_CUDA
+	const int may_pin = conf.ncuda != 0;
+#else
+	const int may_pin = 0;
+#endif
+	if (!may_pin) {
+		if ((rc = rmoe_host_cache_install(getenv("RMOE_HOST_CACHE"))))
+			return rc;
+		ctx->host_cache = 1;
+	}
 	int ret = starpu_mpi_init_conf(NULL, NULL, 0, ctx->comm, &conf);
 	if (ret == -ENODEV)
 		return rmoe_error(RMOE_ESTARPU, "StarPU found no worker to run on (ncpus=%d, ncuda=%d)", conf.ncpus,
@@ -306,6 +319,8 @@ static int ctx_unwind(rmoe_ctx *ctx)
 		starpu_mpi_shutdown();
 	else if (starpu_is_initialized())
 		starpu_task_wait_for_all();
+	if (ctx->host_cache)
+		rmoe_host_cache_uninstall();
 	int rc = rmoe_trace_finish(ctx);
 	if (ctx->dup_comm)
 		MPI_Comm_free(&ctx->comm);
@@ -356,6 +371,11 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	}
 	ctx->blas_threads =
 	        rmoe_codelets_blas_threads(cfg.blas_threads > 0 ? cfg.blas_threads : auto_blas_threads(ctx->local_size));
+	const char *advice = rmoe_blas_core_advice();
+	if (advice && ctx->rank == 0)
+		fprintf(stderr, "relaymoe: OpenBLAS runs its %s kernels on a CPU with wider vectors: start the program "
+		        "with OPENBLAS_CORETYPE=%s in its environment for GEMMs several times faster\n",
+		        rmoe_blas_core(), advice);
 	if (ctx->verbose)
 		fprintf(stderr, "relaymoe: rank %d: %u CPU worker(s), %d OpenBLAS thread(s) per call%s\n", ctx->rank,
 		        starpu_cpu_worker_get_count(), ctx->blas_threads,

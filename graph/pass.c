@@ -27,27 +27,19 @@
 
 /* ---- buffers ------------------------------------------------------------------ */
 
-int64_t rmoe_alloc_class(int64_t bytes)
-{
-	if (bytes <= 4096)
-		return 4096;
-	int s = 63 - __builtin_clzll((unsigned long long)bytes);
-	int64_t step = (int64_t)1 << (s - 3);
-	return (bytes + step - 1) / step * step;
-}
-
 starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize)
 {
 	starpu_data_handle_t h;
 	int64_t bytes = n * (int64_t)elsize;
-	/* StarPU frees a temporary's main-memory buffer at once, but keeps a
-	 * device's in a cache that serves only an allocation of the same
-	 * size: with row counts that differ from partition to partition every
-	 * temporary would stay allocated until the device is full. Sizes in
-	 * classes of an eighth of an octave (at most 12.5% over) make the next
-	 * partition reuse them; host-only runs keep exact sizes. */
+	/* StarPU frees a temporary's main-memory buffer at once (the host
+	 * cache, codelets/host_cache.c, keeps it), but keeps a device's in a
+	 * cache that serves only an allocation of the same size: with row
+	 * counts that differ from partition to partition every temporary would
+	 * stay allocated until the device is full. Sizes in classes of an
+	 * eighth of an octave (at most 12.5% over) make the next partition
+	 * reuse them; host-only runs keep exact sizes. */
 	if (starpu_cuda_worker_get_count() > 0)
-		starpu_vector_data_register_allocsize(&h, -1, 0, (uint32_t)n, elsize, (size_t)rmoe_alloc_class(bytes));
+		starpu_vector_data_register_allocsize(&h, -1, 0, (uint32_t)n, elsize, (size_t)rmoe_size_class(bytes));
 	else
 		starpu_vector_data_register(&h, -1, 0, (uint32_t)n, elsize);
 	if (bytes > pass->largest_temporary)

@@ -16,6 +16,7 @@ struct rmoe_ctx {
 	int local_rank, local_size;   /* ranks sharing this node */
 	int started_mpi;          /* what rmoe_ctx_create started, and must stop */
 	int started_starpu_mpi;
+	int host_cache;           /* installed the host buffer cache (uninstall after StarPU) */
 	int dup_comm;             /* comm is our duplicate, freed on destroy */
 	int codelets_started;     /* rmoe_codelets_start was called (cuBLAS handles) */
 	int verbose;

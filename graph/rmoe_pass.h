@@ -43,10 +43,6 @@ struct rmoe_pass {
 
 /* ---- buffers -------------------------------------------------------------------- */
 
-/* The bytes a device temporary of bytes is allocated with: the next of
- * eight size classes per octave (4 KiB at least), at most 12.5% over. */
-int64_t rmoe_alloc_class(int64_t bytes);
-
 /* A temporary vector handle of n elements of elsize bytes, allocated by
  * StarPU when its first task runs and freed after unregister_submit once its
  * last task ends. Tracks the largest one in pass. */

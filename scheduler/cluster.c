@@ -205,6 +205,11 @@ static int parse_bytes(const char *s, size_t n, int64_t *out)
 	return 0;
 }
 
+int rmoe_parse_bytes(const char *s, int64_t *out)
+{
+	return s ? parse_bytes(s, strlen(s), out) : -1;
+}
+
 /* A whitespace-separated list of integers in [0, max]. */
 static int parse_list(struct parser *ps, const char *key, const char *s, size_t n, int max, int **out,
                       int *count)

@@ -29,6 +29,11 @@ void rmoe_error_clear(void);
  * there). */
 int rmoe_mkdir_p(const char *dir);
 
+/* A byte count with an optional K/M/G/T suffix (powers of 1024), "i" and
+ * "B" allowed after it: 64G, 512MiB, 68719476736. 0, or -1 (not one, or
+ * below 1 byte). */
+int rmoe_parse_bytes(const char *s, int64_t *out);
+
 /* ---- configuration ------------------------------------------------------ */
 
 /* Checks every value of cfg for a group of nranks ranks; 0 or RMOE_EINVAL /

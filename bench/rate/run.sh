@@ -116,6 +116,10 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_FXT_TRACE=0 PYTHONUNBUFFERED=1
 unset STARPU_NCPU STARPU_SCHED STARPU_CALIBRATE STARPU_PROFILING STARPU_WORKER_STATS OPENBLAS_NUM_THREADS
+# The sgemm baseline runs the kernels relaymoe runs (scripts/lib/blas-env.sh).
+# shellcheck source=scripts/lib/blas-env.sh
+. "$root/scripts/lib/blas-env.sh"
+rmoe_blas_env "$build"
 log=$tmp/run.log
 say() { echo "$*" | tee -a "$log"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
@@ -136,7 +140,7 @@ gcc -O2 -std=gnu11 -Wall -Wextra -shared -fPIC "$here/blas_threads.c" -o "$tmp/l
     END { print m " (family " f ", model " n a ")" }')"
   echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo +)"
-  echo "openblas=$(pkg-config --modversion openblas 2>/dev/null)"
+  echo "openblas=$(pkg-config --modversion openblas 2>/dev/null), $("$app" --blas-core) kernels"
   echo "starpu=$(pkg-config --modversion starpu-1.3 2>/dev/null)"
   echo "mpi=$(mpirun --version 2>/dev/null | head -1)"
   echo "torch=$([ $torch = 1 ] && "$py" -c 'import torch; print(torch.__version__)')"

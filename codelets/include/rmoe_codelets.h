@@ -200,6 +200,26 @@ int64_t rmoe_heap_peak(void);
 int rmoe_sampler_start(void);
 void rmoe_sampler_stop(void);
 
+/* The cache of StarPU's main-memory buffers (host_cache.c). install: before
+ * the context starts StarPU, setting = RMOE_HOST_CACHE (NULL or "auto": on,
+ * idle bytes bounded by the peak of live bytes; "off"; or a size such as
+ * 512M capping the idle bytes); 0 or RMOE_EINVAL naming the setting.
+ * uninstall: after StarPU's shutdown, frees the idle blocks. */
+int rmoe_host_cache_install(const char *setting);
+void rmoe_host_cache_uninstall(void);
+struct rmoe_host_cache_stats {
+	int installed;
+	int64_t idle_bytes, live_bytes, live_want, hwm_bytes; /* live: mapped; live_want: asked for */
+	int64_t hits, misses;
+};
+void rmoe_host_cache_stats(struct rmoe_host_cache_stats *s);
+/* Bytes malloc holds for the cache beyond what StarPU asked for: its idle
+ * blocks and the size classes' slack (the heap probe leaves them out). */
+int64_t rmoe_host_cache_extra(void);
+/* Sizes in classes of an eighth of an octave: bytes rounded up by at most
+ * 12.5% (at least 4096). */
+int64_t rmoe_size_class(int64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

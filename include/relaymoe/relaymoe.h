@@ -128,6 +128,14 @@ RMOE_API int rmoe_ctx_workers(const rmoe_ctx *ctx, int *cpu_workers, int *cuda_w
  * context. */
 RMOE_API int rmoe_ctx_blas_threads(const rmoe_ctx *ctx);
 RMOE_API const char *rmoe_starpu_build(void);
+/* The kernel set OpenBLAS runs ("SkylakeX", "Haswell", ...; "unknown"
+ * for another BLAS), and the OPENBLAS_CORETYPE value that would run the
+ * wider vector kernels this CPU supports where OpenBLAS chose narrower
+ * ones (a CPU newer than the library), else NULL. OPENBLAS_CORETYPE is
+ * read when OpenBLAS loads: set it in the environment of the program
+ * (the relaymoe command does so itself). */
+RMOE_API const char *rmoe_blas_core(void);
+RMOE_API const char *rmoe_blas_core_advice(void);
 
 /* The ring order planned for this context: order[i] is the rank at ring
  * position i (rmoe_ctx_size entries). Every rank has the same. */
