@@ -123,7 +123,8 @@ ring=$(sed -n 's/^ring order (planned): //p' "$work/rank0.log")
 read -r -a pos <<<"$ring"
 declare -A host left
 for r in $(seq 0 $((nranks - 1))); do
-  host[$r]=$(grep -o "this rank ($r on [^)]*)" "$work/rank$r.log" | head -n 1 | sed 's/.* on \(.*\))/\1/')
+  # From rank.sh (a rank whose message names no host still has one).
+  host[$r]=$(cat "$work/rank$r.host" 2>/dev/null)
 done
 for i in "${!pos[@]}"; do left[${pos[$i]}]=${pos[$(( (i + ${#pos[@]} - 1) % ${#pos[@]} ))]}; done
 
