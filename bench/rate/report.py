@@ -31,7 +31,8 @@ import statistics
 import sys
 
 SGEMM_MODES = {"t1s1": "1 thread", "t2s1": "2 threads, one call at a time",
-               "t1s2": "2 streams of 1-thread calls", "t2s1f": "2 threads, gate+up fused [H,2F]"}
+               "t1s2": "2 streams of 1-thread calls", "t2s1f": "2 threads, gate+up fused [H,2F]",
+               "t2s1d": "2 threads, OpenBLAS's own kernel choice"}
 
 
 def flops_of(H, F, E, tokens, rows):
@@ -363,7 +364,7 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
     if traced:
         L += trace_table(traced, meta)
     L += ["", "## Against the gap: the configurations measured", ""]
-    L += closing_notes(shapes, summary, rate, rounds, bd)
+    L += closing_notes(shapes, summary, rate, rounds, bd, meta.get("openblas_own_core", ""))
     L += ["", "## Caveats", "",
           "- Shared machine: the load average above and each row's load1 say how busy it was (the benchmark's own "
           "2-3 busy threads included); rounds rotate the order so no implementation always runs first, and ratios "
@@ -383,7 +384,7 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
         f.write("\n".join(L) + "\n")
 
 
-def closing_notes(shapes, summary, rate, rounds, bd):
+def closing_notes(shapes, summary, rate, rounds, bd, own_core):
     L = []
     for name in shapes:
         items = []
@@ -397,6 +398,11 @@ def closing_notes(shapes, summary, rate, rounds, bd):
         if r:
             items.append(f"2 ranks of one worker (r2-w1b1) against 1 rank of 2 workers: forward x{r:.2f}, "
                          f"backward x{rb:.2f}")
+        r = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nocache", "fwd")
+        rb = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nocache", "bwd")
+        if r:
+            items.append(f"StarPU's host buffers through the cache (r1-w1b2-lws) against RMOE_HOST_CACHE=off: "
+                         f"forward x{r:.2f}, backward x{rb:.2f}")
         for pol in ("eager", "dmdas", "prio", "ws"):
             r = ratio_of(summary, name, f"r1-w2b1-{pol}", "r1-w2b1-lws", "fwd")
             rb = ratio_of(summary, name, f"r1-w2b1-{pol}", "r1-w2b1-lws", "bwd")
@@ -408,6 +414,13 @@ def closing_notes(shapes, summary, rate, rounds, bd):
             if math.isfinite(f[0]) and math.isfinite(k[0]):
                 items.append(f"gate and up as one [H,2F] GEMM, sgemm at 2 threads, {p}: {f[0]:.1f} against "
                              f"{k[0]:.1f} GFLOP/s (x{f[0] / k[0]:.2f})")
+        for p in ("fwd", "bwd"):
+            d = med_range([rate.get((rd, name, 1, "sgemm", "t2s1d", p)) for rd in rounds])
+            k = med_range([rate.get((rd, name, 1, "sgemm", "t2s1", p)) for rd in rounds])
+            if math.isfinite(d[0]) and math.isfinite(k[0]):
+                items.append(f"OpenBLAS's kernels as relaymoe sets them against OpenBLAS's own choice "
+                             f"({own_core}), sgemm at 2 threads, {p}: {k[0]:.1f} against {d[0]:.1f} GFLOP/s "
+                             f"(x{k[0] / d[0]:.2f})")
         for r in bd:
             if r["shape"] == name and r["category"] == "expert GEMMs" and r["gflops"] and r["blas_threads"] == "1":
                 items.append(f"{r['config']} {r['pass']}: the expert codelets run at {float(r['gflops']):.1f} "

@@ -16,7 +16,9 @@
 #             as the kernels call them), forward and backward: t2s1 one
 #             stream, 2 OpenBLAS threads; t1s2 two streams of one-threaded
 #             calls started together (2 ranks: each rank's list); t2s1f as
-#             t2s1 with gate and up as one [H x 2F] GEMM
+#             t2s1 with gate and up as one [H x 2F] GEMM; t2s1d as t2s1
+#             with OpenBLAS's own kernel choice, where relaymoe corrects it
+#             (OPENBLAS_CORETYPE, scripts/lib/blas-env.sh)
 #   torch     bench/gpu/torch_moe.py bench on the CPU with as many threads
 #             as cores: forward+backward (recomputing) of the same layer
 # Before the rounds, one run per shape and breakdown configuration with
@@ -34,13 +36,14 @@
 # Default: issue16:1024:512:8:2:4096 (the issue's), and Qwen3-30B-A3B's
 # H=2048, F=768 with 16 experts: qwen3-k8:2048:768:16:8:256 and
 # qwen3-k2:2048:768:16:2:1024 (128 rows per expert on one rank).
-# CONFIG: rN-wXbY-POLICY: N ranks, STARPU_NCPU=X workers per rank,
-# OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY. The library keeps
+# CONFIG: rN-wXbY-POLICY[-nocache]: N ranks, STARPU_NCPU=X workers per rank,
+# OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY; -nocache: RMOE_HOST_CACHE=off
+# (StarPU's host buffers not cached, README "StarPU's host buffers"). The library keeps
 # OPENBLAS_NUM_THREADS when set; Y > 1 also preloads bench/rate/blas_threads.c,
 # which keeps builds that set OpenBLAS to one thread (before
 # rmoe_ctx_config.blas_threads) from doing so. r1-w1b2 and r2-w1b1 are the
-# library's defaults on 2 cores. Default: r1-w2b1-lws r1-w1b2-lws r1-w2b1-eager
-# r1-w2b1-dmdas r2-w1b1-lws; --breakdown default: r1-w2b1-lws r1-w1b2-lws
+# library's defaults on 2 cores. Default: r1-w2b1-lws r1-w1b2-lws
+# r1-w1b2-lws-nocache r1-w2b1-eager r1-w2b1-dmdas r2-w1b1-lws; --breakdown default: r1-w2b1-lws r1-w1b2-lws
 # r2-w1b1-lws ('' for none).
 # --rounds (3), --repeat: relaymoe's and torch's timed steps per run (3).
 # --quick: one small shape (quick:256:128:8:2:1024), r1-w2b1-lws and
@@ -71,7 +74,7 @@ if [ $quick = 1 ]; then
 else
   rounds=${rounds:-3} repeat=${repeat:-3}
   shapes=${shapes:-issue16:1024:512:8:2:4096 qwen3-k8:2048:768:16:8:256 qwen3-k2:2048:768:16:2:1024}
-  configs=${configs:-r1-w2b1-lws r1-w1b2-lws r1-w2b1-eager r1-w2b1-dmdas r2-w1b1-lws}
+  configs=${configs:-r1-w2b1-lws r1-w1b2-lws r1-w1b2-lws-nocache r1-w2b1-eager r1-w2b1-dmdas r2-w1b1-lws}
   [ "$breakdown" = unset ] && breakdown="r1-w2b1-lws r1-w1b2-lws r2-w1b1-lws"
   out=${out:-$root/bench/results}
 fi
@@ -81,7 +84,7 @@ for s in $shapes; do
   [[ $s =~ ^[A-Za-z0-9_.-]+(:[1-9][0-9]*){5}$ ]] || die "--shapes: '$s' is not NAME:H:F:E:K:T"
 done
 for c in $configs $breakdown; do
-  [[ $c =~ ^r[1-9][0-9]*-w[1-9][0-9]*b[1-9][0-9]*-[a-z_-]+$ ]] || die "'$c' is not a configuration rN-wXbY-POLICY"
+  [[ $c =~ ^r[1-9][0-9]*-w[1-9][0-9]*b[1-9][0-9]*-[a-z_-]+$ ]] || die "'$c' is not a configuration rN-wXbY-POLICY[-nocache]"
 done
 [ -n "$configs" ] || die "--configs: give at least one configuration"
 build=$(cd "$build" 2>/dev/null && pwd) || die "no build tree at '$build'"
@@ -130,6 +133,10 @@ blas=$(pkg-config --cflags --libs openblas) || die "pkg-config finds no openblas
 # shellcheck disable=SC2086
 gcc -O2 -std=gnu11 -Wall -Wextra "$here/sgemm_rate.c" -o "$tmp/sgemm_rate" $blas -lpthread -lm
 gcc -O2 -std=gnu11 -Wall -Wextra -shared -fPIC "$here/blas_threads.c" -o "$tmp/libblas_threads.so"
+# OpenBLAS's own kernel choice where relaymoe corrects it: sgemm runs it too
+# (mode t2s1d), to show what the correction is worth.
+own_core=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 "$tmp/sgemm_rate" --header 2>&1 | sed -n 's/^Core: //p' | head -1)
+if [ -z "${OPENBLAS_CORETYPE:-}" ] || [ "${own_core,,}" = "${OPENBLAS_CORETYPE,,}" ]; then own_core=; fi
 
 {
   echo "command=$cmdline"
@@ -141,6 +148,7 @@ gcc -O2 -std=gnu11 -Wall -Wextra -shared -fPIC "$here/blas_threads.c" -o "$tmp/l
   echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo +)"
   echo "openblas=$(pkg-config --modversion openblas 2>/dev/null), $("$app" --blas-core) kernels"
+  echo "openblas_own_core=$own_core"
   echo "starpu=$(pkg-config --modversion starpu-1.3 2>/dev/null)"
   echo "mpi=$(mpirun --version 2>/dev/null | head -1)"
   echo "torch=$([ $torch = 1 ] && "$py" -c 'import torch; print(torch.__version__)')"
@@ -158,9 +166,12 @@ for p in fwd bwd; do
     --pass $p --streams 2 --reps 1 --min-time 0 >>"$tmp/known_flops.csv"
 done
 
-# A config's parts: ranks, workers, BLAS threads, policy.
-parse_config() {  # parse_config CONFIG -> np ncpu nblas sched
+# A config's parts: ranks, workers, BLAS threads, policy; a -nocache suffix
+# turns the host buffer cache off (RMOE_HOST_CACHE=off).
+parse_config() {  # parse_config CONFIG -> np ncpu nblas sched hcache
   local c=${1#r}
+  hcache=auto
+  case $c in *-nocache) hcache=off c=${c%-nocache} ;; esac
   np=${c%%-*}; c=${c#*-w}
   ncpu=${c%%b*}; c=${c#*b}
   nblas=${c%%-*}; sched=${c#*-}
@@ -173,7 +184,7 @@ relaymoe_run() {  # relaymoe_run SHAPE CSV [HOMES] -- CONFIG RUN-ARGS... (RUN_AP
   local config=$1; shift
   IFS=: read -r name H F E K T <<<"$shape"
   parse_config "$config"
-  local env=(STARPU_NCPU="$ncpu" OPENBLAS_NUM_THREADS="$nblas")
+  local env=(STARPU_NCPU="$ncpu" OPENBLAS_NUM_THREADS="$nblas" RMOE_HOST_CACHE="$hcache")
   # as scripts/mpirun.sh: MPI yields when idle (bench/results/hop.md)
   local mpi=(mpirun --bind-to none --mca mpi_yield_when_idle 1 -np "$np")
   [ "$nblas" -gt 1 ] && mpi+=(-x LD_PRELOAD="$tmp/libblas_threads.so")
@@ -313,9 +324,12 @@ print(d["median_ms"], min(d["times_ms"]), max(d["times_ms"]))' "$tmp/torch.json"
         t2s1) opts=(--threads 2) ;;
         t1s2) opts=(--streams 2) ;;
         t2s1f) opts=(--threads 2 --fused) ;;
+        t2s1d) opts=(--threads 2) ;;
       esac
+      local run=("$tmp/sgemm_rate")
+      [ "$mode" = t2s1d ] && run=(env -u OPENBLAS_CORETYPE "$tmp/sgemm_rate")
       for p in fwd bwd; do
-        IFS=, read -r -a g < <("$tmp/sgemm_rate" --hidden "$H" --ffn "$F" --experts "$E" --tokens $((T / n)) \
+        IFS=, read -r -a g < <("${run[@]}" --hidden "$H" --ffn "$F" --experts "$E" --tokens $((T / n)) \
           --topk "$K" --routing "$(routing_file "$name" "$n")" --pass $p "${opts[@]}")
         row "$round" "$order" "$shape" "$n" sgemm "$mode" $p "$(awk "BEGIN { print ${g[6]} * 1e3 }")" \
           "$(awk "BEGIN { print ${g[7]} * 1e3 }")" "$(awk "BEGIN { print ${g[8]} * 1e3 }")" "${g[5]}" "$l"
@@ -330,7 +344,9 @@ for round in $(seq 1 "$rounds"); do
     for c in $configs; do items+=("relaymoe $c"); done
     [ $torch = 1 ] && items+=("torch -")
     for n in $rank_counts; do
-      if [ "$n" = 1 ]; then items+=("sgemm 1:t2s1" "sgemm 1:t1s2" "sgemm 1:t2s1f")
+      if [ "$n" = 1 ]; then
+        items+=("sgemm 1:t2s1" "sgemm 1:t1s2" "sgemm 1:t2s1f")
+        [ -n "$own_core" ] && items+=("sgemm 1:t2s1d")
       else items+=("sgemm $n:t1s2"); fi
     done
     # rotate by a fraction of the list each round: no item always first
