@@ -22,6 +22,9 @@
  * Thread stacks (the sampler's included) are mappings too. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "codelet.h"
@@ -101,13 +104,41 @@ static struct {
 	pthread_t thread;
 	int users;
 	atomic_int stop;
-} sampler = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	long period_us; /* RMOE_HEAP_SAMPLER_US: 0 off; -1 not read yet */
+} sampler = {.lock = PTHREAD_MUTEX_INITIALIZER, .period_us = -1};
+
+#ifndef STARPU_SIMGRID
+/* RMOE_HEAP_SAMPLER_US: the sampler's period in microseconds (default
+ * 500), "off" or 0 for none (the codelets' samples on entry only). Under
+ * the lock. */
+static long sampler_period(void)
+{
+	if (sampler.period_us >= 0)
+		return sampler.period_us;
+	long us = 500;
+	const char *env = getenv("RMOE_HEAP_SAMPLER_US");
+	if (env && *env) {
+		char *end;
+		long v = strtol(env, &end, 10);
+		if (!strcmp(env, "off"))
+			us = 0;
+		else if (!*end && v >= 0 && v <= 1000000)
+			us = v;
+		else
+			fprintf(stderr, "relaymoe: RMOE_HEAP_SAMPLER_US='%s': expected off or microseconds "
+			        "(0 to 1000000); sampling every %ld us\n", env, us);
+	}
+	sampler.period_us = us;
+	return us;
+}
+#endif
 
 #ifndef STARPU_SIMGRID
 static void *sampler_main(void *arg)
 {
 	(void)arg;
-	const struct timespec period = {0, 500 * 1000};
+	const long us = sampler.period_us;
+	const struct timespec period = {us / 1000000, us % 1000000 * 1000};
 	while (!atomic_load_explicit(&sampler.stop, memory_order_relaxed)) {
 		clock_nanosleep(CLOCK_MONOTONIC, 0, &period, NULL);
 		rmoe_probe_sample();
@@ -125,6 +156,10 @@ int rmoe_sampler_start(void)
 #else
 	int rc = 0;
 	pthread_mutex_lock(&sampler.lock);
+	if (sampler_period() == 0) {
+		pthread_mutex_unlock(&sampler.lock);
+		return -1;
+	}
 	if (sampler.users == 0) {
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
