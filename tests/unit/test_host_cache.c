@@ -179,6 +179,11 @@ static void test_random_traffic(void **state)
 static void test_heap_probe_leaves_idle_out(void **state)
 {
 	(void)state;
+	/* Under Valgrind malloc is Valgrind's, which mallinfo2 does not see:
+	 * the probe measures nothing there (test_codelets_heap says so too). */
+	const char *preload = getenv("LD_PRELOAD");
+	if (preload && strstr(preload, "vgpreload"))
+		skip();
 	const int64_t base = rmoe_heap_current();
 	const int64_t want = 9 * MiB + 12345; /* class 10 MiB */
 	void *a = alloc(want);
