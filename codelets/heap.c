@@ -51,21 +51,31 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 
 static _Atomic int64_t heap_peak;
 
+#if !defined(STARPU_SIMGRID)
+/* The allocator's count of the bytes in use. Under AddressSanitizer malloc
+ * is the sanitizer's, which glibc's arenas never see: its own count of the
+ * bytes allocated and not yet freed is the same figure (the hardening stage
+ * runs the suite so). */
+static int64_t allocated_now(void)
+{
+#if defined(RMOE_HEAP_FROM_SANITIZER)
+	return (int64_t)__sanitizer_get_current_allocated_bytes();
+#else
+	struct mallinfo2 m = mallinfo2();
+	return (int64_t)(m.uordblks + m.hblkhd);
+#endif
+}
+#endif
+
 int64_t rmoe_heap_current(void)
 {
 #if defined(STARPU_SIMGRID)
 	return 0;
-#elif defined(RMOE_HEAP_FROM_SANITIZER)
-	/* Under AddressSanitizer malloc is the sanitizer's, which glibc's
-	 * arenas never see: its own count of the bytes allocated and not yet
-	 * freed is the same figure (the hardening stage runs the suite so). */
-	return (int64_t)__sanitizer_get_current_allocated_bytes() - rmoe_host_cache_extra();
 #else
 	/* The host cache's idle blocks and class slack (host_cache.c) are
 	 * allocator policy, like glibc's free lists, which uordblks leaves
 	 * out too. */
-	struct mallinfo2 m = mallinfo2();
-	return (int64_t)(m.uordblks + m.hblkhd) - rmoe_host_cache_extra();
+	return rmoe_host_cache_heap(allocated_now);
 #endif
 }
 

@@ -268,10 +268,15 @@ void rmoe_host_cache_stats(struct rmoe_host_cache_stats *s)
 	pthread_mutex_unlock(&cache.lock);
 }
 
-int64_t rmoe_host_cache_extra(void)
+int64_t rmoe_host_cache_heap(int64_t (*allocated)(void))
 {
+	/* Under the lock, which every allocation and free of the cache holds:
+	 * a block freed between the two reads (an eviction: ASan poisons a
+	 * large block's shadow for tens of microseconds) would otherwise be
+	 * counted by the allocator and left out of the idle bytes, and the
+	 * sampler's peak would keep that moment. */
 	pthread_mutex_lock(&cache.lock);
-	int64_t extra = cache.idle_bytes + cache.live_bytes - cache.live_want;
+	int64_t heap = allocated() - (cache.idle_bytes + cache.live_bytes - cache.live_want);
 	pthread_mutex_unlock(&cache.lock);
-	return extra;
+	return heap;
 }

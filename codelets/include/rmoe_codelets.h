@@ -213,9 +213,10 @@ struct rmoe_host_cache_stats {
 	int64_t hits, misses;
 };
 void rmoe_host_cache_stats(struct rmoe_host_cache_stats *s);
-/* Bytes malloc holds for the cache beyond what StarPU asked for: its idle
- * blocks and the size classes' slack (the heap probe leaves them out). */
-int64_t rmoe_host_cache_extra(void);
+/* allocated() (the allocator's count of bytes in use) less what malloc
+ * holds for the cache beyond what StarPU asked for: its idle blocks and the
+ * size classes' slack, read together with them (the heap probe). */
+int64_t rmoe_host_cache_heap(int64_t (*allocated)(void));
 /* Sizes in classes of an eighth of an octave: bytes rounded up by at most
  * 12.5% (at least 4096). */
 int64_t rmoe_size_class(int64_t bytes);
