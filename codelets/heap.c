@@ -9,8 +9,9 @@
  * codelet scratch (the fp32 copies of bf16 operands), StarPU's task and
  * handle structures, StarPU-MPI's and Open MPI's request and
  * unexpected-message buffers (less the host cache's idle blocks and class
- * slack, host_cache.c). Not in it: memory mapped without malloc. Two such pools matter here, and both are mapped before
- * a measured pass and never grow with it:
+ * slack, host_cache.c). Not in it: memory mapped without malloc. Two such
+ * pools matter here, and both are mapped before a measured pass and never
+ * grow with it:
  * - OpenBLAS's GEMM workspace: a pool of per-thread buffers that
  *   blas_memory_alloc mmaps on a thread's first level-3 call and keeps
  *   (BUFFER_SIZE each: 128 MiB of address space in Debian's 0.3.21,
@@ -129,7 +130,7 @@ static long sampler_period(void)
 	const char *env = getenv("RMOE_HEAP_SAMPLER_US");
 	if (env && *env) {
 		char *end;
-		long v = strtol(env, &end, 10);
+		const long v = strtol(env, &end, 10);
 		if (!strcmp(env, "off"))
 			us = 0;
 		else if (!*end && v >= 0 && v <= 1000000)
