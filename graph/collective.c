@@ -17,8 +17,8 @@
 static _Thread_local double wait_timeout;
 /* Host waits made on this thread (rmoe_wait_count). */
 static _Thread_local int64_t host_waits;
-/* The ranks that had not reached the last collective that timed out on this
- * thread (rmoe_wait_missing); -1 when the last timeout was another wait's. */
+/* The ranks this rank still waited for in the last collective that timed
+ * out on this thread (rmoe_wait_missing); -1 when the last timeout was another wait's. */
 static _Thread_local int missing_count = -1;
 static _Thread_local int missing_ranks[RMOE_WAIT_MISSING_MAX];
 
@@ -118,117 +118,137 @@ int rmoe_wait_tasks(const char *what)
 	return 0;
 }
 
-/* Who reached a collective, and can be heard. One that times out cannot
- * say which rank is missing, so with a timeout each rank, before joining
- * it, sends every other rank an empty "arrived" message, and answers each
- * one it gets with an empty "heard" message (on the communicator's two
- * highest tags; StarPU-MPI's own messages use tags 42 to 44). When the wait
- * gives up, the ranks that never answered are the ones lost, stuck before
- * the collective, or cut off from this one (a rank whose own "arrived" went
- * out before a link failed hears the others, but they cannot answer).
- * 2 (N - 1) empty messages from each rank per collective, with a timeout only. */
-enum { ARRIVED_RECV, HEARD_RECV, ARRIVED_SEND, HEARD_SEND, NREQ };
-
-struct arrivals {
+/* Collectives with a timeout are made of point-to-point messages: each rank
+ * sends its contribution straight to every rank that needs it (on the
+ * communicator's highest tag; StarPU-MPI's own messages use tags 42 to 44)
+ * and waits for those it needs itself. One that gives up then knows exactly
+ * whose contribution it lacks, or which peer never took its own: the ranks
+ * it waited for, lost, stuck before the collective, or cut off from this
+ * one. An MPI collective cannot say that: when a link fails inside it, some
+ * ranks complete it and go on while others wait for a message that will
+ * never come, from a rank they cannot name. N - 1 small messages from each
+ * rank per collective (a vote is a few integers), with a timeout only. */
+struct exchange {
 	MPI_Comm comm;
-	int tag;                   /* "arrived"; tag - 1: "heard" */
-	int n;                     /* peers */
-	int *peer;                 /* [n] */
-	MPI_Request *req;          /* [NREQ * n]: req[k * n + i] for peer i */
-	char *answered;            /* [n]: this rank has sent peer i its "heard" */
+	int rank, size;
+	MPI_Datatype type;
+	int count;
+	MPI_Aint extent;          /* bytes of one contribution */
+	MPI_Request *recv, *send; /* [size]; MPI_REQUEST_NULL where none */
+	char *inbox;              /* [size * extent]: rank r's contribution at r */
+	char *outbox;             /* [extent]: this rank's, while its sends last */
 };
 
-static void arrivals_free(struct arrivals *a, int abandon)
+/* Exchanges given up on: MPI may still write into their buffers (a late
+ * rank's contribution), so they are kept, reachable, until the process
+ * ends, which it must after RMOE_EPEER. */
+struct parked {
+	struct parked *next;
+	void *recv, *inbox, *outbox;
+};
+static _Atomic(struct parked *) parked;
+
+static void exchange_free(struct exchange *x, int abandon)
 {
-	/* Requests that cannot complete are abandoned with their memory. */
-	if (!abandon)
-		free(a->req);
-	free(a->peer);
-	free(a->answered);
-	*a = (struct arrivals){0};
+	struct parked *p = abandon ? malloc(sizeof(*p)) : NULL;
+	if (p) {
+		*p = (struct parked){atomic_load(&parked), x->recv, x->inbox, x->outbox};
+		while (!atomic_compare_exchange_weak(&parked, &p->next, p))
+			;
+	} else if (!abandon) {
+		free(x->recv);
+		free(x->inbox);
+		free(x->outbox);
+	}
+	*x = (struct exchange){0};
 }
 
-static int arrivals_post(MPI_Comm comm, struct arrivals *a, const char *what)
+/* Posts the messages: this rank's contribution (mine; NULL: none) to every
+ * other rank, and receives from every other rank (from < 0) or from rank
+ * `from` only (itself: none). */
+static int exchange_post(struct exchange *x, const void *mine, int from, int count, MPI_Datatype type,
+                         MPI_Comm comm, const char *what)
 {
-	int rank = 0, size = 1, found = 0, *tag_ub = NULL;
-	MPI_Comm_rank(comm, &rank);
-	MPI_Comm_size(comm, &size);
-	memset(a, 0, sizeof(*a));
-	if (size < 2)
-		return 0;
+	int found = 0, *tag_ub = NULL;
+	MPI_Aint lb = 0, extent = 0;
+	memset(x, 0, sizeof(*x));
+	MPI_Comm_rank(comm, &x->rank);
+	MPI_Comm_size(comm, &x->size);
 	MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found);
-	a->comm = comm;
-	a->tag = found && tag_ub ? *tag_ub : 32767;
-	size_t n = (size_t)(size - 1);
-	a->peer = malloc(sizeof(int) * n);
-	a->req = malloc(sizeof(MPI_Request) * NREQ * n);
-	a->answered = calloc(n, 1);
-	if (!a->peer || !a->req || !a->answered) {
-		arrivals_free(a, 0);
+	MPI_Type_get_extent(type, &lb, &extent);
+	int tag = found && tag_ub ? *tag_ub : 32767;
+	x->comm = comm;
+	x->type = type;
+	x->count = count;
+	x->extent = extent * count;
+	size_t n = (size_t)x->size, bytes = (size_t)(x->extent > 0 ? x->extent : 1);
+	x->recv = malloc(sizeof(MPI_Request) * 2 * n);
+	x->inbox = malloc(bytes * n);
+	x->outbox = mine ? malloc(bytes) : NULL;
+	if (!x->recv || !x->inbox || (mine && !x->outbox)) {
+		exchange_free(x, 0);
 		return rmoe_error(RMOE_ENOMEM, "out of host memory while %s", what);
 	}
-	for (int q = 0; q < size; q++)
-		if (q != rank)
-			a->peer[a->n++] = q;
+	x->send = x->recv + n;
+	if (mine)
+		memcpy(x->outbox, mine, (size_t)x->extent);
 	int bad = 0;
-	for (int i = 0; i < a->n; i++) {
-		a->req[HEARD_SEND * a->n + i] = MPI_REQUEST_NULL;
-		bad |= MPI_Irecv(NULL, 0, MPI_BYTE, a->peer[i], a->tag, comm, &a->req[ARRIVED_RECV * a->n + i]);
-		bad |= MPI_Irecv(NULL, 0, MPI_BYTE, a->peer[i], a->tag - 1, comm, &a->req[HEARD_RECV * a->n + i]);
-		bad |= MPI_Isend(NULL, 0, MPI_BYTE, a->peer[i], a->tag, comm, &a->req[ARRIVED_SEND * a->n + i]);
+	for (int q = 0; q < x->size; q++) {
+		x->recv[q] = x->send[q] = MPI_REQUEST_NULL;
+		if (q == x->rank)
+			continue;
+		if (from < 0 || from == q)
+			bad |= MPI_Irecv(x->inbox + (size_t)q * (size_t)x->extent, count, type, q, tag, comm, &x->recv[q]);
+		if (mine)
+			bad |= MPI_Isend(x->outbox, count, type, q, tag, comm, &x->send[q]);
 	}
 	return bad ? rmoe_error(RMOE_EMPI, "MPI_Isend or MPI_Irecv failed while %s", what) : 0;
 }
 
-/* Answers the peers whose "arrived" came; 1 once every message of the
- * exchange is done. */
-static int arrivals_progress(struct arrivals *a)
+/* Waits within the timeout until every message of the exchange is done; on
+ * RMOE_EPEER its requests are abandoned (they cannot complete without the
+ * missing rank) and rmoe_wait_missing names the peers whose contribution
+ * never came or who never took this rank's. */
+static int exchange_complete(struct exchange *x, const char *what)
 {
-	int all = 1;
-	for (int i = 0; i < a->n; i++) {
-		int got = 0;
-		if (a->answered[i])
-			continue;
-		MPI_Test(&a->req[ARRIVED_RECV * a->n + i], &got, MPI_STATUS_IGNORE);
-		if (got) {
-			MPI_Isend(NULL, 0, MPI_BYTE, a->peer[i], a->tag - 1, a->comm, &a->req[HEARD_SEND * a->n + i]);
-			a->answered[i] = 1;
+	double t0 = now_seconds();
+	int n = 2 * x->size;
+	for (long ns = 20000;; poll_pause(&ns)) {
+		/* One by one: MPI_Test frees each completed request (sets it to
+		 * MPI_REQUEST_NULL), where an incomplete MPI_Testall leaves all. */
+		int pending = 0;
+		for (int i = 0; i < n; i++) {
+			int done = 1;
+			if (x->recv[i] != MPI_REQUEST_NULL && MPI_Test(&x->recv[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+				exchange_free(x, 1);
+				return rmoe_error(RMOE_EMPI, "MPI_Test failed while %s", what);
+			}
+			pending += !done;
 		}
-		all = all && a->answered[i];
+		if (!pending)
+			return 0;
+		if (now_seconds() - t0 > wait_timeout)
+			break;
 	}
-	/* Not before every peer is answered: the test of all requests could
-	 * complete an "arrived" that this loop has not answered yet. */
-	int done = 0;
-	if (all)
-		MPI_Testall(NREQ * a->n, a->req, &done, MPI_STATUSES_IGNORE);
-	return done;
-}
-
-/* The timeout of a collective, naming the ranks that never answered. */
-static int arrivals_timeout(struct arrivals *a, const char *what)
-{
-	int n = 0;
+	int m = 0;
 	char list[160] = "";
 	size_t used = 0;
-	for (int i = 0; i < a->n; i++) {
-		int heard = 0;
-		MPI_Test(&a->req[HEARD_RECV * a->n + i], &heard, MPI_STATUS_IGNORE);
-		if (heard)
+	for (int q = 0; q < x->size; q++) {
+		if (x->recv[q] == MPI_REQUEST_NULL && x->send[q] == MPI_REQUEST_NULL)
 			continue;
-		if (n < RMOE_WAIT_MISSING_MAX)
-			missing_ranks[n] = a->peer[i];
+		if (m < RMOE_WAIT_MISSING_MAX)
+			missing_ranks[m] = q;
 		if (used < sizeof(list) - 16)
-			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", n ? ", " : "", a->peer[i]);
-		n++;
+			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", m ? ", " : "", q);
+		m++;
 	}
-	arrivals_free(a, 1);
+	exchange_free(x, 1);
 	int rc = rmoe_error(RMOE_EPEER,
-	                    "no progress for %g s (wait_timeout) while waiting for %s: %s%s%s; another rank died, "
-	                    "hangs or stopped calling the layer, or a task there cannot get memory (StarPU 1.3 "
-	                    "retries forever); this process must end (MPI_Abort)",
-	                    wait_timeout, what, n ? "no answer from rank(s) " : "every rank answered, yet the "
-	                    "collective did not complete", n ? list : "", used >= sizeof(list) - 16 ? ", ..." : "");
-	missing_count = n < RMOE_WAIT_MISSING_MAX ? n : RMOE_WAIT_MISSING_MAX;
+	                    "no progress for %g s (wait_timeout) while waiting for %s: no answer from rank(s) %s%s; "
+	                    "another rank died, hangs or stopped calling the layer, or a task there cannot get "
+	                    "memory (StarPU 1.3 retries forever); this process must end (MPI_Abort)",
+	                    wait_timeout, what, list, used >= sizeof(list) - 16 ? ", ..." : "");
+	missing_count = m < RMOE_WAIT_MISSING_MAX ? m : RMOE_WAIT_MISSING_MAX;
 	return rc;
 }
 
@@ -240,83 +260,68 @@ int rmoe_wait_missing(int *ranks, int max)
 	return missing_count;
 }
 
-/* Completes a non-blocking collective within the timeout, with the ranks'
- * arrivals. On RMOE_EPEER the requests are abandoned: they cannot complete
- * without the missing rank. */
-static int complete_bounded(int started, MPI_Request *req, struct arrivals *a, const char *call,
-                            const char *what)
-{
-	if (started != MPI_SUCCESS) {
-		arrivals_free(a, 1);
-		return rmoe_error(RMOE_EMPI, "%s failed while %s", call, what);
-	}
-	double t0 = now_seconds();
-	int done = 0, exchanged = a->n == 0;
-	for (long ns = 20000;; poll_pause(&ns)) {
-		if (!done && MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-			arrivals_free(a, 1);
-			return rmoe_error(RMOE_EMPI, "MPI_Test of %s failed while %s", call, what);
-		}
-		if (!exchanged)
-			exchanged = arrivals_progress(a);
-		if (done && exchanged) {
-			arrivals_free(a, 0);
-			return 0;
-		}
-		if (now_seconds() - t0 > wait_timeout)
-			return arrivals_timeout(a, what);
-	}
-}
-
-/* Without a timeout the blocking collectives; with one their non-blocking
- * forms, polled. */
+/* Without a timeout the blocking collectives; with one the exchange above.
+ * The reduction runs in rank order on every rank, so that every rank gets
+ * the same bits, floating-point sums included. */
 int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                            const char *what)
 {
-	MPI_Request req;
-	struct arrivals a;
+	struct exchange x;
 	host_waits++;
 	if (wait_timeout <= 0)
 		return MPI_Allreduce(in, out, count, type, op, comm) == MPI_SUCCESS
 		               ? 0
 		               : rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while %s", what);
-	int rc = arrivals_post(comm, &a, what);
-	if (rc)
+	int rc = exchange_post(&x, in, -1, count, type, comm, what);
+	if (rc || (rc = exchange_complete(&x, what)))
 		return rc;
-	return complete_bounded(MPI_Iallreduce(in, out, count, type, op, comm, &req), &req, &a, "MPI_Iallreduce",
-	                        what);
+	size_t bytes = (size_t)x.extent;
+	memcpy(x.inbox + (size_t)x.rank * bytes, in, bytes);
+	/* MPI_Reduce_local(a, b) makes b = a op b: from the last rank down. */
+	memcpy(out, x.inbox + (size_t)(x.size - 1) * bytes, bytes);
+	int bad = 0;
+	for (int q = x.size - 2; q >= 0; q--)
+		bad |= MPI_Reduce_local(x.inbox + (size_t)q * bytes, out, count, type, op);
+	exchange_free(&x, 0);
+	return bad ? rmoe_error(RMOE_EMPI, "MPI_Reduce_local failed while %s", what) : 0;
 }
 
 int rmoe_bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm, const char *what)
 {
-	MPI_Request req;
-	struct arrivals a;
+	struct exchange x;
+	int rank = 0;
 	host_waits++;
 	if (wait_timeout <= 0)
 		return MPI_Bcast(buf, count, type, root, comm) == MPI_SUCCESS
 		               ? 0
 		               : rmoe_error(RMOE_EMPI, "MPI_Bcast failed while %s", what);
-	int rc = arrivals_post(comm, &a, what);
-	if (rc)
+	MPI_Comm_rank(comm, &rank);
+	int rc = exchange_post(&x, rank == root ? buf : NULL, root, count, type, comm, what);
+	if (rc || (rc = exchange_complete(&x, what)))
 		return rc;
-	return complete_bounded(MPI_Ibcast(buf, count, type, root, comm, &req), &req, &a, "MPI_Ibcast", what);
+	if (rank != root)
+		memcpy(buf, x.inbox + (size_t)root * (size_t)x.extent, (size_t)x.extent);
+	exchange_free(&x, 0);
+	return 0;
 }
 
 int rmoe_allgather_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Comm comm,
                            const char *what)
 {
-	MPI_Request req;
-	struct arrivals a;
+	struct exchange x;
 	host_waits++;
 	if (wait_timeout <= 0)
 		return MPI_Allgather(in, count, type, out, count, type, comm) == MPI_SUCCESS
 		               ? 0
 		               : rmoe_error(RMOE_EMPI, "MPI_Allgather failed while %s", what);
-	int rc = arrivals_post(comm, &a, what);
-	if (rc)
+	int rc = exchange_post(&x, in, -1, count, type, comm, what);
+	if (rc || (rc = exchange_complete(&x, what)))
 		return rc;
-	return complete_bounded(MPI_Iallgather(in, count, type, out, count, type, comm, &req), &req, &a,
-	                        "MPI_Iallgather", what);
+	size_t bytes = (size_t)x.extent;
+	memcpy(x.inbox + (size_t)x.rank * bytes, in, bytes);
+	memcpy(out, x.inbox, bytes * (size_t)x.size);
+	exchange_free(&x, 0);
+	return 0;
 }
 
 int rmoe_agree(MPI_Comm comm, int rc, const char *what)

@@ -195,10 +195,10 @@ int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pas
 	const char *my_host = rmoe_topology_host(t, L->ctx->rank);
 	int missing[4], m = rmoe_wait_missing(missing, 4);
 	if (m == 0)
-		return rc;   /* a vote that every rank reached: its message says so */
+		return rc;   /* a vote that completed as it timed out */
 	if (m > 0) {
-		/* A vote of all ranks: the ranks that never reached it, lost or
-		 * stuck in the pass before, with their hosts. */
+		/* A vote of all ranks: the ranks whose vote never came (lost,
+		 * stuck in the pass before, or cut off), with their hosts. */
 		char who[256] = "";
 		size_t used = 0;
 		int n = 0;

@@ -32,19 +32,19 @@ int rmoe_wait_data(starpu_data_handle_t h);
 int rmoe_wait_tasks(const char *what);
 
 /* MPI_Allreduce, MPI_Bcast, MPI_Allgather within the timeout. With a
- * timeout each rank also tells every other that it reached the collective
- * (2 (N - 1) empty messages), so that one that gives up names the ranks
- * that never did. */
+ * timeout they are made of point-to-point messages (each rank sends its
+ * contribution to every rank that needs it), so that one that gives up
+ * names the ranks whose contribution never came or who never took its own. */
 int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                            const char *what);
 int rmoe_bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm, const char *what);
 int rmoe_allgather_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Comm comm,
                            const char *what);
 
-/* The ranks that had not reached the collective whose timeout gave the
- * last RMOE_EPEER on this thread: up to max of them into ranks; returns how
- * many (at most RMOE_WAIT_MISSING_MAX), or -1 when that RMOE_EPEER came
- * from another kind of wait. */
+/* The ranks this rank still waited for in the collective whose timeout
+ * gave the last RMOE_EPEER on this thread: up to max of them into ranks;
+ * returns how many (at most RMOE_WAIT_MISSING_MAX), or -1 when that
+ * RMOE_EPEER came from another kind of wait. */
 #define RMOE_WAIT_MISSING_MAX 64
 int rmoe_wait_missing(int *ranks, int max);
 
