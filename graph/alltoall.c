@@ -35,7 +35,16 @@
  * by two ordering tasks (exchange()) so that a stage's buffers still come
  * to exist only after the previous stage's are gone: the peaks are those of
  * the stages in turn (scheduler/memory_model.c), as with a collective on a
- * stream and a caching allocator. */
+ * stream and a caching allocator.
+ *
+ * Release order: StarPU frees a released buffer when the release's own
+ * control task, which waits for the buffer's last task, runs; that happens
+ * inline in the thread ending that task, as it notifies the task's
+ * successors in the order they were declared. A task of the next stage
+ * declared before the release is notified first, may start on another
+ * worker and allocate while the buffer still exists: a peak the stages in
+ * turn never have. So every buffer is released before anything that waits
+ * for its last task is submitted. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,7 +330,12 @@ int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass
 		if (!rc)
 			rc = rmoe_insert_expert_bwd_preweighted(&o, &es, 0, sorted, dsorted, L->h_w_part, work, dxs,
 			                                        L->h_dw_part);
+		/* Before the unsort, which waits for the expert backward too
+		 * (release order, file head). */
 		starpu_data_unregister_submit(dsorted);
+		starpu_data_unregister_submit(sorted);
+		starpu_data_unregister_submit(work);
+		sorted = work = NULL;
 		for (int q = 0; q < N; q++)
 			if (p.recv_rows[q] > 0)
 				dxsend[q] = rmoe_act_vector(pass, L, p.recv_rows[q] * L->H);
@@ -403,6 +417,9 @@ static int rows_to_experts(struct rmoe_layer *L, struct rmoe_pass *pass, const s
 	if (!rc && p->M > 0) {
 		*sorted = rmoe_temp_vector(pass, p->M * width, elsize);
 		rc = submit_sort_rows(L, p, RMOE_SORT_BY_EXPERT, width, recv, *sorted, "sort-by-expert", *done);
+		/* Released before the fence that the next stage waits for is
+		 * submitted (release order, file head). */
+		release_all(recv, N);
 		if (!rc)
 			rc = written(L, pass, *sorted, next);
 	}
