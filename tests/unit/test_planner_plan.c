@@ -1,0 +1,220 @@
+/* The planner's plan for a layer on simulated ranks of the shipped mn5-acc
+ * description: ring, routing and dispatch, the memory section, the fit
+ * against the tightest rank's device, and hop chunks under a memory cap. No
+ * MPI initialisation, no StarPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_plan.h"
+
+/* Qwen3-30B-A3B at full size, bf16, on 8 ranks of the MareNostrum 5 ACC
+ * description, with the dispatch left to the plan. */
+static void qwen3_layer(struct rmoe_layer_config *cfg)
+{
+	rmoe_layer_config_init(cfg);
+	cfg->hidden = 2048;
+	cfg->ffn = 768;
+	cfg->experts = 128;
+	cfg->topk = 8;
+	cfg->tokens = 49152;
+	cfg->dtype = RMOE_DTYPE_BF16;
+	cfg->dispatch = RMOE_DISPATCH_AUTO;
+}
+
+/* The plan tests' fixture: that layer on nranks simulated ranks. */
+struct plan_fixture {
+	struct rmoe_topology t;
+	struct rmoe_layer_config cfg;
+};
+
+static int plan_setup(void **state, int nranks)
+{
+	struct plan_fixture *f = calloc(1, sizeof(*f));
+	struct rmoe_cluster c;
+	if (!f || rmoe_cluster_load(RMOE_SOURCE_DIR "/scheduler/clusters/mn5-acc.cluster", &c))
+		return -1;
+	int rc = rmoe_topology_simulated(&c, NULL, nranks, &f->t);
+	rmoe_cluster_free(&c);
+	qwen3_layer(&f->cfg);
+	*state = f;
+	return rc;
+}
+
+static int plan_setup_4(void **state)
+{
+	return plan_setup(state, 4);
+}
+
+static int plan_setup_8(void **state)
+{
+	return plan_setup(state, 8);
+}
+
+static int plan_teardown(void **state)
+{
+	struct plan_fixture *f = *state;
+	rmoe_topology_free(&f->t);
+	free(f);
+	return 0;
+}
+
+static void test_planner_plan_for_a_simulated_cluster(void **state)
+{
+	struct plan_fixture *f = *state;
+	struct rmoe_topology t = f->t;
+	struct rmoe_layer_config cfg = f->cfg;
+	struct rmoe_plan_request req = {.layer = &cfg};
+	struct rmoe_plan plan;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(plan.order[i], i);
+	assert_int_equal(plan.node_crossings, 2);
+	assert_true(plan.have_layer);
+	/* §3.2: long sequences of few large experts favour expert routing. */
+	assert_int_equal(plan.routing.mode, RMOE_DISPATCH_RING_EXPERT);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_EXPERT);
+	assert_int_equal(plan.cap_rc, 0);
+	assert_int_equal(plan.fit_rc, 0);
+	assert_int_equal(plan.device.rank, -1);
+	assert_int_equal(plan.device.memory_bytes, (int64_t)64 << 30);
+	/* The memory section `relaymoe plan` printed for this configuration
+	 * before the plan was one function: the largest local token counts in
+	 * the device's 64 GiB. */
+	assert_int_equal(plan.memory.max_tokens[0], 2481676);
+	/* a2a-megatron keeps the all-to-all's buffers of that time; the lean
+	 * a2a trains more tokens. */
+	assert_int_equal(plan.memory.max_tokens[3], 461966);
+	assert_int_equal(plan.memory.max_tokens[2], 535700);
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+		struct rmoe_mem_config mc;
+		struct rmoe_mem_estimate e;
+		rmoe_mem_config_from_layer(&mc, &cfg, 8);
+		assert_int_equal(rmoe_memory_model(rmoe_plan_dispatchers[i], &mc, &e), 0);
+		assert_int_equal(plan.memory.est[i].peak, e.peak);
+	}
+	assert_int_equal(plan.memory.run.peak, plan.memory.est[0].peak);
+	/* A requested dispatch is kept, whatever the routing choice says. */
+	uint64_t digest = rmoe_plan_digest(&plan);
+	rmoe_plan_free(&plan);
+	cfg.dispatch = RMOE_DISPATCH_RING_TOKEN;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_TOKEN);
+	assert_string_equal(plan.dispatch_reason, "token requested");
+	assert_true(rmoe_plan_digest(&plan) != digest);
+	rmoe_plan_free(&plan);
+	cfg.dispatch = RMOE_DISPATCH_AUTO;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_true(rmoe_plan_digest(&plan) == digest);
+	rmoe_plan_free(&plan);
+}
+
+/* The context's plan is the ring alone: the same order a layer's plan has. */
+static void test_planner_plan_of_the_ring_only(void **state)
+{
+	struct plan_fixture *f = *state;
+	struct rmoe_topology t = f->t;
+	struct rmoe_plan_request req = {0};
+	struct rmoe_plan plan;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_false(plan.have_layer);
+	assert_int_equal(plan.nranks, 8);
+	assert_int_equal(plan.node_crossings, 2);
+	rmoe_plan_free(&plan);
+	assert_int_equal(rmoe_plan_make(NULL, &t, &plan), RMOE_EINVAL);
+}
+
+/* The fit check compares the layer's modelled peak with the smallest
+ * device memory over the ranks, and names that rank; unknown memory
+ * (0) takes no part. */
+static void test_planner_plan_fit_names_the_tightest_rank(void **state)
+{
+	struct plan_fixture *f = *state;
+	struct rmoe_topology t = f->t;
+	struct rmoe_layer_config cfg = f->cfg;
+	struct rmoe_device_info dev[4];
+	memset(dev, 0, sizeof(dev));
+	const int64_t GiB = (int64_t)1 << 30;
+	for (int r = 0; r < 4; r++) {
+		dev[r].kind = RMOE_DEVICE_CUDA;
+		dev[r].memory_bytes = 80 * GiB;
+		snprintf(dev[r].source, sizeof(dev[r].source), "rank %d's probe", r);
+	}
+	dev[2].memory_bytes = 1 * GiB;
+	dev[3].memory_bytes = 0;
+	struct rmoe_plan_request req = {.layer = &cfg, .devices = dev};
+	struct rmoe_plan plan;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.device.rank, 2);
+	assert_int_equal(plan.device.kind, RMOE_DEVICE_CUDA);
+	assert_true(plan.memory.run.peak > 1 * GiB);
+	assert_int_equal(plan.fit_rc, RMOE_ENOMEM);
+	assert_non_null(strstr(plan.fit_msg, "but rank 2 has 1.00 GiB (rank 2's probe)"));
+	rmoe_plan_free(&plan);
+	dev[2].memory_bytes = 80 * GiB;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.fit_rc, 0);
+	rmoe_plan_free(&plan);
+	for (int r = 0; r < 4; r++)
+		dev[r].memory_bytes = 0;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.fit_rc, 0);
+	assert_int_equal(plan.device.memory_bytes, 0);
+	rmoe_plan_free(&plan);
+}
+
+/* Under a memory cap the plan chunks the ring's hops so that the modelled
+ * peak of the worst routing stays within the cap; a cap below one row's
+ * needs is a verdict, not a failure to plan. */
+static void test_planner_plan_chunks_under_a_cap(void **state)
+{
+	struct plan_fixture *f = *state;
+	struct rmoe_topology t = f->t;
+	struct rmoe_layer_config cfg = f->cfg;
+	cfg.dispatch = RMOE_DISPATCH_RING_EXPERT;
+	struct rmoe_plan_request req = {.layer = &cfg};
+	struct rmoe_plan plan;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	const int64_t whole = plan.memory.run.peak;
+	rmoe_plan_free(&plan);
+	cfg.mem_cap = whole * 3 / 4;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.cap_rc, 0);
+	assert_true(plan.chunk_rows > 0 && plan.chunk_rows < cfg.tokens * cfg.topk);
+	assert_true(plan.memory.run.peak <= cfg.mem_cap);
+	struct rmoe_mem_config worst;
+	struct rmoe_mem_estimate e;
+	rmoe_mem_config_from_layer(&worst, &cfg, 4);
+	worst.skew = 4;
+	worst.chunk_rows = plan.chunk_rows;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &worst, &e), 0);
+	assert_true(e.peak <= cfg.mem_cap);
+	worst.chunk_rows = plan.chunk_rows + 1;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &worst, &e), 0);
+	assert_true(e.peak > cfg.mem_cap - cfg.mem_cap / RMOE_CAP_HEADROOM);
+	rmoe_plan_free(&plan);
+	cfg.mem_cap = 1024;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.cap_rc, RMOE_EINVAL);
+	assert_non_null(strstr(plan.cap_msg, "memory cap 1024 bytes is too small"));
+	rmoe_plan_free(&plan);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_planner_plan_for_a_simulated_cluster, plan_setup_8, plan_teardown),
+		cmocka_unit_test_setup_teardown(test_planner_plan_of_the_ring_only, plan_setup_8, plan_teardown),
+		cmocka_unit_test_setup_teardown(test_planner_plan_fit_names_the_tightest_rank, plan_setup_4,
+		                                plan_teardown),
+		cmocka_unit_test_setup_teardown(test_planner_plan_chunks_under_a_cap, plan_setup_4, plan_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
