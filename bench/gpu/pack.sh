@@ -21,7 +21,8 @@ done
 [ -n "$build" ] && [ -n "$starpu" ] && [ -n "$out" ] || { echo "pack.sh: --build, --starpu and --out are needed" >&2; exit 2; }
 grep -q "RMOE_CUDA:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null \
   || { echo "pack.sh: $build is not a relaymoe build with -DRMOE_CUDA=ON" >&2; exit 2; }
-progs=(apps/relaymoe tests/unit/test_codelets tests/mpi/test_raw bench/gpu/rmoe_gemm_rate)
+progs=(apps/relaymoe tests/unit/test_codelets tests/unit/test_codelets_router tests/unit/test_codelets_dispatch
+       tests/unit/test_codelets_expert tests/unit/test_codelets_bf16 tests/mpi/test_raw bench/gpu/rmoe_gemm_rate)
 for p in "${progs[@]}"; do [ -x "$build/$p" ] || { echo "pack.sh: $build/$p missing: build it first" >&2; exit 2; }; done
 blas=/usr/lib/x86_64-linux-gnu/blas/libblas.so.3
 [ -e "$blas" ] || { echo "pack.sh: $blas missing: apt-get install libblas3" >&2; exit 2; }

@@ -4,8 +4,8 @@
 # where StarPU finds no CUDA worker, so the whole suite runs anywhere.
 #   gpu_checks.sh BUILD_DIR MPIEXEC [RESULTS_DIR]
 # BUILD_DIR: a relaymoe build tree, or a bundle of bench/gpu/pack.sh (the
-# same layout: apps/relaymoe, tests/unit/test_codelets, tests/mpi/test_raw).
-# 1. test_codelets on one CUDA worker and no CPU worker: every codelet
+# same layout: apps/relaymoe, tests/unit/test_codelets*, tests/mpi/test_raw).
+# 1. the test_codelets programs on one CUDA worker and no CPU worker: every codelet
 #    against its double-precision loop (fp32 within 1e-5, bf16 within 2e-2
 #    of the fp32 kernel), the same tolerances as on the CPU;
 # 2. relaymoe run --check with CUDA workers only, fp32 (1e-5) and bf16
@@ -21,7 +21,8 @@
 # script itself checked on a machine without a GPU; no sanitizer).
 set -uo pipefail
 build=$1 mpiexec=$2 results=${3:-}
-app=$build/apps/relaymoe codelets=$build/tests/unit/test_codelets raw=$build/tests/mpi/test_raw
+app=$build/apps/relaymoe raw=$build/tests/mpi/test_raw
+codelets=(test_codelets test_codelets_router test_codelets_dispatch test_codelets_expert test_codelets_bf16)
 dry=${GPU_CHECKS_DRY_RUN:-0}
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export STARPU_HOME=${STARPU_HOME:-$(mktemp -d)}
@@ -47,9 +48,11 @@ fi
 [ $rc -eq 0 ] && ok "a run on $wname workers only" || { bad "a run on $wname workers only (rc=$rc)"; log "$probe"; }
 
 # 1. Every codelet on the CUDA worker against its double loop.
-out=$(RMOE_TEST_DEVICE=$device timeout 120 "$codelets" 2>&1); rc=$?
-n=$(grep -c "^\[       OK \]" <<<"$out")
-[ $rc -eq 0 ] && ok "test_codelets on $wname: $n tests passed" || { bad "test_codelets on $wname (rc=$rc)"; log "$out"; }
+for prog in "${codelets[@]}"; do
+  out=$(RMOE_TEST_DEVICE=$device timeout 120 "$build/tests/unit/$prog" 2>&1); rc=$?
+  n=$(grep -c "^\[       OK \]" <<<"$out")
+  [ $rc -eq 0 ] && ok "$prog on $wname: $n tests passed" || { bad "$prog on $wname (rc=$rc)"; log "$out"; }
+done
 
 # 2. The layer end to end against the reference.
 csv=$work/runs.csv
@@ -97,9 +100,12 @@ then ok "device peak memory reported by every run"; else bad "a run reported no 
 # 3. compute-sanitizer (memcheck): the codelets, and one layer on one rank.
 if [ "$dry" = 1 ]; then log "dry run: compute-sanitizer not run"
 elif command -v compute-sanitizer >/dev/null; then
-  out=$(RMOE_TEST_DEVICE=$device timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$codelets" 2>&1); rc=$?
-  [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: test_codelets on CUDA" \
-    || { bad "compute-sanitizer memcheck: test_codelets (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
+  for prog in "${codelets[@]}"; do
+    out=$(RMOE_TEST_DEVICE=$device timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
+          "$build/tests/unit/$prog" 2>&1); rc=$?
+    [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: $prog on CUDA" \
+      || { bad "compute-sanitizer memcheck: $prog (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
+  done
   out=$(cuda_only timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$app" run "${small[@]}" \
         --dtype bf16 --dispatch all --partitions 2 --check 2>&1); rc=$?
   [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: relaymoe run bf16, 1 rank" \
