@@ -80,13 +80,14 @@ int64_t rmoe_heap_current(void)
 #endif
 }
 
-void rmoe_heap_sample(void)
+int64_t rmoe_heap_sample(void)
 {
 	int64_t now = rmoe_heap_current();
 	int64_t peak = atomic_load_explicit(&heap_peak, memory_order_relaxed);
 	while (now > peak && !atomic_compare_exchange_weak_explicit(&heap_peak, &peak, now, memory_order_relaxed,
 	                                                            memory_order_relaxed))
 		;
+	return now;
 }
 
 int64_t rmoe_heap_reset(void)
@@ -109,7 +110,8 @@ int64_t rmoe_heap_peak(void)
  * runs: the all-to-all's exchange buffers, StarPU-MPI's early-data copies,
  * Open MPI's unexpected messages. Every 0.5 ms is short beside a hop or an
  * exchange of the sizes measured (milliseconds) and costs one mallinfo2
- * (a walk of the arenas' free lists) and one read of StarPU's counters. */
+ * (a walk of the arenas' free lists) and one read of StarPU's counters;
+ * while nothing moves, less often (sampler_main). */
 static struct {
 	pthread_mutex_t lock;
 	pthread_t thread;
@@ -145,14 +147,27 @@ static long sampler_period(void)
 #endif
 
 #ifndef STARPU_SIMGRID
+/* Each sample wakes a thread on cores that the workers and their BLAS
+ * threads keep busy: it preempts one of them, and a multithreaded GEMM
+ * waits for its slowest thread. While the level stays where it was (a
+ * long GEMM allocates nothing) the period doubles, up to SAMPLER_BACKOFF
+ * times the set one; the first change brings it back. A level that moves
+ * after a quiet stretch is seen at most that much later, a short time
+ * beside the GEMM that kept it still. */
+enum { SAMPLER_BACKOFF = 8 };
+
 static void *sampler_main(void *arg)
 {
 	(void)arg;
-	const long us = sampler.period_us;
-	const struct timespec period = {us / 1000000, us % 1000000 * 1000};
+	const long base = sampler.period_us;
+	long us = base;
+	int64_t last = -1;
 	while (!atomic_load_explicit(&sampler.stop, memory_order_relaxed)) {
+		const struct timespec period = {us / 1000000, us % 1000000 * 1000};
 		clock_nanosleep(CLOCK_MONOTONIC, 0, &period, NULL);
-		rmoe_probe_sample();
+		const int64_t level = rmoe_probe_sample();
+		us = level != last ? base : us < SAMPLER_BACKOFF * base ? 2 * us : us;
+		last = level;
 	}
 	return NULL;
 }

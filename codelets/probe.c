@@ -31,16 +31,18 @@ int64_t rmoe_probe_current(void)
 	return used(STARPU_MAIN_RAM);
 }
 
-void rmoe_probe_sample(void)
+int64_t rmoe_probe_sample(void)
 {
-	rmoe_heap_sample();
+	int64_t level = rmoe_heap_sample();
 	for (int node = 0; node < nodes(); node++) {
 		int64_t now = used((unsigned)node);
+		level += now;
 		int64_t peak = atomic_load_explicit(&peak_bytes[node], memory_order_relaxed);
 		while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_bytes[node], &peak, now,
 		                                                            memory_order_relaxed, memory_order_relaxed))
 			;
 	}
+	return level;
 }
 
 void rmoe_probe_reset(void)

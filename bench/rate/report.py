@@ -307,7 +307,8 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
         L.append(f"| {name} | {s['H']} | {s['F']} | {s['E']} | {s['K']} | {s['T']} | {s['T'] * s['K'] // s['E']} | "
                  f"{f / 1e9:.2f} | {b / 1e9:.2f} |")
     L += ["", "Configurations: rN-wXbY-POLICY = N ranks, STARPU_NCPU=X workers per rank, OPENBLAS_NUM_THREADS=Y, "
-          "StarPU policy POLICY; all on the same cores, `mpirun --bind-to none --mca mpi_yield_when_idle 1` (as "
+          "StarPU policy POLICY; a -nocache suffix: RMOE_HOST_CACHE=off, -nosampler: RMOE_HEAP_SAMPLER_US=off; "
+          "all on the same cores, `mpirun --bind-to none --mca mpi_yield_when_idle 1` (as "
           "scripts/mpirun.sh), STARPU_WORKERS_NOBIND=1. "
           "The library keeps OPENBLAS_NUM_THREADS when it is set (rmoe_ctx_config.blas_threads, automatic); "
           "without it, it gives each worker the cores the rank's workers leave, so r1-w1b2 and r2-w1b1 are what "
@@ -403,6 +404,11 @@ def closing_notes(shapes, summary, rate, rounds, bd, own_core):
         if r:
             items.append(f"StarPU's host buffers through the cache (r1-w1b2-lws) against RMOE_HOST_CACHE=off: "
                          f"forward x{r:.2f}, backward x{rb:.2f}")
+        r = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nosampler", "fwd")
+        rb = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nosampler", "bwd")
+        if r:
+            items.append(f"the heap probe's sampler thread on (r1-w1b2-lws, the default) against "
+                         f"RMOE_HEAP_SAMPLER_US=off: forward x{r:.2f}, backward x{rb:.2f}")
         for pol in ("eager", "dmdas", "prio", "ws"):
             r = ratio_of(summary, name, f"r1-w2b1-{pol}", "r1-w2b1-lws", "fwd")
             rb = ratio_of(summary, name, f"r1-w2b1-{pol}", "r1-w2b1-lws", "bwd")

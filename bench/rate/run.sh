@@ -36,8 +36,9 @@
 # Default: issue16:1024:512:8:2:4096 (the issue's), and Qwen3-30B-A3B's
 # H=2048, F=768 with 16 experts: qwen3-k8:2048:768:16:8:256 and
 # qwen3-k2:2048:768:16:2:1024 (128 rows per expert on one rank).
-# CONFIG: rN-wXbY-POLICY[-nocache]: N ranks, STARPU_NCPU=X workers per rank,
-# OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY; -nocache: RMOE_HOST_CACHE=off
+# CONFIG: rN-wXbY-POLICY[-nocache][-nosampler]: N ranks, STARPU_NCPU=X workers
+# per rank, OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY; -nocache:
+# RMOE_HOST_CACHE=off; -nosampler: RMOE_HEAP_SAMPLER_US=off
 # (StarPU's host buffers not cached, README "StarPU's host buffers"). The library keeps
 # OPENBLAS_NUM_THREADS when set; Y > 1 also preloads bench/rate/blas_threads.c,
 # which keeps builds that set OpenBLAS to one thread (before
@@ -84,7 +85,7 @@ for s in $shapes; do
   [[ $s =~ ^[A-Za-z0-9_.-]+(:[1-9][0-9]*){5}$ ]] || die "--shapes: '$s' is not NAME:H:F:E:K:T"
 done
 for c in $configs $breakdown; do
-  [[ $c =~ ^r[1-9][0-9]*-w[1-9][0-9]*b[1-9][0-9]*-[a-z_-]+$ ]] || die "'$c' is not a configuration rN-wXbY-POLICY[-nocache]"
+  [[ $c =~ ^r[1-9][0-9]*-w[1-9][0-9]*b[1-9][0-9]*-[a-z_-]+$ ]] || die "'$c' is not a configuration rN-wXbY-POLICY[-nocache][-nosampler]"
 done
 [ -n "$configs" ] || die "--configs: give at least one configuration"
 build=$(cd "$build" 2>/dev/null && pwd) || die "no build tree at '$build'"
@@ -167,10 +168,12 @@ for p in fwd bwd; do
 done
 
 # A config's parts: ranks, workers, BLAS threads, policy; a -nocache suffix
-# turns the host buffer cache off (RMOE_HOST_CACHE=off).
-parse_config() {  # parse_config CONFIG -> np ncpu nblas sched hcache
+# turns the host buffer cache off (RMOE_HOST_CACHE=off), a -nosampler one
+# the heap probe's sampler thread (RMOE_HEAP_SAMPLER_US=off).
+parse_config() {  # parse_config CONFIG -> np ncpu nblas sched hcache hsampler
   local c=${1#r}
-  hcache=auto
+  hcache=auto hsampler=
+  case $c in *-nosampler) hsampler=off c=${c%-nosampler} ;; esac
   case $c in *-nocache) hcache=off c=${c%-nocache} ;; esac
   np=${c%%-*}; c=${c#*-w}
   ncpu=${c%%b*}; c=${c#*b}
@@ -184,7 +187,8 @@ relaymoe_run() {  # relaymoe_run SHAPE CSV [HOMES] -- CONFIG RUN-ARGS... (RUN_AP
   local config=$1; shift
   IFS=: read -r name H F E K T <<<"$shape"
   parse_config "$config"
-  local env=(STARPU_NCPU="$ncpu" OPENBLAS_NUM_THREADS="$nblas" RMOE_HOST_CACHE="$hcache")
+  local env=(STARPU_NCPU="$ncpu" OPENBLAS_NUM_THREADS="$nblas" RMOE_HOST_CACHE="$hcache"
+             RMOE_HEAP_SAMPLER_US="$hsampler")
   # as scripts/mpirun.sh: MPI yields when idle (bench/results/hop.md)
   local mpi=(mpirun --bind-to none --mca mpi_yield_when_idle 1 -np "$np")
   [ "$nblas" -gt 1 ] && mpi+=(-x LD_PRELOAD="$tmp/libblas_threads.so")
