@@ -87,7 +87,7 @@ for ep in $eps; do
       [ -z "$history" ] || export RMOE_SIM_HISTORY=$history/.starpu/sampling RMOE_SIM_HISTORY_HOST=$history_host
       cd "$work"
       # shellcheck disable=SC2086
-      exec timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
+      exec "${sim_norand[@]}" timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
         -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" $RMOE_SIM_CFG \
         "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$sched" \
         --repeat "$repeat" --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
