@@ -129,36 +129,32 @@ int rmoe_wait_tasks(const char *what)
  * never come, from a rank they cannot name. N - 1 small messages from each
  * rank per collective (a vote is a few integers), with a timeout only. */
 struct exchange {
-	MPI_Comm comm;
 	int rank, size;
-	MPI_Datatype type;
-	int count;
 	MPI_Aint extent;          /* bytes of one contribution */
 	MPI_Request *recv, *send; /* [size]; MPI_REQUEST_NULL where none */
-	char *inbox;              /* [size * extent]: rank r's contribution at r */
-	char *outbox;             /* [extent]: this rank's, while its sends last */
+	char *inbox;              /* [size * extent]: rank r's contribution at r,
+	                           * this rank's the one its sends read */
+	struct parked *block;     /* the one allocation holding the above */
 };
 
-/* Exchanges given up on: MPI may still write into their buffers (a late
- * rank's contribution), so they are kept, reachable, until the process
- * ends, which it must after RMOE_EPEER. */
+/* An exchange's allocation starts with this header: one given up on stays
+ * on a list, reachable, until the process ends (which it must after
+ * RMOE_EPEER), since MPI may still write into it (a late rank's
+ * contribution). */
 struct parked {
 	struct parked *next;
-	void *recv, *inbox, *outbox;
 };
 static _Atomic(struct parked *) parked;
 
 static void exchange_free(struct exchange *x, int abandon)
 {
-	struct parked *p = abandon ? malloc(sizeof(*p)) : NULL;
-	if (p) {
-		*p = (struct parked){atomic_load(&parked), x->recv, x->inbox, x->outbox};
+	struct parked *p = x->block;
+	if (p && abandon) {
+		p->next = atomic_load(&parked);
 		while (!atomic_compare_exchange_weak(&parked, &p->next, p))
 			;
-	} else if (!abandon) {
-		free(x->recv);
-		free(x->inbox);
-		free(x->outbox);
+	} else {
+		free(p);
 	}
 	*x = (struct exchange){0};
 }
@@ -177,21 +173,17 @@ static int exchange_post(struct exchange *x, const void *mine, int from, int cou
 	MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found);
 	MPI_Type_get_extent(type, &lb, &extent);
 	int tag = found && tag_ub ? *tag_ub : 32767;
-	x->comm = comm;
-	x->type = type;
-	x->count = count;
 	x->extent = extent * count;
-	size_t n = (size_t)x->size, bytes = (size_t)(x->extent > 0 ? x->extent : 1);
-	x->recv = malloc(sizeof(MPI_Request) * 2 * n);
-	x->inbox = malloc(bytes * n);
-	x->outbox = mine ? malloc(bytes) : NULL;
-	if (!x->recv || !x->inbox || (mine && !x->outbox)) {
-		exchange_free(x, 0);
+	size_t n = (size_t)x->size;
+	x->block = malloc(sizeof(struct parked) + sizeof(MPI_Request) * 2 * n + (size_t)x->extent * n);
+	if (!x->block)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory while %s", what);
-	}
+	x->recv = (MPI_Request *)(x->block + 1);
 	x->send = x->recv + n;
+	x->inbox = (char *)(x->send + n);
+	char *own = x->inbox + (size_t)x->rank * (size_t)x->extent;
 	if (mine)
-		memcpy(x->outbox, mine, (size_t)x->extent);
+		memcpy(own, mine, (size_t)x->extent);
 	int bad = 0;
 	for (int q = 0; q < x->size; q++) {
 		x->recv[q] = x->send[q] = MPI_REQUEST_NULL;
@@ -200,9 +192,12 @@ static int exchange_post(struct exchange *x, const void *mine, int from, int cou
 		if (from < 0 || from == q)
 			bad |= MPI_Irecv(x->inbox + (size_t)q * (size_t)x->extent, count, type, q, tag, comm, &x->recv[q]);
 		if (mine)
-			bad |= MPI_Isend(x->outbox, count, type, q, tag, comm, &x->send[q]);
+			bad |= MPI_Isend(own, count, type, q, tag, comm, &x->send[q]);
 	}
-	return bad ? rmoe_error(RMOE_EMPI, "MPI_Isend or MPI_Irecv failed while %s", what) : 0;
+	if (!bad)
+		return 0;
+	exchange_free(x, 1);
+	return rmoe_error(RMOE_EMPI, "MPI_Isend or MPI_Irecv failed while %s", what);
 }
 
 /* Waits within the timeout until every message of the exchange is done; on
@@ -276,7 +271,6 @@ int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype ty
 	if (rc || (rc = exchange_complete(&x, what)))
 		return rc;
 	size_t bytes = (size_t)x.extent;
-	memcpy(x.inbox + (size_t)x.rank * bytes, in, bytes);
 	/* MPI_Reduce_local(a, b) makes b = a op b: from the last rank down. */
 	memcpy(out, x.inbox + (size_t)(x.size - 1) * bytes, bytes);
 	int bad = 0;
@@ -317,9 +311,7 @@ int rmoe_allgather_bounded(const void *in, void *out, int count, MPI_Datatype ty
 	int rc = exchange_post(&x, in, -1, count, type, comm, what);
 	if (rc || (rc = exchange_complete(&x, what)))
 		return rc;
-	size_t bytes = (size_t)x.extent;
-	memcpy(x.inbox + (size_t)x.rank * bytes, in, bytes);
-	memcpy(out, x.inbox, bytes * (size_t)x.size);
+	memcpy(out, x.inbox, (size_t)x.extent * (size_t)x.size);
 	exchange_free(&x, 0);
 	return 0;
 }

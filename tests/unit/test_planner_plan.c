@@ -14,17 +14,15 @@
 #include <string.h>
 
 #include "rmoe_plan.h"
+#include "rmoe_scheduler.h"
 
-/* Qwen3-30B-A3B at full size, bf16, on 8 ranks of the MareNostrum 5 ACC
- * description, with the dispatch left to the plan. */
+/* Qwen3-30B-A3B at full size (its preset), bf16, on 8 ranks of the
+ * MareNostrum 5 ACC description, with the dispatch left to the plan. */
 static void qwen3_layer(struct rmoe_layer_config *cfg)
 {
+	char msg[256];
 	rmoe_layer_config_init(cfg);
-	cfg->hidden = 2048;
-	cfg->ffn = 768;
-	cfg->experts = 128;
-	cfg->topk = 8;
-	cfg->tokens = 49152;
+	assert_int_equal(rmoe_preset_apply("Qwen3-30B-A3B", 1.0, cfg, msg, sizeof(msg)), 0);
 	cfg->dtype = RMOE_DTYPE_BF16;
 	cfg->dispatch = RMOE_DISPATCH_AUTO;
 }
