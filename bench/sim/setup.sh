@@ -22,16 +22,13 @@ sim_setup() {
     gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
     [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
   fi
-  # A simulation repeats itself only at the same addresses: StarPU walks
-  # some of its hash tables (keyed by handle and request pointers) in
-  # address order, and at EP 32 the all-to-all's N^2 requests made two runs
-  # of one case differ by up to 0.1% with address randomisation (three runs
-  # without it: identical). Every run goes under `setarch -R` where the
-  # kernel allows it (sim_norand, empty where it does not).
-  sim_norand=()
-  if setarch "$(uname -m)" -R true 2>/dev/null; then
-    sim_norand=(setarch "$(uname -m)" -R)
-  else
+  # Every run goes under `setarch -R` where the kernel allows it
+  # (scripts/lib/norand.sh says why; sim_norand is empty where it does not).
+  # shellcheck source=../../scripts/lib/norand.sh
+  . "$root/scripts/lib/norand.sh"
+  rmoe_norand
+  sim_norand=("${rmoe_norand[@]}")
+  if [ "${#sim_norand[@]}" -eq 0 ]; then
     echo "sim: warning: setarch -R is not permitted here; runs of many ranks may differ slightly from run to run" >&2
   fi
   # SimGrid maps a stack per simulated thread and StarPU's folded

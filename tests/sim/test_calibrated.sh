@@ -43,9 +43,14 @@ python3 "$src/scripts/sim/platform.py" --cpu -n 1 -o "$work/platform" >/dev/null
 . "$work/platform/env.sh"
 export STARPU_HOME=$work STARPU_SILENT=1
 read -r -a cfg <<<"${RMOE_SIM_CFG:-}"
+# One rank replays the same way at any address, but the runs go without
+# address randomisation all the same, as every simulation here does.
+# shellcheck source=../../scripts/lib/norand.sh
+. "$src/scripts/lib/norand.sh"
+rmoe_norand
 simulate() { # simulate NAME HISTORY_DIR: $work/NAME.csv, exit status of the run
   RMOE_SIM_HISTORY=$2 RMOE_SIM_HISTORY_HOST=rmoe-test \
-    "$smpirun" -np 1 -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" "${cfg[@]}" \
+    "${rmoe_norand[@]}" "$smpirun" -np 1 -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" "${cfg[@]}" \
     "$sim_app" run "${layer[@]}" --dispatch ring --repeat 1 --quiet --csv "$work/$1.csv" >"$work/$1.log" 2>&1
 }
 simulate replay1 "$work/rec/.starpu/sampling" || fail "replay failed (log: $work/replay1.log)"
