@@ -241,6 +241,81 @@ static int check_policy(const struct rmoe_ctx_config *cfg)
 	                  "its %d modular-* policies", name, from_env ? " (STARPU_SCHED)" : "", known, modular);
 }
 
+#ifndef STARPU_SIMGRID
+/* Whether StarPU's bus calibration of this host is on disk: the files
+ * StarPU 1.3 reads at start-up (perfmodel_bus.c), at the path it uses:
+ * STARPU_PERF_MODEL_DIR, else XDG_CACHE_HOME, STARPU_HOME or HOME with
+ * .starpu/sampling; the host is STARPU_HOSTNAME or the host name up to its
+ * first dot. */
+static int bus_calibrated(void)
+{
+	char host[256], dir[4096], path[4400];
+	const char *forced = getenv("STARPU_HOSTNAME");
+	if (forced && *forced) {
+		snprintf(host, sizeof(host), "%s", forced);
+	} else {
+		if (gethostname(host, sizeof(host) - 1))
+			return 0;
+		host[sizeof(host) - 1] = 0;
+		char *dot = strchr(host, '.');
+		if (dot)
+			*dot = 0;
+	}
+	const char *models = getenv("STARPU_PERF_MODEL_DIR");
+	if (models) {
+		snprintf(dir, sizeof(dir), "%s/bus", models);
+	} else {
+		const char *home = getenv("XDG_CACHE_HOME");
+		if (!home)
+			home = getenv("STARPU_HOME");
+		if (!home)
+			home = getenv("HOME");
+		if (!home)
+			return 0;
+		snprintf(dir, sizeof(dir), "%s/.starpu/sampling/bus", home);
+	}
+	static const char *const kinds[] = {"affinity", "bandwidth", "config", "latency"};
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s.%s", dir, host, kinds[i]);
+		if (access(path, R_OK))
+			return 0;
+	}
+	return 1;
+}
+
+/* StarPU measures the buses on its first start on a host and writes them
+ * to its home; two processes of one host that both find nothing there
+ * measure together, and one reads a file that the other has just
+ * truncated: StarPU 1.3 aborts ("Error when reading from file
+ * .../bus/HOST.affinity"; seen with 2 ranks per host on a fresh home). So
+ * on a node's first start the node's first rank starts and stops StarPU
+ * alone, with the same workers, and the node's other ranks wait for it. */
+static int calibrate_bus_once(const rmoe_ctx *ctx, const struct starpu_conf *conf)
+{
+	if (ctx->local_size < 2)
+		return 0;
+	MPI_Comm node;
+	if (MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+		return rmoe_error(RMOE_EMPI, "MPI_Comm_split_type failed");
+	int missing = ctx->local_rank == 0 ? !bus_calibrated() : 0;
+	MPI_Bcast(&missing, 1, MPI_INT, 0, node);
+	if (missing) {
+		if (ctx->local_rank == 0) {
+			if (!getenv("STARPU_SILENT"))
+				fprintf(stderr, "relaymoe: rank %d measures this host's buses for StarPU alone (its first start "
+				        "here); the node's %d other rank(s) start after it\n", ctx->rank, ctx->local_size - 1);
+			struct starpu_conf once = *conf;
+			/* A failure here is the real start's to report, with its message. */
+			if (starpu_init(&once) == 0)
+				starpu_shutdown();
+		}
+		MPI_Barrier(node);
+	}
+	MPI_Comm_free(&node);
+	return 0;
+}
+#endif
+
 /* StarPU and StarPU-MPI on the context's communicator. */
 static int ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 {
@@ -260,7 +335,10 @@ static int ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	 * several ranks on a node they would all share one core. */
 	if (ctx->local_size > 1)
 		setenv("STARPU_WORKERS_NOBIND", "1", 0);
-#ifdef STARPU_SIMGRID
+#ifndef STARPU_SIMGRID
+	if ((rc = calibrate_bus_once(ctx, &conf)))
+		return rc;
+#else
 	/* StarPU charges every simulated cudaMalloc and pinned host allocation
 	 * (175 us, 650 us per MiB); the frameworks the paper compares reuse
 	 * device memory through a caching allocator, whose steady state costs
