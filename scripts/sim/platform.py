@@ -23,7 +23,8 @@ take the planner's built-in numbers, as the planner does).
                         [link network] bandwidth, half its latency) to that
                         router, and the node routers are joined by a
                         non-blocking fabric (a fat tree of full bisection: a
-                        FATPIPE link, no latency of its own). A message
+                        FATPIPE link per ordered pair of nodes, no latency of
+                        its own). A message
                         between two nodes therefore sees the file's network
                         bandwidth and latency, one inside a node its pair's
                         link.
@@ -419,16 +420,26 @@ def smpi_platform(c, nranks, node, device, hosts):
         w(' </zone>')
     if len(nodes) > 1:
         # Full-bisection fat tree: never the bottleneck, each flow is capped by
-        # the adapters at its ends only.
-        w(' <link id="%s-fabric" bandwidth="%s" latency="0s" sharing_policy="FATPIPE"/>'
-          % (name, bps(net_bw)))
+        # the adapters at its ends only. SimGrid forbids an empty route, so a
+        # FATPIPE link (no latency, each flow alone capped at the adapter's
+        # rate) joins each ordered pair of nodes. One link per pair, not one
+        # for the whole fabric: SimGrid rescans every flow of a FATPIPE link
+        # each time its bandwidth solver fixes one of them, and one shared
+        # link crossed by every inter-node flow of an all-to-all (about
+        # EP^2 of them) made that solver quadratic in the flows (section
+        # "What a simulated run costs" of bench/results/sim.md).
+        for a in nodes:
+            for b in nodes:
+                if a != b:
+                    w(' <link id="%s-fabric-%d-%d" bandwidth="%s" latency="0s" sharing_policy="FATPIPE"/>'
+                      % (name, a, b, bps(net_bw)))
         for a in nodes:
             for b in nodes:
                 if a == b:
                     continue
                 w(' <zoneRoute src="%s-node%d" dst="%s-node%d" gw_src="%s-node%d-gw" gw_dst="%s-node%d-gw" '
-                  'symmetrical="NO"><link_ctn id="%s-fabric"/></zoneRoute>'
-                  % (name, a, name, b, name, a, name, b, name))
+                  'symmetrical="NO"><link_ctn id="%s-fabric-%d-%d"/></zoneRoute>'
+                  % (name, a, name, b, name, a, name, b, name, a, b))
     w('</zone>')
     w('</platform>')
     return "\n".join(out) + "\n"
