@@ -304,10 +304,28 @@ static int calibrate_bus_once(const rmoe_ctx *ctx, const struct starpu_conf *con
 			if (!getenv("STARPU_SILENT"))
 				fprintf(stderr, "relaymoe: rank %d measures this host's buses for StarPU alone (its first start "
 				        "here); the node's %d other rank(s) start after it\n", ctx->rank, ctx->local_size - 1);
+			/* This start leaves no trace file and prints no statistics:
+			 * those are the real start's. */
+			static const char *const quiet[] = {"STARPU_FXT_TRACE", "STARPU_WORKER_STATS", "STARPU_BUS_STATS",
+			                                    "STARPU_MEMORY_STATS", "STARPU_PROFILING"};
+			enum { NQUIET = sizeof(quiet) / sizeof(quiet[0]) };
+			char *saved[NQUIET];
+			for (int i = 0; i < NQUIET; i++) {
+				const char *v = getenv(quiet[i]);
+				saved[i] = v ? strdup(v) : NULL;
+				setenv(quiet[i], "0", 1);
+			}
 			struct starpu_conf once = *conf;
 			/* A failure here is the real start's to report, with its message. */
 			if (starpu_init(&once) == 0)
 				starpu_shutdown();
+			for (int i = 0; i < NQUIET; i++) {
+				if (saved[i])
+					setenv(quiet[i], saved[i], 1);
+				else
+					unsetenv(quiet[i]);
+				free(saved[i]);
+			}
 		}
 		MPI_Barrier(node);
 	}
