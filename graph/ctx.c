@@ -274,7 +274,8 @@ static int bus_calibrated(void)
 			return 0;
 		snprintf(dir, sizeof(dir), "%s/.starpu/sampling/bus", home);
 	}
-	static const char *const kinds[] = {"affinity", "bandwidth", "config", "latency"};
+	/* (HOST.affinity too, but only where StarPU has CUDA or OpenCL.) */
+	static const char *const kinds[] = {"bandwidth", "config", "latency"};
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s.%s", dir, host, kinds[i]);
 		if (access(path, R_OK))
