@@ -263,6 +263,11 @@ def md_ep(out, lines, name="sim_ep", title="EP sweep (the paper's Fig. 10 analog
                   ", ".join("%.2fx at EP=%d" % (v, e) for e, v in sorted(there.items()) if e in here) or "n/a",
                   mmeta.get("scale", 0)))
             w("")
+    # Measured notes on a sweep's rows kept by hand in its meta.json ("notes":
+    # lines), e.g. a row rerun alone after a fix.
+    for line in meta.get("notes", []):
+        w(line)
+        w("")
     if note:
         w("### Against the paper's Fig. 10")
         w("")
@@ -434,7 +439,7 @@ def write_md(out):
              "(`scripts/sim/platform.py`); `scripts/sim/probe/check.sh` checks them with a StarPU-MPI probe "
              "(simulated bandwidth of every rank pair equal to the file's, latency plus StarPU-MPI's ~3 us "
              "per message).", ""]
-    summary = []
+    summary = {}
     for name in ["sim_ep"] + sorted(f[:-len(".meta.json")] for f in os.listdir(out)
                                     if f.startswith("sim_ep_") and f.endswith(".meta.json")):
         rs, m = read_csv(os.path.join(out, name + ".csv")), load_json(os.path.join(out, name + ".meta.json"))
@@ -443,8 +448,11 @@ def write_md(out):
         a = {int(r["ep"]): float(r["fwd_bwd_s"]) for r in rs if r["dispatch"] == "a2a" and r["status"] == "ok"}
         sp = {int(r["ep"]): a[int(r["ep"])] / float(r["fwd_bwd_s"]) for r in rs
               if r["dispatch"] == "ring" and r["status"] == "ok" and int(r["ep"]) in a}
-        if len(sp) >= 2:
-            summary.append("scale %g: %s" % (m["scale"], ", ".join("%.2fx (EP=%d)" % (v, e) for e, v in sorted(sp.items()))))
+        # Sweeps of one scale (e.g. full size at EP 8-16 and at 32-64) report together.
+        if sp:
+            summary.setdefault(m["scale"], {}).update(sp)
+    summary = ["scale %g: %s" % (sc, ", ".join("%.2fx (EP=%d)" % (v, e) for e, v in sorted(sp.items())))
+               for sc, sp in summary.items() if len(sp) >= 2]
     if summary:
         lines += ["Summary, ring (expert routing) over all-to-all, forward+backward, on the simulated MareNostrum 5 "
                   "ACC: " + "; ".join(summary) + ". The direction of the trend with EP depends on how large a hop "
