@@ -94,8 +94,12 @@ run_case() {
   local prio_args=()
   [ "$prio" = on ] || prio_args=(--no-prio)
   t0=$(date +%s%N)
+  # A StarPU home per case: nothing one run writes is read by another (the
+  # rounds of a case get homes of the same length: same environment size).
+  mkdir -p "$work/home-$tag"
   ( . "$plat-$ep/env.sh"
     cd "$work"
+    export STARPU_HOME=$work/home-$tag
     export STARPU_PROFILING=1 STARPU_WORKER_STATS=1
     [ -z "$history" ] || export RMOE_SIM_HISTORY=$history/.starpu/sampling RMOE_SIM_HISTORY_HOST=$history_host
     # shellcheck disable=SC2086

@@ -237,6 +237,12 @@ def markdown(a, rows, by, meta_rounds):
         w("")
         w("Runs that did not complete: " + ", ".join("EP=%d %s %s prio=%s round %d (%s)" % (
             r["ep"], r["dispatch"], r["policy"], r["prio"], r["round"], r["status"]) for r in failed) + ".")
+    # What was measured about the cases that differ, kept by hand beside the
+    # generated report (OUT/sim_sched_notes.md).
+    notes = os.path.join(a.out, "sim_sched_notes.md")
+    if os.path.exists(notes):
+        w("")
+        w(open(notes).read().strip())
     w("")
     w("## Summary")
     w("")
