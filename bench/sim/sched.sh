@@ -26,7 +26,10 @@
 #                            determinism check). Invocations with the same --keep DIR add
 #                            up: each reports on every run kept there (e.g. a costly
 #                            case once in one invocation, twice in another)
-#   --jobs J                 simulations at a time (default: nproc)
+#   --jobs J                 simulations at a time (default 1: simulations running
+#                            beside one another on a host changed the all-to-all's
+#                            times at EP 32-64 by up to 0.23%; alone, every case
+#                            repeats exactly, bench/results/sim_sched_a2a/sim_sched.md)
 #   --timeout S              wall-clock limit of one run (default 1800)
 #   --app PATH --prefix DIR  simulation build and StarPU (as run.sh)
 #   --out DIR                results folder (default bench/results): writes
@@ -48,7 +51,7 @@ policies="eager prio ws lws dm dmda dmdas modular-heft"
 scale=8
 rounds="1 2"
 prios="on off"
-jobs=$(nproc)
+jobs=1
 tmo=1800
 die() { echo "sim/sched.sh: $*" >&2; exit 2; }
 OPT_VALUE+=([--policies]=policies [--rounds]=rounds [--prio]=prios [--jobs]=jobs)
