@@ -199,11 +199,9 @@ static int ctx_mpi(rmoe_ctx *ctx, MPI_Comm comm, int starpu_running)
 #endif
 	MPI_Comm_rank(ctx->comm, &ctx->rank);
 	MPI_Comm_size(ctx->comm, &ctx->size);
-	MPI_Comm node;
-	MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node);
-	MPI_Comm_rank(node, &ctx->local_rank);
-	MPI_Comm_size(node, &ctx->local_size);
-	MPI_Comm_free(&node);
+	MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->node);
+	MPI_Comm_rank(ctx->node, &ctx->local_rank);
+	MPI_Comm_size(ctx->node, &ctx->local_size);
 	return 0;
 }
 
@@ -295,11 +293,8 @@ static int calibrate_bus_once(const rmoe_ctx *ctx, const struct starpu_conf *con
 {
 	if (ctx->local_size < 2)
 		return 0;
-	MPI_Comm node;
-	if (MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-		return rmoe_error(RMOE_EMPI, "MPI_Comm_split_type failed");
 	int missing = ctx->local_rank == 0 ? !bus_calibrated() : 0;
-	MPI_Bcast(&missing, 1, MPI_INT, 0, node);
+	MPI_Bcast(&missing, 1, MPI_INT, 0, ctx->node);
 	if (missing) {
 		if (ctx->local_rank == 0) {
 			if (!getenv("STARPU_SILENT"))
@@ -328,9 +323,8 @@ static int calibrate_bus_once(const rmoe_ctx *ctx, const struct starpu_conf *con
 				free(saved[i]);
 			}
 		}
-		MPI_Barrier(node);
+		MPI_Barrier(ctx->node);
 	}
-	MPI_Comm_free(&node);
 	return 0;
 }
 #endif
@@ -419,6 +413,8 @@ static int ctx_unwind(rmoe_ctx *ctx)
 	if (ctx->host_cache)
 		rmoe_host_cache_uninstall();
 	int rc = rmoe_trace_finish(ctx);
+	if (ctx->node != MPI_COMM_NULL)
+		MPI_Comm_free(&ctx->node);
 	if (ctx->dup_comm)
 		MPI_Comm_free(&ctx->comm);
 	if (ctx->started_mpi)
@@ -450,6 +446,7 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	if (!ctx)
 		return rmoe_error(RMOE_ENOMEM, "rmoe_ctx_create: out of host memory");
 	ctx->verbose = cfg.verbose;
+	ctx->node = MPI_COMM_NULL;
 	const int starpu_running = starpu_is_initialized();
 	int rc = ctx_mpi(ctx, comm, starpu_running);
 	if (!rc)

@@ -14,6 +14,7 @@ struct rmoe_ctx {
 	MPI_Comm comm;            /* StarPU-MPI's communicator: every transfer rides it */
 	int rank, size;
 	int local_rank, local_size;   /* ranks sharing this node */
+	MPI_Comm node;            /* those ranks; MPI_COMM_NULL until split, freed on destroy */
 	int started_mpi;          /* what rmoe_ctx_create started, and must stop */
 	int started_starpu_mpi;
 	int host_cache;           /* installed the host buffer cache (uninstall after StarPU) */
