@@ -194,7 +194,7 @@ def markdown(a, rows, by, meta_rounds):
     c = simplatform().parse_cluster(a.cluster)
     lines = ["# StarPU scheduling policies in simulation (StarPU-SimGrid)", ""]
     w = lines.append
-    w("Command: `%s` (%s; %s s of wall time on this 2-core machine, %s simulations at a time; %d runs)." % (
+    w("Command: `%s` (%s; %s s of wall time on this 2-core machine, %s simulation(s) at a time; %d runs)." % (
         a.cmd, a.date, a.wall, a.jobs, len(rows)))
     w("")
     w("- Layer: %s, H, F and tokens divided by %s (sizes in `relaymoe run`'s line of each log), forward "
