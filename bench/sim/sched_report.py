@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Report of bench/sim/sched.sh: StarPU policies compared in simulation.
 
-  sched_report.py --rows ROWS --out DIR --cmd CMD --date DATE --preset P --scale S
-                  --cluster FILE --wall SEC --jobs J
+  sched_report.py --rows ROWS [--rows ROWS ...] --out DIR --cmd CMD --date DATE
+                  --preset P --scale S --cluster FILE --wall SEC --jobs J
 
 ROWS lists every run (ep, dispatch, policy, prio, round, status, wall_ms,
-run_csv, log). Writes DIR/sim_sched.csv (one row per run, with StarPU's
+run_csv, log), as sched.sh writes it; or it is the sim_sched.csv of an
+earlier report, whose runs are taken as they stand (so sweeps of the ring
+and of the all-to-all, run apart, make one report). Writes DIR/sim_sched.csv (one row per run, with StarPU's
 per-worker statistics parsed from the log), DIR/sim_sched_epN.png (per EP,
 forward+backward time per policy, with and without priorities, ring and
 all-to-all) and DIR/sim_sched.md (the ranking, why, and the determinism
@@ -58,7 +60,18 @@ def worker_stats(log):
 
 def collect(rows_path):
     rows = []
-    for r in csv.DictReader(open(rows_path)):
+    reader = csv.DictReader(open(rows_path))
+    if "run_csv" not in (reader.fieldnames or []):
+        # An earlier report's sim_sched.csv: its runs already parsed.
+        for r in reader:
+            if set(COLUMNS) - set(r):
+                sys.exit("sched_report.py: %s: neither sched.sh's rows nor a sim_sched.csv (missing %s)" % (
+                    rows_path, ", ".join(sorted(set(COLUMNS) - set(r)))))
+            row = {k: r[k] for k in COLUMNS if r[k] != ""}
+            row["ep"], row["round"] = int(row["ep"]), int(row["round"])
+            rows.append(row)
+        return rows
+    for r in reader:
         row = {k: r[k] for k in ("ep", "dispatch", "policy", "prio", "round", "status")}
         row["ep"], row["round"] = int(row["ep"]), int(row["round"])
         row["wall_s"] = "%.1f" % (float(r["wall_ms"]) / 1e3)
@@ -74,7 +87,6 @@ def collect(rows_path):
             row["sleep_ms_mean"] = "%.3f" % statistics.mean(s["sleep"] for s in st)
             row["tasks_per_rank"] = "%.0f" % statistics.mean(s["tasks"] for s in st)
         rows.append(row)
-    rows.sort(key=lambda x: (x["ep"], x["dispatch"], x["policy"], x["prio"], x["round"]))
     return rows
 
 
@@ -281,9 +293,16 @@ def markdown(a, rows, by, meta_rounds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for k in ("rows", "out", "cmd", "date", "preset", "scale", "cluster", "wall", "jobs"):
-        ap.add_argument("--" + k, required=True)
+        ap.add_argument("--" + k, required=True, action="append" if k == "rows" else "store")
     a = ap.parse_args()
-    rows = collect(a.rows)
+    rows = [r for src in a.rows for r in collect(src)]
+    rows.sort(key=lambda x: (x["ep"], x["dispatch"], x["policy"], x["prio"], x["round"]))
+    seen = set()
+    for r in rows:
+        key = (r["ep"], r["dispatch"], r["policy"], r["prio"], r["round"])
+        if key in seen:
+            sys.exit("sched_report.py: EP=%d %s %s prio=%s round %d given twice" % key)
+        seen.add(key)
     by = cases(rows)
     rounds = max((r["round"] for r in rows), default=0)
     tmp = os.path.join(a.out, ".sim_sched.csv.tmp")
