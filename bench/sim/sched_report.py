@@ -111,9 +111,15 @@ def plot(rows, by, eps, dispatches, policies, out):
         fig, axes = plt.subplots(1, len(dispatches), figsize=(5.2 * len(dispatches), 3.8), squeeze=False)
         for ax, d in zip(axes[0], dispatches):
             xs = range(len(policies))
-            for off, prio, color in ((-0.2, "on", "tab:blue"), (0.2, "off", "tab:orange")):
-                ys = [value(by.get((ep, d, p, prio), []), "fwd_bwd_ms") or 0 for p in policies]
-                ax.bar([x + off for x in xs], ys, width=0.4, color=color,
+            # A series that was not run (e.g. --prio on only) gets no bars
+            # and no legend entry; a lone series takes the full width.
+            series = [(prio, color, [value(by.get((ep, d, p, prio), []), "fwd_bwd_ms") or 0 for p in policies])
+                      for prio, color in (("on", "tab:blue"), ("off", "tab:orange"))]
+            series = [s for s in series if any(s[2])]
+            width = 0.8 / max(len(series), 1)
+            for i, (prio, color, ys) in enumerate(series):
+                off = (i - (len(series) - 1) / 2) * width
+                ax.bar([x + off for x in xs], ys, width=width, color=color,
                        label="priorities" if prio == "on" else "--no-prio")
             ax.set_xticks(list(xs))
             ax.set_xticklabels(policies, rotation=35, ha="right", fontsize=8)
