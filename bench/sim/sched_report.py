@@ -302,13 +302,12 @@ def main():
         ap.add_argument("--" + k, required=True, action="append" if k == "rows" else "store")
     a = ap.parse_args()
     rows = [r for src in a.rows for r in collect(src)]
-    rows.sort(key=lambda x: (x["ep"], x["dispatch"], x["policy"], x["prio"], x["round"]))
-    seen = set()
-    for r in rows:
-        key = (r["ep"], r["dispatch"], r["policy"], r["prio"], r["round"])
-        if key in seen:
-            sys.exit("sched_report.py: EP=%d %s %s prio=%s round %d given twice" % key)
-        seen.add(key)
+    def run_key(r):
+        return (r["ep"], r["dispatch"], r["policy"], r["prio"], r["round"])
+    rows.sort(key=run_key)
+    for prev, r in zip(rows, rows[1:]):
+        if run_key(prev) == run_key(r):
+            sys.exit("sched_report.py: EP=%d %s %s prio=%s round %d given twice" % run_key(r))
     by = cases(rows)
     rounds = max((r["round"] for r in rows), default=0)
     tmp = os.path.join(a.out, ".sim_sched.csv.tmp")

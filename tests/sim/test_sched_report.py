@@ -8,7 +8,7 @@ beside it: the CSV must come back unchanged and the report identical from its
 determinism section on (the head holds the command line, an argument). The
 all-to-all's rows of the combined report must be those of its own sweep, and
 the report must be refused, with nothing written, when a run is given twice or
-a file is not a sweep's rows. No StarPU needed: about 10 s.
+a file is not a sweep's rows. No StarPU needed: a few seconds.
 
   test_sched_report.py SOURCE_DIR WORK_DIR
 """
