@@ -1,6 +1,7 @@
 /* A plain single-process implementation of the MoE layer's definition
- * (README, "The layer"), in double-precision loops with no BLAS and no StarPU:
- * the independent reference the tests and `relaymoe run --check` compare with.
+ * (docs/running.md, "The layer"), in double-precision loops with no BLAS and
+ * no StarPU: the independent reference the tests and `relaymoe run --check`
+ * compare with.
  * All tokens of all ranks at once: T_total = N*T rows.
  */
 #ifndef RMOE_REFERENCE_H

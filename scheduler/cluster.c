@@ -1,4 +1,4 @@
-/* Cluster descriptions: the format is documented in rmoe_plan.h. The parser
+/* Cluster descriptions (the format: docs/planning.md). The parser
  * takes untrusted bytes: it never reads past len, never relies on a NUL
  * terminator, bounds every number and list, and quotes input in messages only
  * after replacing unprintable bytes. */
@@ -421,7 +421,7 @@ static int cmp_int(const void *a, const void *b)
 }
 
 /* What the whole description must satisfy once every line is read.
- * Long: one check per rule of the format (rmoe_plan.h), each naming what is
+ * Long: one check per rule of the format (docs/planning.md), each naming what is
  * missing or inconsistent. */
 static int check_complete(const struct parser *ps)
 {

@@ -8,47 +8,9 @@
  * same inputs: the context (graph/ctx.c) gathers what every rank sees over
  * MPI and hands it here as plain data (rmoe_rank_info, rmoe_device_info).
  *
- * ---- Cluster description format -----------------------------------------
- *
- * Plain text, one `key = value` per line; `#` starts a comment anywhere on a
- * line; blank lines are ignored; keys are lower case. Lines before the first
- * section header describe the machine; headers open a section:
- *
- *   name = mn5-acc          # [A-Za-z0-9._-], at most 63 characters
- *   nodes = 1120            # nodes available
- *   devices_per_node = 4    # GPUs per node; 0 = CPU-only nodes
- *   ranks_per_node = 4      # MPI ranks placed on a node (block placement)
- *   gpu_link = nvlink       # GPU-GPU inside a node: nvlink | pcie
- *                           # (required only with devices_per_node > 1)
- *   nics_per_node = 1       # optional: network adapters per node, which
- *                           # the ring edges leaving (entering) a node
- *                           # share; default: an adapter per edge, as
- *                           # with one adapter per GPU
- *
- *   [device]                # one device (a GPU, or a node's CPUs if none)
- *   bf16_tflops = 400       # planning rate of the expert GEMMs, TFLOP/s
- *   f32_tflops = 50
- *   memory = 64G            # bytes; suffix K, M, G, T (KiB ... TiB) allowed
- *
- *   [link LINK]             # LINK: same_device | nvlink | pcie | shm | network
- *   bandwidth_gbs = 130     # GB/s (1e9 bytes/s) per direction, one rank pair
- *   latency_us = 2          # microseconds per message
- *
- *   [placement]             # optional: where each rank runs (simulations)
- *   rank_nodes = 0 1 0 1    # node of rank 0, 1, 2, ...
- *   rank_devices = 0 0 1 1  # optional: device of each rank on its node
- *
- * Links: same_device connects ranks sharing one GPU, nvlink/pcie two GPUs of
- * a node (per gpu_link), shm ranks of a node without GPUs (host shared
- * memory), network two nodes. A [link] is required when the machine uses it
- * (network with nodes > 1; gpu_link with devices_per_node > 1; same_device
- * with more ranks than devices per node; shm with CPU-only nodes and several
- * ranks per node); every other one is optional. The other top-level keys
- * and the three [device] keys are required. A key given twice, an unknown key or
- * section, a malformed or out-of-range number, a NUL byte, a placement
- * naming a node >= nodes or a device >= devices_per_node, or putting more
- * than ranks_per_node ranks on a node is an RMOE_EFORMAT error whose message
- * names the line. */
+ * The cluster description format (rmoe_cluster_parse) is documented in
+ * docs/planning.md, "The cluster format": keys, sections, which links are
+ * required, and the errors, each naming its line. */
 #ifndef RMOE_PLAN_H
 #define RMOE_PLAN_H
 

@@ -71,7 +71,7 @@ def main():
     if big:
         out += ["", "Messages of 1 MB and more, worst ratio per variant: " + "; ".join(
             "%s %.2fx" % (v, max(ratio[(v, b)] for b in big)) for v in variants) + "."]
-    out += ["", "Why, and the settings behind each column: README.md, \"Traces and scheduler experiments\". "
+    out += ["", "Why, and the settings behind each column: docs/tuning.md, \"Ranks on shared cores: what a hop costs\". "
             "The awake column is the cause measured directly: plain MPI slows down as soon as StarPU's idle "
             "worker spins beside it.", "", "Raw rows: hop.csv; plot: hop.png.", ""]
 

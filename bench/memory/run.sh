@@ -145,11 +145,12 @@ if [ $torch -eq 1 ]; then
 fi
 
 cmd="bench/memory/run.sh${args[*]:+ ${args[*]}}"
-# The source the binary was built from, as the build tree names it.
+# The revision the binary was built from, as the build tree names it (not
+# the checkout's path: results name no local paths).
 src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 source_rev=unknown
 if [ -n "$src" ] && rev=$(git -C "$src" rev-parse --short HEAD 2>/dev/null); then
-  source_rev="$rev ($src)"
+  source_rev=$rev
   [ -z "$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ] ||
     source_rev="$source_rev with uncommitted changes"
 fi

@@ -103,7 +103,7 @@ m = re.fullmatch(r"([0-9.]+)(gbit|mbit|kbit|bit)?", rate)
 gbs = float(m.group(1)) * {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}.get(m.group(2), 1) / 8e9
 with open(path, "w") as f:
     f.write(f"""# The emulated hosts of bench/multihost/run.sh (scripts/cluster/), written by it.
-# Format: scheduler/rmoe_plan.h.
+# Format: docs/planning.md, "The cluster format".
 name = emulated-4x2
 nodes = 4
 # CPU-only hosts, 2 ranks each (ranks dealt round-robin: --map-by node).
@@ -138,6 +138,8 @@ EOF
 for o in planned rank; do
   "$RMOE_CLUSTER_MPIRUN" --map-by node "$app" plan "${layer[@]}" --dtype f32 --cluster "$cluster" \
     --ring-order "$o" --json >"$out/multihost-plan-$o.json"
+  # The plan names the cluster file as given; results name no local paths.
+  sed -i "s|\"file\": \"$here/|\"file\": \"|" "$out/multihost-plan-$o.json"
 done
 
 cp "$rows" "$out/multihost.csv"

@@ -39,7 +39,7 @@
 # CONFIG: rN-wXbY-POLICY[-nocache][-nosampler]: N ranks, STARPU_NCPU=X workers
 # per rank, OPENBLAS_NUM_THREADS=Y, StarPU policy POLICY; -nocache:
 # RMOE_HOST_CACHE=off; -nosampler: RMOE_HEAP_SAMPLER_US=off
-# (StarPU's host buffers not cached, README "StarPU's host buffers"). The library keeps
+# (StarPU's host buffers not cached: docs/tuning.md). The library keeps
 # OPENBLAS_NUM_THREADS when set; Y > 1 also preloads bench/rate/blas_threads.c,
 # which keeps builds that set OpenBLAS to one thread (before
 # rmoe_ctx_config.blas_threads) from doing so. r1-w1b2 and r2-w1b1 are the

@@ -83,7 +83,7 @@ E=$(get --experts) || exit 2
 K=$(get --topk) || exit 2
 T=$(get --tokens) || exit 2
 [ -x "$real_app" ] || die "no real build at $real_app (scripts/build.sh)"
-[ -x "$sim_app" ] || die "no simulation build at $sim_app (cmake -DRMOE_SIMGRID=ON, see README)"
+[ -x "$sim_app" ] || die "no simulation build at $sim_app (cmake -DRMOE_SIMGRID=ON, see docs/simulation.md)"
 [ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
 # The simulations start in the work folder: absolute paths.
 prefix=$(cd "$prefix" && pwd)

@@ -8,7 +8,7 @@ sim_setup() {
   for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
   for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done
   [ -f "$cluster" ] || die "--cluster $cluster: no such file"
-  [ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see README)"
+  [ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see docs/simulation.md)"
   [ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
   prefix=$(cd "$prefix" && pwd)
   app=$(cd "$(dirname "$app")" && pwd)/$(basename "$app")

@@ -1,5 +1,5 @@
 ! The example's own implementation of the relaymoe layer, in double precision,
-! from its definition (README, "The layer"), in the Fortran layout of the
+! from its definition (docs/running.md, "The layer"), in the Fortran layout of the
 ! relaymoe module: tokens are columns x(:, t); w_router(E, H); expert e's
 ! w_gate(:, :, e), w_up(:, :, e) are (F, H) and w_down(:, :, e) is (H, F),
 ! e = 1 .. E here for expert e-1 of the library.

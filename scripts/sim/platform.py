@@ -105,7 +105,7 @@ class Fail(Exception):
     pass
 
 
-# ---- cluster file (the planner's format, scheduler/rmoe_plan.h) ------------
+# ---- cluster file (the planner's format, docs/planning.md) ----------------
 
 TOP_KEYS = ("name", "nodes", "devices_per_node", "ranks_per_node", "gpu_link")
 DEVICE_KEYS = ("bf16_tflops", "f32_tflops", "memory")

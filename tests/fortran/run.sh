@@ -6,8 +6,8 @@
 #                                    mpiexec -n NRANKS
 #   run.sh WORK layout SOURCE_DIR CC the module's struct mirrors and enums
 #                                    against the installed relaymoe.h
-#   run.sh WORK readme SOURCE_DIR    the README's Fortran example, built and run
-#                                    on 2 ranks as the README says
+#   run.sh WORK readme SOURCE_DIR    the Fortran example of docs/embedding.md,
+#                                    built and run on 2 ranks as it says
 set -euo pipefail
 work=$1 kind=$2
 status=$(cat "$work/status" 2> /dev/null || echo "unavailable: the fortran_setup fixture did not run")
@@ -29,7 +29,7 @@ case $kind in
   readme)
     src=$3
     rm -rf "${work:?}/readme" && mkdir -p "$work/readme" && cd "$work/readme"
-    python3 "$src/tests/python/readme_example.py" "$src/README.md" "program moe" > moe.f90
+    python3 "$src/tests/python/readme_example.py" "$src/docs/embedding.md" "program moe" > moe.f90
     PKG_CONFIG_PATH=$(dirname "$(find "$work/prefix" -name relaymoe-fortran.pc | head -1)")
     export PKG_CONFIG_PATH
     # shellcheck disable=SC2046

@@ -1,5 +1,5 @@
-"""The relaymoe layer in NumPy, float64, from its definition (README, "The
-layer"), for the Python tests: forward and backward of
+"""The relaymoe layer in NumPy, float64, from its definition (docs/running.md,
+"The layer"), for the Python tests: forward and backward of
 
     p = softmax(x w_router); the K largest p per token (ties: lower expert
     first); g = those p (divided by their sum with norm_topk);

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Prints an example of the README: the indented code block whose first line
-is FIRST_LINE, without its indentation, so that the tests run the README's
-examples as written.
-  readme_example.py README FIRST_LINE
+"""Prints an example of a Markdown document (the README or a file of docs/):
+the indented code block whose first line is FIRST_LINE, without its
+indentation, so that the tests run the documented examples as written.
+  readme_example.py DOC FIRST_LINE
 """
 import sys
 

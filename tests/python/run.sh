@@ -4,7 +4,7 @@
 # Exit 77 (skipped) when the fixture found something missing.
 #   run.sh WORK MPIEXEC NRANKS pytest TESTS_DIR
 #   run.sh WORK MPIEXEC NRANKS script SCRIPT
-#   run.sh WORK MPIEXEC NRANKS readme SOURCE_DIR   the README's two examples
+#   run.sh WORK MPIEXEC NRANKS readme SOURCE_DIR   the two examples of docs/embedding.md
 set -euo pipefail
 work=$1 mpiexec=$2 n=$3 kind=$4 what=$5
 status=$(cat "$work/status" 2> /dev/null || echo "unavailable: the python_setup fixture did not run")
@@ -17,9 +17,10 @@ case $kind in
   script) exec "$mpiexec" -n "$n" --oversubscribe "$py" "$what" ;;
   readme)
     rm -rf "${work:?}/readme" && mkdir -p "$work/readme" && cd "$work/readme"
-    python3 "$what/tests/python/readme_example.py" "$what/README.md" \
+    doc=$what/docs/embedding.md
+    python3 "$what/tests/python/readme_example.py" "$doc" \
       "from mpi4py import MPI  # MPI_THREAD_MULTIPLE; without mpi4py, relaymoe starts MPI itself" > moe.py
-    python3 "$what/tests/python/readme_example.py" "$what/README.md" "from mpi4py import MPI" > moe_torch.py
+    python3 "$what/tests/python/readme_example.py" "$doc" "from mpi4py import MPI" > moe_torch.py
     "$what/scripts/mpirun.sh" -np "$n" "$py" moe.py | tee out.txt
     torch=1
     if ! "$py" -c "import torch" 2> /dev/null; then

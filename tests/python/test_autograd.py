@@ -44,7 +44,7 @@ def test_gradients_match_numpy(ctx, comm):
 
 
 def torch_layer(x, w_router, w_gate, w_up, w_down, topk):
-    """The layer in PyTorch with every expert (README, "The layer")."""
+    """The layer in PyTorch with every expert (docs/running.md, "The layer")."""
     p = torch.softmax(x @ w_router, dim=1)
     idx = torch.sort(p, dim=1, descending=True, stable=True).indices[:, :topk]  # ties: lower expert
     g = p.gather(1, idx)
