@@ -43,8 +43,9 @@ python3 "$here/scripts/check-cuda-arch.py" --cuobjdump "$tools/nvidia/cu13/bin/c
 echo "stage-cuda: sm_90 code checked ($(since))"
 
 # The whole CPU suite on the CUDA build, less the labels that do not reach
-# the backend: multihost has a stage of its own, bench measures.
-ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}" -LE 'multihost|bench'
+# the backend: multihost has a stage of its own, bench measures, subproject
+# builds the library again without CUDA.
+ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}" -LE 'multihost|bench|subproject'
 echo "stage-cuda: the suite on the CUDA build ($(since))"
 
 # The GPU script itself, on CPU workers, from a bundle as a GPU machine gets it.

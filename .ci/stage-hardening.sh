@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hardening stage (docs/hardening.md), after the main suite:
-#  1. the suite (less the multihost and bench labels) built with ASan + UBSan
+#  1. the suite (less the multihost, bench and subproject labels) built with ASan + UBSan
 #     (build-asan/), multi-rank tests included;
 #  2. the unit tests under Valgrind memcheck (the main build, build/);
 #  3. each libFuzzer target for RMOE_FUZZ_SECONDS (default 60) from its seed
@@ -35,8 +35,9 @@ step "test suite under ASan + UBSan"
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export LD_PRELOAD="$here/build-asan/tests/hardening/librmoe_nodlclose.so"
   # multihost has a stage of its own (a lost peer under ASan is
-  # hardening_kill_rank_np3); bench measures.
-  ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench'
+  # hardening_kill_rank_np3); bench measures; subproject builds relaymoe
+  # again, without the sanitizers.
+  ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench|subproject'
 )
 
 # ---- 2. Valgrind memcheck on the unit tests ------------------------------------------

@@ -13,14 +13,6 @@ int rmoe_cmd_run(int argc, char **argv, int first);
 int rmoe_cmd_train(int argc, char **argv, int first);
 int rmoe_cmd_plan(int argc, char **argv, int first);
 
-struct rmoe_opt;
-
-/* A subcommand's options: parsed into opts, or --help printed (with head
- * before and tail after the option list) on rank 0. Returns 0, 1 after
- * --help, or a negative RMOE_E* code with msg naming the bad option. */
-int rmoe_app_options(const struct rmoe_opt *opts, int nopts, int argc, char **argv, int first, const char *head,
-                     const char *tail, char *msg, size_t len);
-
 /* Every rank learns the worst (lowest) code of all ranks. */
 int rmoe_app_agree(int rc);
 

@@ -10,22 +10,21 @@
 #include <string.h>
 
 #include "app.h"
-#include "opts.h"
+#include "options.h"
 #include "rmoe_attn_plan.h"
 #include "rmoe_memory_model.h"
 #include "rmoe_plan.h"
 
 struct plan_opts {
-	int64_t hidden, ffn, experts, topk, tokens, seq, micro_batch, sp, cp, etp, ranks, budget, mem_cap;
+	struct rmoe_preset_opts preset;
+	struct rmoe_shape_opts shape;
+	struct rmoe_ring_opts ring;
+	int64_t seq, micro_batch, sp, cp, etp, ranks, budget;
 	int64_t layers, heads, kv_heads, head_dim, model_state, dp;
-	int64_t shared_ffn;        /* the preset's (scaled) or --shared-ffn */
-	int g_shared;
 	int attention;
-	double scale;
-	const char *preset, *cluster, *dtype;
-	const char *ring_order;    /* planned | rank */
+	const char *cluster;
 	int json;
-	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_seq, g_mb, g_sp, g_cp, g_ranks;
+	int g_seq, g_mb, g_sp, g_cp, g_ranks;
 };
 
 static const char *usage_head =
@@ -35,73 +34,68 @@ static const char *usage_head =
 	"edge, per-hop transfer and compute time of expert routing and token routing\n"
 	"(paper Table 2), forward and backward, the mode with less exposed\n"
 	"communication, and how much of each transfer compute hides.\n"
-	"\n"
-	"options:\n";
+	"\n";
 
 static const char *usage_tail =
 	"\n"
 	"Tokens per rank: --tokens T, or --seq S [--micro-batch B --sp SP --cp CP] for\n"
 	"T = B*S/(SP*CP); a --preset alone gives the paper's 49152 (divided by --scale).\n"
+	"Without a preset or explicit values the shape is relaymoe run's default.\n"
 	"Without --cluster the links and device rates are built-in H100-class\n"
 	"assumptions (see scheduler/rmoe_plan.h); scheduler/clusters/ has descriptions.\n"
 	"--ranks other than the mpirun size simulates the placement: the cluster's\n"
 	"rank_nodes, else ranks_per_node ranks per node, else all on this machine.\n";
 
-static void fill_opts(struct rmoe_opt *o, struct plan_opts *r)
+/* The options of relaymoe plan, set by set, into r: as rmoe_app_options. */
+static int parse_options(struct plan_opts *r, int argc, char **argv, int first, char *msg, size_t len)
 {
-	struct rmoe_opt t[] = {
-		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (as in relaymoe run)", NULL},
-		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
-		{"hidden", RMOE_OPT_INT, &r->hidden, 1, 1e6, "H", "hidden size", &r->g_hidden},
-		{"ffn", RMOE_OPT_INT, &r->ffn, 1, 1e6, "F", "expert FFN width", &r->g_ffn},
-		{"experts", RMOE_OPT_INT, &r->experts, 1, 1e6, "E", "routed experts (multiple of N)", &r->g_experts},
-		{"topk", RMOE_OPT_INT, &r->topk, 1, 1e6, "K", "experts per token", &r->g_topk},
-		{"tokens", RMOE_OPT_INT, &r->tokens, 1, 1e12, "T", "tokens per rank, B*S/(SP*CP)", &r->g_tokens},
-		{"seq", RMOE_OPT_INT, &r->seq, 1, 1e12, "S", "sequence length", &r->g_seq},
-		{"micro-batch", RMOE_OPT_INT, &r->micro_batch, 1, 1e6, "B", "micro-batch size (1)", &r->g_mb},
-		{"sp", RMOE_OPT_INT, &r->sp, 1, 1e6, "SP", "sequence parallelism (1)", &r->g_sp},
-		{"cp", RMOE_OPT_INT, &r->cp, 1, 1e6, "CP", "context parallelism (1)", &r->g_cp},
-		{"etp", RMOE_OPT_INT, &r->etp, 1, 1e6, "ETP", "expert tensor parallelism (1)", NULL},
+	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
+	const struct rmoe_opt layer[] = {
+		RMOE_RING_OPTIONS(&r->ring),
+		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
+	};
+	const struct rmoe_opt parallel[] = {
+		{"seq", RMOE_OPT_INT, &r->seq, 1, RMOE_OPT_MAX_TOKENS, "S", "sequence length", &r->g_seq},
+		{"micro-batch", RMOE_OPT_INT, &r->micro_batch, 1, 1e6, "B", "micro-batch size", &r->g_mb},
+		{"sp", RMOE_OPT_INT, &r->sp, 1, 1e6, "SP", "sequence parallelism", &r->g_sp},
+		{"cp", RMOE_OPT_INT, &r->cp, 1, 1e6, "CP", "context parallelism", &r->g_cp},
+		{"etp", RMOE_OPT_INT, &r->etp, 1, 1e6, "ETP", "expert tensor parallelism", NULL},
+		{"dp", RMOE_OPT_INT, &r->dp, 1, 1e6, "DP", "data parallelism sharding the optimizer", NULL},
 		{"ranks", RMOE_OPT_INT, &r->ranks, 1, RMOE_CLUSTER_MAX_RANKS, "N", "ranks of the ring, EP (mpirun size)", &r->g_ranks},
 		{"cluster", RMOE_OPT_STRING, &r->cluster, 0, 0, "FILE", "cluster description (else live topology)", NULL},
-		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "bf16|f32", "element type of weights and tokens (bf16)", NULL},
-		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
-		{"mem-cap", RMOE_OPT_SIZE, &r->mem_cap, 1, 9e18, "BYTES", "plan the ring's chunking for this cap", NULL},
-		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (preset's)", &r->g_shared},
+	};
+	const struct rmoe_opt attention[] = {
 		{"attention", RMOE_OPT_FLAG, &r->attention, 0, 0, NULL, "plan attention recomputation (§3.4)", NULL},
 		{"layers", RMOE_OPT_INT, &r->layers, 1, 1024, "L", "layers on a device (preset's)", NULL},
 		{"heads", RMOE_OPT_INT, &r->heads, 1, 1e5, "NH", "attention heads (preset's, else 32)", NULL},
 		{"kv-heads", RMOE_OPT_INT, &r->kv_heads, 1, 1e5, "NKV", "key/value heads (preset's, else 4)", NULL},
 		{"head-dim", RMOE_OPT_INT, &r->head_dim, 1, 1e5, "D", "head dimension (preset's, else 128)", NULL},
 		{"model-state", RMOE_OPT_SIZE, &r->model_state, 1, 9e18, "BYTES", "parameters, gradients and optimizer per device", NULL},
-		{"dp", RMOE_OPT_INT, &r->dp, 1, 1e6, "DP", "data parallelism sharding the optimizer (1)", NULL},
-		{"json", RMOE_OPT_FLAG, &r->json, 0, 0, NULL, "print the plan as JSON", NULL},
-		{"ring-order", RMOE_OPT_STRING, &r->ring_order, 0, 0, "planned|rank", "the ring to cost: planned (default) or rank order", NULL},
 	};
-	memcpy(o, t, sizeof(t));
+	const struct rmoe_opt output[] = {
+		{"json", RMOE_OPT_FLAG, &r->json, 0, 0, NULL, "print the plan as JSON", NULL},
+	};
+	const struct rmoe_opt_set sets[] = {
+		RMOE_OPT_SET("the layer's shape", shape, RMOE_PRESET_NOTE),
+		RMOE_OPT_SET("the layer", layer, NULL),
+		RMOE_OPT_SET("parallelism and the cluster", parallel, NULL),
+		RMOE_OPT_SET("attention", attention, NULL),
+		RMOE_OPT_SET("output", output, NULL),
+	};
+	return rmoe_app_options(sets, RMOE_NELEMS(sets), argc, argv, first, usage_head, usage_tail, msg, len);
 }
-#define NOPTS 27
 
 /* The layer and its routing problem from the options; 0 or RMOE_EINVAL with
  * msg. */
-static int make_problem(struct plan_opts *r, int nranks, struct rmoe_layer_config *cfg,
+static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_layer_config *cfg,
                         struct rmoe_routing_problem *p, char *msg, size_t len)
 {
-	rmoe_layer_config_init(cfg);
-	if (r->preset) {
-		if (rmoe_preset_apply(r->preset, r->scale, cfg, msg, len))
-			return RMOE_EINVAL;
-		if (!r->g_shared)
-			r->shared_ffn = cfg->shared_ffn;
-	} else if (r->scale != 1.0) {
-		snprintf(msg, len, "--scale %g needs --preset", r->scale);
-		return RMOE_EINVAL;
-	}
-	if (r->g_hidden) cfg->hidden = r->hidden;
-	if (r->g_ffn) cfg->ffn = r->ffn;
-	if (r->g_experts) cfg->experts = r->experts;
-	if (r->g_topk) cfg->topk = r->topk;
-	if (r->g_tokens && r->g_seq) {
+	int rc = rmoe_app_shape_config(&r->preset, &r->shape, cfg, msg, len);
+	if (!rc)
+		rc = rmoe_app_ring_config(&r->ring, cfg, msg, len);
+	if (rc)
+		return rc;
+	if (r->shape.g_tokens && r->g_seq) {
 		snprintf(msg, len, "--tokens and --seq both given: expected one way to say tokens per rank");
 		return RMOE_EINVAL;
 	}
@@ -109,8 +103,6 @@ static int make_problem(struct plan_opts *r, int nranks, struct rmoe_layer_confi
 		snprintf(msg, len, "--micro-batch, --sp and --cp need --seq (tokens per rank = B*S/(SP*CP))");
 		return RMOE_EINVAL;
 	}
-	if (r->g_tokens)
-		cfg->tokens = r->tokens;
 	if (r->g_seq) {
 		int64_t bs, spcp;
 		if (__builtin_mul_overflow(r->micro_batch, r->seq, &bs) || __builtin_mul_overflow(r->sp, r->cp, &spcp)) {
@@ -125,21 +117,11 @@ static int make_problem(struct plan_opts *r, int nranks, struct rmoe_layer_confi
 		}
 		cfg->tokens = bs / spcp;
 	}
-	if (strcmp(r->dtype, "bf16") == 0) {
-		cfg->dtype = RMOE_DTYPE_BF16;
-	} else if (strcmp(r->dtype, "f32") == 0) {
-		cfg->dtype = RMOE_DTYPE_F32;
-	} else {
-		snprintf(msg, len, "--dtype '%s': expected bf16 or f32", r->dtype);
-		return RMOE_EINVAL;
-	}
 	/* What the plan is made for: auto dispatch (the routing choice), the
 	 * cap's chunking when asked. */
-	cfg->shared_ffn = r->shared_ffn;
 	cfg->dispatch = RMOE_DISPATCH_AUTO;
-	cfg->mem_cap = r->mem_cap;
 	*p = rmoe_routing_problem_of(cfg, nranks, r->etp);
-	int rc = rmoe_routing_check(p);
+	rc = rmoe_routing_check(p);
 	if (rc)
 		snprintf(msg, len, "%s", rmoe_strerror(rc));
 	return rc;
@@ -253,7 +235,7 @@ static void plan_attention(const struct plan_view *v, struct plan_attention *a)
 	memset(a, 0, sizeof(*a));
 	const struct plan_opts *r = v->opts;
 	const struct rmoe_routing_problem *p = v->p;
-	const struct rmoe_preset *ps = r->preset ? rmoe_preset_find(r->preset) : NULL;
+	const struct rmoe_preset *ps = r->preset.preset ? rmoe_preset_find(r->preset.preset) : NULL;
 	struct rmoe_attn_plan_input *in = &a->in;
 	in->layers = r->layers ? r->layers : (ps ? ps->layers : 1);
 	in->heads = r->heads ? r->heads : (ps ? ps->heads : 32);
@@ -306,11 +288,11 @@ static void print_text(struct text *o, const struct plan_view *v)
 	const char *dt = p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32";
 
 	put(o, "relaymoe plan: %s%sH=%lld F=%lld E=%lld K=%lld, %lld tokens per rank, EP=%lld ETP=%lld, %s\n",
-	    v->opts->preset ? v->opts->preset : "", v->opts->preset ? ", " : "", (long long)p->hidden,
+	    v->opts->preset.preset ? v->opts->preset.preset : "", v->opts->preset.preset ? ", " : "", (long long)p->hidden,
 	    (long long)p->ffn, (long long)p->experts, (long long)p->topk, (long long)p->tokens, (long long)p->ep,
 	    (long long)p->etp, dt);
-	if (v->opts->preset && v->opts->scale != 1.0)
-		put(o, "  (H, F and tokens of %s divided by %g)\n", v->opts->preset, v->opts->scale);
+	if (v->opts->preset.preset && v->opts->preset.scale != 1.0)
+		put(o, "  (H, F and tokens of %s divided by %g)\n", v->opts->preset.preset, v->opts->preset.scale);
 	if (v->opts->cluster)
 		put(o, "cluster: %s (%s)\n", t->cluster, v->opts->cluster);
 	else
@@ -327,7 +309,7 @@ static void print_text(struct text *o, const struct plan_view *v)
 		put(o, "GPU-GPU link: NVLink could not be detected; PCIe assumed\n");
 
 	int shared = 0;
-	put(o, "\nring order (%s%d node crossing(s)", v->opts->ring_order[0] == 'r' ? "rank order, as asked; " : "",
+	put(o, "\nring order (%s%d node crossing(s)", v->opts->ring.ring_order[0] == 'r' ? "rank order, as asked; " : "",
 	    plan->node_crossings);
 	if (t->nnodes > 1)
 		put(o, "; a ring over %d nodes needs at least %d", t->nnodes, t->nnodes);
@@ -389,14 +371,14 @@ static void print_text(struct text *o, const struct plan_view *v)
 	    mem->max_tokens[2] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[2] : 0.0,
 	    mem->max_tokens[2] ? (double)mem->max_tokens[1] / (double)mem->max_tokens[2] : 0.0,
 	    mem->max_tokens[3] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[3] : 0.0);
-	if (v->opts->mem_cap > 0) {
+	if (v->opts->ring.mem_cap > 0) {
 		struct cap_cost cc = cap_cost(v);
 		if (plan->cap_rc)
 			put(o, "  memory cap: %s\n", plan->cap_msg);
 		else
 			put(o, "  memory cap %.2f GiB (%s routing): chunks of %lld rows, %.0f per hop; about %.0f "
 			       "more tasks per pass, %.1f ms at %.0f us each\n",
-			    (double)v->opts->mem_cap / GiB, mode_name(rc->mode), (long long)plan->chunk_rows,
+			    (double)v->opts->ring.mem_cap / GiB, mode_name(rc->mode), (long long)plan->chunk_rows,
 			    cc.chunks_per_hop, cc.extra_tasks, cc.extra_tasks * TASK_SECONDS * 1e3, TASK_SECONDS * 1e6);
 	}
 	if (!v->opts->attention)
@@ -442,12 +424,12 @@ static void print_json(struct text *o, const struct plan_view *v)
 	const struct rmoe_routing_choice *rc = &plan->routing;
 
 	put(o, "{\n  \"model\": {\"preset\": ");
-	if (v->opts->preset)
-		put_json_string(o, v->opts->preset);
+	if (v->opts->preset.preset)
+		put_json_string(o, v->opts->preset.preset);
 	else
 		put(o, "null");
 	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld},\n",
-	    v->opts->scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk);
+	    v->opts->preset.scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk);
 	put(o, "  \"tokens_per_rank\": %lld,\n  \"ranks\": %lld,\n  \"etp\": %lld,\n  \"dtype\": \"%s\",\n",
 	    (long long)p->tokens, (long long)p->ep, (long long)p->etp,
 	    p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32");
@@ -472,7 +454,7 @@ static void print_json(struct text *o, const struct plan_view *v)
 	for (int i = 0; i < plan->nranks; i++)
 		put(o, "%s%d", i ? ", " : "", plan->order[i]);
 	put(o, "], \"ring_order\": \"%s\", \"nics_per_node\": %d, \"node_crossings\": %d, \"edges\": [\n",
-	    v->opts->ring_order[0] == 'r' ? "rank" : "planned", t->nics_per_node, plan->node_crossings);
+	    v->opts->ring.ring_order[0] == 'r' ? "rank" : "planned", t->nics_per_node, plan->node_crossings);
 	for (int i = 0; i < plan->nranks; i++) {
 		const struct rmoe_ring_edge *e = &plan->edges[i];
 		put(o, "    {\"position\": %d, \"from\": %d, \"to\": %d, \"from_node\": %d, \"to_node\": %d, "
@@ -513,9 +495,9 @@ static void print_json(struct text *o, const struct plan_view *v)
 		    (long long)mem->est[i].resident_backward, (long long)mem->est[i].weights_and_inputs,
 		    (long long)mem->est[i].largest_buffer, (long long)mem->max_tokens[i]);
 	put(o, "}");
-	if (v->opts->mem_cap > 0) {
+	if (v->opts->ring.mem_cap > 0) {
 		put(o, ", \"mem_cap\": {\"bytes\": %lld, \"chunk_rows\": %lld, \"error\": ",
-		    (long long)v->opts->mem_cap, plan->cap_rc ? 0LL : (long long)plan->chunk_rows);
+		    (long long)v->opts->ring.mem_cap, plan->cap_rc ? 0LL : (long long)plan->chunk_rows);
 		if (plan->cap_rc)
 			put_json_string(o, plan->cap_msg);
 		else
@@ -579,12 +561,10 @@ static void say_error(const char *msg)
 
 int rmoe_cmd_plan(int argc, char **argv, int first)
 {
-	struct plan_opts r = {.scale = 1.0, .micro_batch = 1, .sp = 1, .cp = 1, .etp = 1, .dtype = "bf16",
-	                      .ring_order = "planned"};
-	struct rmoe_opt opts[NOPTS];
-	fill_opts(opts, &r);
+	struct plan_opts r = {.preset.scale = 1.0, .ring = {.dtype = "bf16", .ring_order = "planned"}, .micro_batch = 1,
+	                      .sp = 1, .cp = 1, .etp = 1, .dp = 1};
 	char msg[1024];
-	int prc = rmoe_app_options(opts, NOPTS, argc, argv, first, usage_head, usage_tail, msg, sizeof(msg));
+	int prc = parse_options(&r, argc, argv, first, msg, sizeof(msg));
 	if (prc == 1)
 		return 0;
 	int size = 1;
@@ -594,10 +574,6 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	struct rmoe_layer_config cfg;
 	if (!prc)
 		prc = make_problem(&r, nranks, &cfg, &prob, msg, sizeof(msg));
-	if (!prc && strcmp(r.ring_order, "planned") && strcmp(r.ring_order, "rank")) {
-		snprintf(msg, sizeof(msg), "--ring-order '%s': expected planned or rank", r.ring_order);
-		prc = RMOE_EINVAL;
-	}
 	if (prc) {
 		say_error(msg);
 		return 2;
@@ -625,7 +601,7 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));
 	struct rmoe_plan_request req = {.layer = &cfg, .etp = r.etp, .budget = r.budget,
-	                                .rank_order = !strcmp(r.ring_order, "rank")};
+	                                .rank_order = !strcmp(r.ring.ring_order, "rank")};
 	if (!rc)
 		rc = rmoe_plan_make(&req, &topo, &plan);
 	int code = 0;

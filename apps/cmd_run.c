@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "app.h"
-#include "opts.h"
+#include "options.h"
 #include "rmoe_config.h"
 #include "rmoe_memory_model.h"
 #include "rmoe_scheduler.h"
@@ -24,17 +24,17 @@
 #endif
 
 struct run_opts {
-	int64_t hidden, ffn, experts, topk, tokens, shared_ffn, chunk_rows, seed, repeat, mem_cap, partitions;
+	struct rmoe_preset_opts preset;
+	struct rmoe_shape_opts shape;
+	struct rmoe_ring_opts ring;
+	int64_t chunk_rows, seed, repeat, partitions;
 	int64_t blas_threads;           /* 0: the context's automatic count */
-	double scale;
-	const char *preset, *dispatch, *load, *dump, *csv, *dtype, *io, *routing;
+	const char *dispatch, *load, *dump, *csv, *io, *routing;
 	const char *trace, *sched;      /* traces and scheduler experiments */
-	const char *ring_order;         /* planned | rank */
 	int no_prio;
 	int check, no_norm_topk, no_overlap, quiet;
 	int check_finite;
 	int deterministic;
-	int g_hidden, g_ffn, g_experts, g_topk, g_tokens, g_shared;
 };
 
 static const char *usage_head =
@@ -49,91 +49,74 @@ static const char *usage_head =
 	"preweighted expert backward).\n"
 	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
 	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a and a2a-megatron.\n"
-	"\n"
-	"options:\n";
+	"\n";
 
 static const char *usage_tail =
 	"\n"
-	"--preset takes a Table 3 shape (Qwen3-30B-A3B, Qwen3.5-35B-A3B, Qwen2-57B-A14B,\n"
-	"MoE-E64/E128/E384, MoE-K4/K8/K12/K16, MoE-H512/H768/H2048) with 49152 tokens per\n"
-	"rank (the paper's §2 profile); --scale S divides its H, F and tokens.\n"
-	"Explicit --hidden, --ffn, --tokens etc. win over the preset.\n"
 	".npy layout (float32, C order): x.npy, dy.npy [N*T, H] (rank r: rows r*T..);\n"
 	"w_router.npy [H, E]; w_gate.npy, w_up.npy [E, H, F]; w_down.npy [E, F, H];\n"
 	"outputs y, dx, dw_router (summed over ranks), dw_gate, dw_up, dw_down alike.\n"
 	"--dump writes the inputs too, and the outputs of the first dispatcher run.\n";
 
-static void fill_opts(struct rmoe_opt *o, struct run_opts *r)
+/* The options of relaymoe run, set by set, into r: as rmoe_app_options. */
+static int parse_options(struct run_opts *r, int argc, char **argv, int first, char *msg, size_t len)
 {
-	struct rmoe_opt t[] = {
-		{"hidden", RMOE_OPT_INT, &r->hidden, 1, 1e9, "H", "hidden size", &r->g_hidden},
-		{"ffn", RMOE_OPT_INT, &r->ffn, 1, 1e9, "F", "expert FFN width", &r->g_ffn},
-		{"experts", RMOE_OPT_INT, &r->experts, 1, 1e6, "E", "routed experts (multiple of N)", &r->g_experts},
-		{"topk", RMOE_OPT_INT, &r->topk, 1, 1e6, "K", "experts per token", &r->g_topk},
-		{"tokens", RMOE_OPT_INT, &r->tokens, 1, 1e12, "T", "tokens per rank", &r->g_tokens},
-		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e9, "FS", "shared expert width (0: none)", &r->g_shared},
-		{"preset", RMOE_OPT_STRING, &r->preset, 0, 0, "NAME", "a Table 3 shape (see below)", NULL},
-		{"scale", RMOE_OPT_DOUBLE, &r->scale, 1, 1e6, "S", "divide the preset's H, F, tokens by S", NULL},
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, auto, both (ring+a2a), baselines (ring, a2a, a2a-megatron; default) or all", NULL},
-		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of inputs and weights (1)", NULL},
-		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up (3)", NULL},
+	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
+	const struct rmoe_opt layer[] = {
+		RMOE_RING_OPTIONS(&r->ring),
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
-		{"mem-cap", RMOE_OPT_SIZE, &r->mem_cap, 1, 9e18, "BYTES", "keep each ring layer's peak under BYTES (e.g. 64M)", NULL},
+		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},
-		{"check", RMOE_OPT_FLAG, &r->check, 0, 0, NULL, "compare with the reference; exit 1 past 1e-5 (bf16: 1e-2)", NULL},
 		{"check-finite", RMOE_OPT_FLAG, &r->check_finite, 0, 0, NULL, "refuse NaN or infinity in inputs and weights", NULL},
+		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
+	};
+	const struct rmoe_opt run[] = {
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, auto, both (ring+a2a), baselines (ring, a2a, a2a-megatron) or all", NULL},
+		RMOE_SEED_OPTION(&r->seed),
+		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up", NULL},
+		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes", NULL},
 		{"load", RMOE_OPT_STRING, &r->load, 0, 0, "DIR", "read inputs and weights from DIR/*.npy", NULL},
+		{"check", RMOE_OPT_FLAG, &r->check, 0, 0, NULL, "compare with the reference; exit 1 past 1e-5 (bf16: 1e-2)", NULL},
+	};
+	const struct rmoe_opt starpu[] = {
+		{"sched", RMOE_OPT_STRING, &r->sched, 0, 0, "POLICY", "StarPU scheduling policy (lws, prio, ws, dmdas, eager, ...)", NULL},
+		{"no-prio", RMOE_OPT_FLAG, &r->no_prio, 0, 0, NULL, "give every task and transfer the same priority", NULL},
+		{"blas-threads", RMOE_OPT_INT, &r->blas_threads, 0, 4096, "N", "OpenBLAS threads per call (0: automatic, the cores the workers leave)", NULL},
+		{"trace", RMOE_OPT_STRING, &r->trace, 0, 0, "DIR", "record an FxT trace of every rank, converted into DIR", NULL},
+	};
+	const struct rmoe_opt output[] = {
 		{"dump", RMOE_OPT_STRING, &r->dump, 0, 0, "DIR", "write inputs and outputs to DIR/*.npy", NULL},
 		{"csv", RMOE_OPT_STRING, &r->csv, 0, 0, "FILE", "append one result row per dispatcher", NULL},
 		{"routing", RMOE_OPT_STRING, &r->routing, 0, 0, "FILE", "write the rows each rank routed to each expert (CSV)", NULL},
 		{"quiet", RMOE_OPT_FLAG, &r->quiet, 0, 0, NULL, "print the summary only", NULL},
-		{"trace", RMOE_OPT_STRING, &r->trace, 0, 0, "DIR", "record an FxT trace of every rank, converted into DIR", NULL},
-		{"sched", RMOE_OPT_STRING, &r->sched, 0, 0, "POLICY", "StarPU scheduling policy (lws, prio, ws, dmdas, eager, ...)", NULL},
-		{"no-prio", RMOE_OPT_FLAG, &r->no_prio, 0, 0, NULL, "give every task and transfer the same priority", NULL},
-		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
-		{"dtype", RMOE_OPT_STRING, &r->dtype, 0, 0, "f32|bf16", "element type of weights, activations, transfers (f32)", NULL},
-		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
-		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes (host)", NULL},
-		{"ring-order", RMOE_OPT_STRING, &r->ring_order, 0, 0, "planned|rank", "the ring: planned from the topology (default) or rank order", NULL},
-		{"blas-threads", RMOE_OPT_INT, &r->blas_threads, 0, 4096, "N", "OpenBLAS threads per call (0: automatic, the cores the workers leave)", NULL},
 	};
-	memcpy(o, t, sizeof(t));
+	const struct rmoe_opt_set sets[] = {
+		RMOE_OPT_SET("the layer's shape", shape, RMOE_PRESET_NOTE),
+		RMOE_OPT_SET("the layer", layer, NULL),
+		RMOE_OPT_SET("the run", run, NULL),
+		RMOE_OPT_SET("StarPU", starpu, NULL),
+		RMOE_OPT_SET("output", output, NULL),
+	};
+	return rmoe_app_options(sets, RMOE_NELEMS(sets), argc, argv, first, usage_head, usage_tail, msg, len);
 }
-#define NOPTS 31
 
 /* Builds the layer configuration from the options; 0 or RMOE_EINVAL. */
 static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, char *msg, size_t len)
 {
-	rmoe_layer_config_init(cfg);
-	if (r->preset) {
-		if (rmoe_preset_apply(r->preset, r->scale, cfg, msg, len))
-			return RMOE_EINVAL;
-	} else if (r->scale != 1.0) {
-		snprintf(msg, len, "--scale %g needs --preset", r->scale);
-		return RMOE_EINVAL;
-	}
-	if (r->g_hidden) cfg->hidden = r->hidden;
-	if (r->g_ffn) cfg->ffn = r->ffn;
-	if (r->g_experts) cfg->experts = r->experts;
-	if (r->g_topk) cfg->topk = r->topk;
-	if (r->g_tokens) cfg->tokens = r->tokens;
-	if (r->g_shared) cfg->shared_ffn = r->shared_ffn;
+	int rc = rmoe_app_shape_config(&r->preset, &r->shape, cfg, msg, len);
+	if (!rc)
+		rc = rmoe_app_ring_config(&r->ring, cfg, msg, len);
+	if (rc)
+		return rc;
 	cfg->norm_topk = !r->no_norm_topk;
 	cfg->overlap = !r->no_overlap;
 	cfg->chunk_rows = r->chunk_rows;
-	cfg->mem_cap = r->mem_cap;
 	cfg->check_finite = r->check_finite;
 	cfg->deterministic = r->deterministic;
 	cfg->partitions = r->partitions;
 	if (strcmp(r->io, "host") && strcmp(r->io, "device")) {
 		snprintf(msg, len, "--io '%s': expected host or device", r->io);
-		return RMOE_EINVAL;
-	}
-	if (!strcmp(r->dtype, "bf16")) {
-		cfg->dtype = RMOE_DTYPE_BF16;
-	} else if (strcmp(r->dtype, "f32")) {
-		snprintf(msg, len, "--dtype '%s': expected f32 or bf16", r->dtype);
 		return RMOE_EINVAL;
 	}
 	return 0;
@@ -516,7 +499,7 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	struct rmoe_ctx_config ccfg;
 	rmoe_ctx_config_init(&ccfg);
 	ccfg.trace = r->trace;
-	ccfg.ring_order = strcmp(r->ring_order, "rank") ? RMOE_RING_PLANNED : RMOE_RING_RANK;
+	ccfg.ring_order = strcmp(r->ring.ring_order, "rank") ? RMOE_RING_PLANNED : RMOE_RING_RANK;
 	ccfg.blas_threads = (int)r->blas_threads;
 	if (r->sched) {
 		/* STARPU_SCHED would win over the configuration's policy. */
@@ -550,7 +533,7 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 		line[0] = '\0';
 		for (int i = 0; i < n && used < cap; i++)
 			used += (size_t)snprintf(line + used, cap - used, " %d", order[i]);
-		rmoe_app_say("ring order (%s):%s\n", r->ring_order, line);
+		rmoe_app_say("ring order (%s):%s\n", r->ring.ring_order, line);
 	}
 	free(line);
 	free(order);
@@ -669,12 +652,10 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 
 int rmoe_cmd_run(int argc, char **argv, int first)
 {
-	struct run_opts r = {.seed = 1, .repeat = 3, .scale = 1.0, .dispatch = "baselines", .dtype = "f32", .partitions = 1,
-	                     .io = "host", .ring_order = "planned"};
-	struct rmoe_opt opts[NOPTS];
-	fill_opts(opts, &r);
+	struct run_opts r = {.preset.scale = 1.0, .ring = {.dtype = "f32", .ring_order = "planned"}, .seed = 1,
+	                     .repeat = 3, .partitions = 1, .dispatch = "baselines", .io = "host"};
 	char msg[1024];
-	int prc = rmoe_app_options(opts, NOPTS, argc, argv, first, usage_head, usage_tail, msg, sizeof(msg));
+	int prc = parse_options(&r, argc, argv, first, msg, sizeof(msg));
 	if (prc == 1)
 		return 0;
 	struct rmoe_layer_config cfg;
@@ -684,10 +665,6 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
 	if (!prc && !(ndisp = parse_dispatch(r.dispatch, which, msg, sizeof(msg))))
 		prc = RMOE_EINVAL;
-	if (!prc && strcmp(r.ring_order, "planned") && strcmp(r.ring_order, "rank")) {
-		snprintf(msg, sizeof(msg), "--ring-order '%s': expected planned or rank", r.ring_order);
-		prc = RMOE_EINVAL;
-	}
 #ifdef RMOE_SIMGRID
 	if (!prc && (r.check || r.load || r.dump || r.trace || r.routing)) {
 		snprintf(msg, sizeof(msg), "--check, --load, --dump, --trace and --routing need real kernels: this is the "
@@ -720,10 +697,10 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, shared FFN "
 	             "%lld, seed %lld, %lld timed repetition(s)\n",
 	             nranks, (long long)cfg.hidden, (long long)cfg.ffn, (long long)cfg.experts, (long long)cfg.topk,
-	             (long long)cfg.tokens, r.preset ? ", preset " : "", r.preset ? r.preset : "",
+	             (long long)cfg.tokens, r.preset.preset ? ", preset " : "", r.preset.preset ? r.preset.preset : "",
 	             (long long)cfg.shared_ffn, (long long)r.seed, (long long)r.repeat);
-	if (r.preset && r.scale != 1.0)
-		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset, r.scale);
+	if (r.preset.preset && r.preset.scale != 1.0)
+		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset.preset, r.preset.scale);
 	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call "
 	             "(%s kernels), %s, activations on the %s\n",
 	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,

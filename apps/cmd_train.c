@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "app.h"
-#include "opts.h"
+#include "options.h"
 #include "rmoe_scheduler.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -27,8 +27,8 @@
 extern char **environ;
 
 struct train_opts {
-	int64_t layers, hidden, ffn, experts, topk, vocab, tokens, shared_ffn, steps, seed, warmup,
-		branching, checkpoint_every, print_every;
+	struct rmoe_shape_opts shape;
+	int64_t layers, vocab, steps, seed, warmup, branching, checkpoint_every, print_every;
 	double lr, weight_decay, clip, aux_weight;
 	const char *dispatch, *text, *csv, *png, *checkpoint_dir;
 	int resume, quiet, g_vocab;
@@ -45,8 +45,7 @@ static const char *usage_head =
 	"The corpus is a sparse random Markov chain drawn from the seed (the loss can\n"
 	"fall from ln V to the chain's entropy rate, printed as the floor), or with\n"
 	"--text the bytes of a file (V = 256; floor: the file's bigram entropy).\n"
-	"\n"
-	"options:\n";
+	"\n";
 
 static const char *usage_tail =
 	"\n"
@@ -58,38 +57,44 @@ static const char *usage_tail =
 	"--checkpoint-dir D writes D/rank-NNNNN.ckpt per rank every --checkpoint-every\n"
 	"steps and at the end; --resume continues from them bit for bit.\n";
 
-#define NOPTS 25
-
-static void fill_opts(struct rmoe_opt *o, struct train_opts *r)
+/* The options of relaymoe train, set by set, into r: as rmoe_app_options. */
+static int parse_options(struct train_opts *r, int argc, char **argv, int first, char *msg, size_t len)
 {
-	struct rmoe_opt t[NOPTS] = {
-		{"layers", RMOE_OPT_INT, &r->layers, 1, 4096, "L", "MoE blocks (2)", NULL},
-		{"hidden", RMOE_OPT_INT, &r->hidden, 1, 1e6, "H", "hidden size (64)", NULL},
-		{"ffn", RMOE_OPT_INT, &r->ffn, 1, 1e6, "F", "expert FFN width (32)", NULL},
-		{"experts", RMOE_OPT_INT, &r->experts, 1, 1e6, "E", "routed experts per block, a multiple of N (8)", NULL},
-		{"topk", RMOE_OPT_INT, &r->topk, 1, 1e6, "K", "experts per token (2)", NULL},
-		{"vocab", RMOE_OPT_INT, &r->vocab, 2, 1e7, "V", "vocabulary size (64; 256 with --text)", &r->g_vocab},
-		{"tokens", RMOE_OPT_INT, &r->tokens, 1, 1e9, "T", "tokens per rank per step (256)", NULL},
-		{"shared-ffn", RMOE_OPT_INT, &r->shared_ffn, 0, 1e6, "FS", "shared expert width (0: none)", NULL},
-		{"steps", RMOE_OPT_INT, &r->steps, 0, 1e9, "S", "train up to step S (100)", NULL},
-		{"seed", RMOE_OPT_INT, &r->seed, 0, 9.2e18, "N", "seed of parameters and data (1)", NULL},
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|a2a-megatron", "MoE dispatcher (ring)", NULL},
-		{"lr", RMOE_OPT_DOUBLE, &r->lr, 0, 10, "LR", "peak learning rate (3e-3)", NULL},
-		{"warmup", RMOE_OPT_INT, &r->warmup, 0, 1e9, "S", "linear warm-up steps (10)", NULL},
-		{"weight-decay", RMOE_OPT_DOUBLE, &r->weight_decay, 0, 10, "W", "AdamW decay of matrices (0.1)", NULL},
-		{"clip", RMOE_OPT_DOUBLE, &r->clip, 0, 1e12, "C", "global gradient-norm clip, 0: none (1.0)", NULL},
-		{"aux-weight", RMOE_OPT_DOUBLE, &r->aux_weight, 0, 1e3, "A", "load-balancing loss weight (0.01)", NULL},
-		{"branching", RMOE_OPT_INT, &r->branching, 1, 1e6, "B", "successors per token of the chain (4)", NULL},
+	const struct rmoe_opt model[] = {
+		{"layers", RMOE_OPT_INT, &r->layers, 1, 4096, "L", "MoE blocks", NULL},
+		RMOE_SHAPE_OPTIONS(&r->shape),
+		{"vocab", RMOE_OPT_INT, &r->vocab, 2, 1e7, "V", "vocabulary size, 256 with --text", &r->g_vocab},
+	};
+	const struct rmoe_opt training[] = {
+		{"steps", RMOE_OPT_INT, &r->steps, 0, 1e9, "S", "train up to step S", NULL},
+		RMOE_SEED_OPTION(&r->seed),
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|a2a-megatron", "MoE dispatcher", NULL},
+		{"lr", RMOE_OPT_DOUBLE, &r->lr, 0, 10, "LR", "peak learning rate", NULL},
+		{"warmup", RMOE_OPT_INT, &r->warmup, 0, 1e9, "S", "linear warm-up steps", NULL},
+		{"weight-decay", RMOE_OPT_DOUBLE, &r->weight_decay, 0, 10, "W", "AdamW decay of matrices", NULL},
+		{"clip", RMOE_OPT_DOUBLE, &r->clip, 0, 1e12, "C", "global gradient-norm clip, 0: none", NULL},
+		{"aux-weight", RMOE_OPT_DOUBLE, &r->aux_weight, 0, 1e3, "A", "load-balancing loss weight", NULL},
+	};
+	const struct rmoe_opt data[] = {
+		{"branching", RMOE_OPT_INT, &r->branching, 1, 1e6, "B", "successors per token of the chain", NULL},
 		{"text", RMOE_OPT_STRING, &r->text, 0, 0, "FILE", "train on the bytes of FILE", NULL},
+	};
+	const struct rmoe_opt output[] = {
 		{"csv", RMOE_OPT_STRING, &r->csv, 0, 0, "FILE", "write the loss curve", NULL},
 		{"png", RMOE_OPT_STRING, &r->png, 0, 0, "FILE", "plot the loss curve (needs --csv)", NULL},
 		{"checkpoint-dir", RMOE_OPT_STRING, &r->checkpoint_dir, 0, 0, "D", "checkpoint directory", NULL},
 		{"checkpoint-every", RMOE_OPT_INT, &r->checkpoint_every, 0, 1e9, "S", "checkpoint every S steps (0: at the end only)", NULL},
 		{"resume", RMOE_OPT_FLAG, &r->resume, 0, 0, NULL, "continue from --checkpoint-dir", NULL},
-		{"print-every", RMOE_OPT_INT, &r->print_every, 1, 1e9, "S", "progress line every S steps (1)", NULL},
+		{"print-every", RMOE_OPT_INT, &r->print_every, 1, 1e9, "S", "progress line every S steps", NULL},
 		{"quiet", RMOE_OPT_FLAG, &r->quiet, 0, 0, NULL, "no progress lines", NULL},
 	};
-	memcpy(o, t, sizeof(t));
+	const struct rmoe_opt_set sets[] = {
+		RMOE_OPT_SET("the model", model, NULL),
+		RMOE_OPT_SET("training", training, NULL),
+		RMOE_OPT_SET("the corpus", data, NULL),
+		RMOE_OPT_SET("output and checkpoints", output, NULL),
+	};
+	return rmoe_app_options(sets, RMOE_NELEMS(sets), argc, argv, first, usage_head, usage_tail, msg, len);
 }
 
 static int check_opts(struct train_opts *r, int nranks, struct rmoe_train_shape *shape,
@@ -121,16 +126,11 @@ static int check_opts(struct train_opts *r, int nranks, struct rmoe_train_shape 
 		snprintf(msg, len, "--png plots the --csv file: give --csv too");
 		return RMOE_EINVAL;
 	}
-	*shape = (struct rmoe_train_shape){r->layers, r->hidden, r->ffn, r->experts, r->topk, r->vocab,
-	                                   r->tokens, r->shared_ffn};
+	*shape = (struct rmoe_train_shape){r->layers, r->shape.hidden, r->shape.ffn, r->shape.experts, r->shape.topk, r->vocab,
+	                                   r->shape.tokens, r->shape.shared_ffn};
 	struct rmoe_layer_config cfg;
-	rmoe_layer_config_init(&cfg);
-	cfg.hidden = r->hidden;
-	cfg.ffn = r->ffn;
-	cfg.experts = r->experts;
-	cfg.topk = r->topk;
-	cfg.tokens = r->tokens;
-	cfg.shared_ffn = r->shared_ffn;
+	rmoe_app_layer_shape(&cfg, r->shape.hidden, r->shape.ffn, r->shape.experts, r->shape.topk, r->shape.tokens);
+	cfg.shared_ffn = r->shape.shared_ffn;
 	cfg.dispatch = *d;
 	cfg.deterministic = 1;
 	int rc = rmoe_config_check(&cfg, nranks);
@@ -144,8 +144,8 @@ static void make_identity(const struct train_opts *r, enum rmoe_dispatch d, cons
 {
 	memset(id, 0, sizeof(*id));
 	*id = (struct rmoe_ckpt_identity){
-		.layers = r->layers, .hidden = r->hidden, .ffn = r->ffn, .experts = r->experts,
-		.topk = r->topk, .vocab = r->vocab, .tokens = r->tokens, .shared_ffn = r->shared_ffn,
+		.layers = r->layers, .hidden = r->shape.hidden, .ffn = r->shape.ffn, .experts = r->shape.experts,
+		.topk = r->shape.topk, .vocab = r->vocab, .tokens = r->shape.tokens, .shared_ffn = r->shape.shared_ffn,
 		.seed = r->seed, .dispatch = d, .corpus_kind = c->kind,
 		.branching = c->kind == RMOE_CORPUS_MARKOV ? c->branching : 0, .warmup = ac->warmup,
 		.corpus_hash = c->content_hash, .lr = ac->lr, .beta1 = ac->beta1, .beta2 = ac->beta2,
@@ -223,8 +223,8 @@ static const double MiB = 1024.0 * 1024.0;
 
 int rmoe_cmd_train(int argc, char **argv, int first)
 {
-	struct train_opts r = {.layers = 2, .hidden = 64, .ffn = 32, .experts = 8, .topk = 2, .vocab = 64,
-	                       .tokens = 256, .steps = 100, .seed = 1, .branching = 4, .print_every = 1,
+	struct train_opts r = {.shape = {.hidden = 64, .ffn = 32, .experts = 8, .topk = 2, .tokens = 256}, .layers = 2,
+	                       .vocab = 64, .steps = 100, .seed = 1, .branching = 4, .print_every = 1,
 	                       .weight_decay = 0.1, .aux_weight = 0.01, .dispatch = "ring"};
 	struct rmoe_adamw_config ac;
 	rmoe_adamw_config_init(&ac);
@@ -232,10 +232,8 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 	r.warmup = ac.warmup;
 	r.weight_decay = ac.weight_decay;
 	r.clip = ac.clip;
-	struct rmoe_opt opts[NOPTS];
-	fill_opts(opts, &r);
 	char msg[1024];
-	int prc = rmoe_app_options(opts, NOPTS, argc, argv, first, usage_head, usage_tail, msg, sizeof(msg));
+	int prc = parse_options(&r, argc, argv, first, msg, sizeof(msg));
 	if (prc == 1)
 		return 0;
 	int nranks, rank;
@@ -255,7 +253,7 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 	ac.clip = r.clip;
 
 	struct rmoe_corpus corpus;
-	int rc = r.text ? rmoe_corpus_text(&corpus, r.text, r.tokens + 1, (uint64_t)r.seed, msg, sizeof(msg))
+	int rc = r.text ? rmoe_corpus_text(&corpus, r.text, r.shape.tokens + 1, (uint64_t)r.seed, msg, sizeof(msg))
 	                : rmoe_corpus_markov(&corpus, r.vocab, r.branching, (uint64_t)r.seed, msg, sizeof(msg));
 	if (rc)
 		rmoe_app_error("%s", msg);
@@ -279,7 +277,7 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 	struct rmoe_ckpt_state state = {0};
 	struct rmoe_ckpt_identity id;
 	make_identity(&r, dispatch, &corpus, &ac, &id);
-	int32_t *seq = malloc((size_t)(r.tokens + 1) * sizeof(int32_t));
+	int32_t *seq = malloc((size_t)(r.shape.tokens + 1) * sizeof(int32_t));
 	rc = rmoe_train_model_init(&model, ctx, &shape, dispatch, r.aux_weight, (uint64_t)r.seed);
 	if (!rc) {
 		rc = rmoe_adamw_init(&opt, &ac, &model);
@@ -309,9 +307,9 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 	if (!rc) {
 		rmoe_app_say("relaymoe train: %d rank(s), %s dispatch; L=%lld H=%lld F=%lld E=%lld K=%lld V=%lld, "
 		             "shared FFN %lld; %lld tokens per rank per step; seed %lld\n",
-		             nranks, r.dispatch, (long long)r.layers, (long long)r.hidden, (long long)r.ffn,
-		             (long long)r.experts, (long long)r.topk, (long long)r.vocab, (long long)r.shared_ffn,
-		             (long long)r.tokens, (long long)r.seed);
+		             nranks, r.dispatch, (long long)r.layers, (long long)r.shape.hidden, (long long)r.shape.ffn,
+		             (long long)r.shape.experts, (long long)r.shape.topk, (long long)r.vocab, (long long)r.shape.shared_ffn,
+		             (long long)r.shape.tokens, (long long)r.seed);
 		rmoe_app_say("  parameters: %lld replicated, %lld in experts (%lld on this rank); AdamW lr %g "
 		             "(warm-up %lld), weight decay %g, clip %g, aux weight %g\n",
 		             (long long)model.rep_n, (long long)model.exp_n * nranks, (long long)model.exp_n, ac.lr,
@@ -329,11 +327,11 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 	}
 
 	int64_t saved_step = r.resume ? state.step : -1;
-	const double global_tokens = (double)r.tokens * nranks;
+	const double global_tokens = (double)r.shape.tokens * nranks;
 	while (!rc && state.step < r.steps) {
 		double t0 = MPI_Wtime();
 		int64_t step = state.step + 1;
-		rmoe_corpus_next(&corpus, rank, &state.data, r.tokens, seq);
+		rmoe_corpus_next(&corpus, rank, &state.data, r.shape.tokens, seq);
 		struct rmoe_train_result res;
 		rc = rmoe_train_model_step(&model, seq, &res);
 		if (rc)

@@ -11,22 +11,9 @@
 
 #include "app.h"
 #include "npy.h"
-#include "opts.h"
 #include "rmoe_reference.h"
 #include "rmoe_config.h"
 #include "seeded.h"
-
-int rmoe_app_options(const struct rmoe_opt *opts, int nopts, int argc, char **argv, int first, const char *head,
-                     const char *tail, char *msg, size_t len)
-{
-	int rc = rmoe_opts_parse(opts, (size_t)nopts, argc, argv, first, msg, len);
-	if (rc == 1) {
-		char help[8192];
-		rmoe_opts_help(opts, (size_t)nopts, help, sizeof(help));
-		rmoe_app_say("%s%s%s", head, help, tail);
-	}
-	return rc;
-}
 
 int rmoe_app_agree(int rc)
 {

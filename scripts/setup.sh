@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs what relaymoe needs from Debian's packages (Debian 12), only the
 # ones missing: idempotent. Runs apt-get as root, or through sudo.
-#   scripts/setup.sh            the build, the tests and the plots
-#   RMOE_SETUP_EXTRA="pkg ..."  more packages (e.g. valgrind, clang for fuzzing)
+#   scripts/setup.sh            the build, the tests (the Python ones too:
+#                               mpi4py, pytest, venv, and wheel, which pip
+#                               needs to install the package offline) and
+#                               the plots
+#   RMOE_SETUP_EXTRA="pkg ..."  more packages (e.g. python3-torch for the
+#                               PyTorch examples, valgrind, clang for fuzzing)
 set -euo pipefail
 
 packages=(
@@ -13,6 +17,7 @@ packages=(
   libopenblas-dev
   libcmocka-dev
   python3 python3-numpy python3-matplotlib
+  python3-mpi4py python3-pytest python3-venv python3-wheel
 )
 # shellcheck disable=SC2206
 packages+=(${RMOE_SETUP_EXTRA:-})

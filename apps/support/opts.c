@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,9 +111,55 @@ static int parse_value(const struct rmoe_opt *o, const char *v, char *msg, size_
 	return 0;
 }
 
-int rmoe_opts_parse(const struct rmoe_opt *opts, size_t nopts, int argc, char **argv, int first,
-                    char *msg, size_t msglen)
+/* The option named name[0..nlen) in the first nsets sets, or NULL. */
+static const struct rmoe_opt *find(const struct rmoe_opt_set *sets, size_t nsets, const char *name, size_t nlen)
 {
+	for (size_t s = 0; s < nsets; s++)
+		for (size_t k = 0; k < sets[s].nopts; k++)
+			if (strlen(sets[s].opts[k].name) == nlen && strncmp(sets[s].opts[k].name, name, nlen) == 0)
+				return &sets[s].opts[k];
+	return NULL;
+}
+
+/* The closest known name to given, within two edits, or NULL. */
+static const char *closest(const struct rmoe_opt_set *sets, size_t nsets, const char *given)
+{
+	size_t best = 99;
+	const char *name = NULL;
+	for (size_t s = 0; s < nsets; s++)
+		for (size_t k = 0; k < sets[s].nopts; k++) {
+			size_t d = distance(given, sets[s].opts[k].name);
+			if (d < best) {
+				best = d;
+				name = sets[s].opts[k].name;
+			}
+		}
+	return best <= 2 ? name : NULL;
+}
+
+/* Sets shared by several commands meet in one command's list: a name
+ * given twice would leave one of its options unreachable. */
+static int check_unique(const struct rmoe_opt_set *sets, size_t nsets, char *msg, size_t msglen)
+{
+	for (size_t s = 0; s < nsets; s++)
+		for (size_t k = 0; k < sets[s].nopts; k++) {
+			const char *name = sets[s].opts[k].name;
+			/* the sets before this one, then this one's options before k */
+			struct rmoe_opt_set before = {NULL, sets[s].opts, k, NULL};
+			if (find(sets, s, name, strlen(name)) || find(&before, 1, name, strlen(name))) {
+				snprintf(msg, msglen, "option table: --%s is defined twice", name);
+				return RMOE_EINVAL;
+			}
+		}
+	return 0;
+}
+
+int rmoe_opts_parse_sets(const struct rmoe_opt_set *sets, size_t nsets, int argc, char **argv, int first,
+                         char *msg, size_t msglen)
+{
+	int rc = check_unique(sets, nsets, msg, msglen);
+	if (rc)
+		return rc;
 	for (int i = first; i < argc; i++)
 		if (argv[i] && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0))
 			return 1;
@@ -125,24 +172,13 @@ int rmoe_opts_parse(const struct rmoe_opt *opts, size_t nopts, int argc, char **
 		const char *name = arg + 2;
 		const char *eq = strchr(name, '=');
 		size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-		const struct rmoe_opt *o = NULL;
-		for (size_t k = 0; k < nopts; k++)
-			if (strlen(opts[k].name) == nlen && strncmp(opts[k].name, name, nlen) == 0)
-				o = &opts[k];
+		const struct rmoe_opt *o = find(sets, nsets, name, nlen);
 		if (!o) {
 			char given[48];
 			snprintf(given, sizeof(given), "%.*s", (int)(nlen < 40 ? nlen : 40), name);
-			size_t best = 99, bk = 0;
-			for (size_t k = 0; k < nopts; k++) {
-				size_t d = distance(given, opts[k].name);
-				if (d < best) {
-					best = d;
-					bk = k;
-				}
-			}
-			if (best <= 2)
-				snprintf(msg, msglen, "unknown option '--%s' (did you mean --%s?); see --help", given,
-				         opts[bk].name);
+			const char *near = closest(sets, nsets, given);
+			if (near)
+				snprintf(msg, msglen, "unknown option '--%s' (did you mean --%s?); see --help", given, near);
 			else
 				snprintf(msg, msglen, "unknown option '--%s'; see --help", given);
 			return RMOE_EINVAL;
@@ -166,27 +202,85 @@ int rmoe_opts_parse(const struct rmoe_opt *opts, size_t nopts, int argc, char **
 			snprintf(msg, msglen, "--%s needs a value (%s)", o->name, o->metavar ? o->metavar : "VALUE");
 			return RMOE_EINVAL;
 		}
-		int rc = parse_value(o, v, msg, msglen);
+		rc = parse_value(o, v, msg, msglen);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-void rmoe_opts_help(const struct rmoe_opt *opts, size_t nopts, char *buf, size_t buflen)
+int rmoe_opts_parse(const struct rmoe_opt *opts, size_t nopts, int argc, char **argv, int first,
+                    char *msg, size_t msglen)
+{
+	const struct rmoe_opt_set set = {NULL, opts, nopts, NULL};
+	return rmoe_opts_parse_sets(&set, 1, argc, argv, first, msg, msglen);
+}
+
+/* The value *o->dst holds before parsing, as --help shows it; "" when it
+ * is zero or unset (flags have none). */
+static void default_text(const struct rmoe_opt *o, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	switch (o->kind) {
+	case RMOE_OPT_INT:
+	case RMOE_OPT_SIZE:
+		if (*(const int64_t *)o->dst)
+			snprintf(buf, len, " (default %lld)", (long long)*(const int64_t *)o->dst);
+		break;
+	case RMOE_OPT_DOUBLE:
+		if (*(const double *)o->dst != 0.0)
+			snprintf(buf, len, " (default %g)", *(const double *)o->dst);
+		break;
+	case RMOE_OPT_STRING:
+		if (*(const char *const *)o->dst)
+			snprintf(buf, len, " (default %.64s)", *(const char *const *)o->dst);
+		break;
+	case RMOE_OPT_FLAG:
+		break;
+	}
+}
+
+/* Appends to buf[used..buflen) what fmt makes; the new used, at most
+ * buflen (output cut short there). */
+static size_t append(char *buf, size_t buflen, size_t used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static size_t append(char *buf, size_t buflen, size_t used, const char *fmt, ...)
+{
+	if (used >= buflen)
+		return buflen;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + used, buflen - used, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return buflen;
+	return used + (size_t)n < buflen ? used + (size_t)n : buflen;
+}
+
+void rmoe_opts_help_sets(const struct rmoe_opt_set *sets, size_t nsets, char *buf, size_t buflen)
 {
 	size_t used = 0;
 	if (buflen)
 		buf[0] = '\0';
-	for (size_t k = 0; k < nopts && used < buflen; k++) {
-		char left[64];
-		if (opts[k].kind == RMOE_OPT_FLAG)
-			snprintf(left, sizeof(left), "--%s", opts[k].name);
-		else
-			snprintf(left, sizeof(left), "--%s %s", opts[k].name, opts[k].metavar ? opts[k].metavar : "V");
-		int n = snprintf(buf + used, buflen - used, "  %-24s %s\n", left, opts[k].help);
-		if (n < 0)
-			break;
-		used += (size_t)n;
+	for (size_t s = 0; s < nsets; s++) {
+		if (sets[s].title)
+			used = append(buf, buflen, used, "%s%s:\n", s ? "\n" : "", sets[s].title);
+		for (size_t k = 0; k < sets[s].nopts; k++) {
+			const struct rmoe_opt *o = &sets[s].opts[k];
+			char left[64], def[96];
+			if (o->kind == RMOE_OPT_FLAG)
+				snprintf(left, sizeof(left), "--%s", o->name);
+			else
+				snprintf(left, sizeof(left), "--%s %s", o->name, o->metavar ? o->metavar : "V");
+			default_text(o, def, sizeof(def));
+			used = append(buf, buflen, used, "  %-24s %s%s\n", left, o->help, def);
+		}
+		if (sets[s].note)
+			used = append(buf, buflen, used, "%s", sets[s].note);
 	}
+}
+
+void rmoe_opts_help(const struct rmoe_opt *opts, size_t nopts, char *buf, size_t buflen)
+{
+	const struct rmoe_opt_set set = {NULL, opts, nopts, NULL};
+	rmoe_opts_help_sets(&set, 1, buf, buflen);
 }

@@ -31,6 +31,8 @@ extern "C" {
 #define RMOE_API
 #endif
 
+/* The one source of the version: CMakeLists.txt reads these three lines
+ * (the library's soname, the CMake package and the .pc file follow). */
 #define RMOE_VERSION_MAJOR 0
 #define RMOE_VERSION_MINOR 1
 #define RMOE_VERSION_PATCH 0

@@ -1,0 +1,57 @@
+/* What the subcommands do with the option sets they share (options.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "app.h"
+#include "options.h"
+#include "rmoe_scheduler.h"
+
+int rmoe_app_options(const struct rmoe_opt_set *sets, size_t nsets, int argc, char **argv, int first,
+                     const char *head, const char *tail, char *msg, size_t len)
+{
+	int rc = rmoe_opts_parse_sets(sets, nsets, argc, argv, first, msg, len);
+	if (rc == 1) {
+		char help[16384];
+		rmoe_opts_help_sets(sets, nsets, help, sizeof(help));
+		rmoe_app_say("%s%s%s", head, help, tail);
+	}
+	return rc;
+}
+
+int rmoe_app_shape_config(const struct rmoe_preset_opts *p, const struct rmoe_shape_opts *s,
+                          struct rmoe_layer_config *cfg, char *msg, size_t len)
+{
+	rmoe_layer_config_init(cfg);
+	if (p && p->preset) {
+		if (rmoe_preset_apply(p->preset, p->scale, cfg, msg, len))
+			return RMOE_EINVAL;
+	} else if (p && p->scale != 1.0) {
+		snprintf(msg, len, "--scale %g needs --preset", p->scale);
+		return RMOE_EINVAL;
+	}
+	if (s->g_hidden) cfg->hidden = s->hidden;
+	if (s->g_ffn) cfg->ffn = s->ffn;
+	if (s->g_experts) cfg->experts = s->experts;
+	if (s->g_topk) cfg->topk = s->topk;
+	if (s->g_tokens) cfg->tokens = s->tokens;
+	if (s->g_shared) cfg->shared_ffn = s->shared_ffn;
+	return 0;
+}
+
+int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_config *cfg, char *msg, size_t len)
+{
+	if (!strcmp(o->dtype, "bf16")) {
+		cfg->dtype = RMOE_DTYPE_BF16;
+	} else if (!strcmp(o->dtype, "f32")) {
+		cfg->dtype = RMOE_DTYPE_F32;
+	} else {
+		snprintf(msg, len, "--dtype '%s': expected f32 or bf16", o->dtype);
+		return RMOE_EINVAL;
+	}
+	if (strcmp(o->ring_order, "planned") && strcmp(o->ring_order, "rank")) {
+		snprintf(msg, len, "--ring-order '%s': expected planned or rank", o->ring_order);
+		return RMOE_EINVAL;
+	}
+	cfg->mem_cap = o->mem_cap;
+	return 0;
+}
