@@ -145,6 +145,9 @@ module relaymoe
   integer(c_int) :: f_code = 0
   character(len=:), allocatable :: f_message
 
+  ! One interface body per C function, not procedure(iface), bind(c, name=...)
+  ! declarations sharing one: through those, gfortran 12 passes every VALUE
+  ! argument by reference once one of them is an expression such as c_loc(x).
   interface
     function c_strlen(s) bind(c, name='strlen') result(n)
       import :: c_ptr, c_size_t
@@ -403,21 +406,35 @@ contains
                 '), the library''s ' // cshape // ' in memory order (the C shape reversed)')
   end function
 
+  ! RMOE_ESTATE naming what (the layer, the context) when its handle is NULL.
+  function check_created(ptr, what) result(rc)
+    type(c_ptr), intent(in) :: ptr
+    character(len=*), intent(in) :: what
+    integer(c_int) :: rc
+    rc = 0
+    if (.not. c_associated(ptr)) rc = fail(RMOE_ESTATE, 'the ' // what // ' is not created or was destroyed')
+  end function
+
   function check_layer(layer) result(rc)
     type(rmoe_layer), intent(in) :: layer
     integer(c_int) :: rc
-    rc = 0
-    if (.not. c_associated(layer%ptr)) &
-      rc = fail(RMOE_ESTATE, 'the layer is not created or was destroyed')
+    rc = check_created(layer%ptr, 'layer')
   end function
 
-  function check_ctx(ctx) result(rc)
-    type(rmoe_ctx), intent(in) :: ctx
-    integer(c_int) :: rc
-    rc = 0
-    if (.not. c_associated(ctx%ptr)) &
-      rc = fail(RMOE_ESTATE, 'the context is not created or was destroyed')
-  end function
+  ! An optional array argument: when a is present and rc is 0, rc becomes
+  ! check_shape's verdict on it and p its address; otherwise p is NULL. The
+  ! C side may write through p (no intent).
+  subroutine take_optional(rc, p, name, a, n1, l1, n2, l2, cshape)
+    integer(c_int), intent(inout) :: rc
+    type(c_ptr), intent(out) :: p
+    character(len=*), intent(in) :: name, l1, l2, cshape
+    real(c_float), target, contiguous, optional :: a(:, :)
+    integer(c_int64_t), intent(in) :: n1, n2
+    p = c_null_ptr
+    if (rc /= 0 .or. .not. present(a)) return
+    rc = check_shape(name, shape(a), n1, l1, n2, l2, cshape)
+    if (rc == 0) p = c_loc(a)
+  end subroutine
 
   ! ---- errors -----------------------------------------------------------------------
 
@@ -443,25 +460,15 @@ contains
     cfg = p%cfg
   end subroutine
 
-  subroutine prepare_ctx(ctx, p, cfg, sched, cluster_file, trace)
-    type(rmoe_ctx), intent(inout) :: ctx
-    type(padded_ctx_config), intent(inout), target :: p
-    type(rmoe_ctx_config), intent(in), optional :: cfg
-    character(len=*), intent(in), optional :: sched, cluster_file, trace
-    call c_ctx_config_init(c_loc(p))
-    if (present(cfg)) p%cfg = cfg
-    if (present(sched)) then
-      ctx%sched => to_c_string(sched)
-      p%cfg%sched = c_loc(ctx%sched)
-    end if
-    if (present(cluster_file)) then
-      ctx%cluster_file => to_c_string(cluster_file)
-      p%cfg%cluster_file = c_loc(ctx%cluster_file)
-    end if
-    if (present(trace)) then
-      ctx%trace => to_c_string(trace)
-      p%cfg%trace = c_loc(ctx%trace)
-    end if
+  ! s, when present, as a C string the context keeps (copy) and the
+  ! configuration's field points to.
+  subroutine keep_string(copy, field, s)
+    character(kind=c_char), pointer, intent(inout) :: copy(:)
+    type(c_ptr), intent(inout) :: field
+    character(len=*), intent(in), optional :: s
+    if (.not. present(s)) return
+    copy => to_c_string(s)
+    field = c_loc(copy)
   end subroutine
 
   subroutine release_strings(ctx)
@@ -470,6 +477,28 @@ contains
     if (associated(ctx%cluster_file)) deallocate(ctx%cluster_file)
     if (associated(ctx%trace)) deallocate(ctx%trace)
   end subroutine
+
+  ! rmoe_ctx_create, or rmoe_ctx_create_fcomm over fcomm when it is present.
+  function create_ctx(ctx, cfg, sched, cluster_file, trace, fcomm) result(rc)
+    type(rmoe_ctx), intent(inout) :: ctx
+    type(rmoe_ctx_config), intent(in), optional :: cfg
+    character(len=*), intent(in), optional :: sched, cluster_file, trace
+    integer, intent(in), optional :: fcomm
+    integer(c_int) :: rc
+    type(padded_ctx_config), target :: p
+    call release_strings(ctx)
+    call c_ctx_config_init(c_loc(p))
+    if (present(cfg)) p%cfg = cfg
+    call keep_string(ctx%sched, p%cfg%sched, sched)
+    call keep_string(ctx%cluster_file, p%cfg%cluster_file, cluster_file)
+    call keep_string(ctx%trace, p%cfg%trace, trace)
+    if (present(fcomm)) then
+      rc = from_c(c_ctx_create_fcomm(ctx%ptr, c_loc(p), int(fcomm, c_int)))
+    else
+      rc = from_c(c_ctx_create(ctx%ptr, c_loc(p)))
+    end if
+    if (rc /= 0) call release_strings(ctx)
+  end function
 
   !> The context over MPI_COMM_WORLD (rmoe_ctx_create): MPI is initialised
   !> with MPI_THREAD_MULTIPLE when the program has not done it, and then
@@ -480,11 +509,7 @@ contains
     type(rmoe_ctx_config), intent(in), optional :: cfg
     character(len=*), intent(in), optional :: sched, cluster_file, trace
     integer(c_int) :: rc
-    type(padded_ctx_config), target :: p
-    call release_strings(ctx)
-    call prepare_ctx(ctx, p, cfg, sched, cluster_file, trace)
-    rc = from_c(c_ctx_create(ctx%ptr, c_loc(p)))
-    if (rc /= 0) call release_strings(ctx)
+    rc = create_ctx(ctx, cfg, sched, cluster_file, trace)
   end function
 
   !> The same over a communicator given by its Fortran handle: an integer
@@ -497,11 +522,7 @@ contains
     type(rmoe_ctx_config), intent(in), optional :: cfg
     character(len=*), intent(in), optional :: sched, cluster_file, trace
     integer(c_int) :: rc
-    type(padded_ctx_config), target :: p
-    call release_strings(ctx)
-    call prepare_ctx(ctx, p, cfg, sched, cluster_file, trace)
-    rc = from_c(c_ctx_create_fcomm(ctx%ptr, c_loc(p), int(comm, c_int)))
-    if (rc /= 0) call release_strings(ctx)
+    rc = create_ctx(ctx, cfg, sched, cluster_file, trace, comm)
   end function
 
   !> Shuts down what the context started. Collective. Destroy its layers
@@ -539,7 +560,7 @@ contains
     type(rmoe_ctx), intent(in) :: ctx
     integer(c_int), intent(out), target, contiguous :: order(:)
     integer(c_int) :: rc
-    rc = check_ctx(ctx)
+    rc = check_created(ctx%ptr, 'context')
     if (rc /= 0) return
     if (size(order) /= rmoe_ctx_size(ctx)) then
       rc = fail(RMOE_EINVAL, 'order has ' // itoa(int(size(order), c_int64_t)) // ' entries: expected ' // &
@@ -567,7 +588,7 @@ contains
     type(rmoe_layer_config), intent(in) :: cfg
     integer(c_int) :: rc
     type(padded_layer_config), target :: p
-    rc = check_ctx(ctx)
+    rc = check_created(ctx%ptr, 'context')
     if (rc /= 0) return
     call c_layer_config_init(c_loc(p))
     p%cfg = cfg
@@ -619,25 +640,32 @@ contains
     reason = from_c_string(c_layer_dispatch_reason(layer%ptr))
   end function
 
+  ! A router-shaped array, w(experts, hidden) for C [H, E], through fn(layer, w)
+  ! (set, get or the gradient).
+  function router_call(layer, name, w, fn) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    character(len=*), intent(in) :: name
+    real(c_float), target, contiguous :: w(:, :)
+    procedure(c_layer_set_router) :: fn
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0) rc = check_shape(name, shape(w), layer%experts, 'experts', layer%hidden, 'hidden', '[H, E]')
+    if (rc == 0) rc = from_c(fn(layer%ptr, c_loc(w)))
+  end function
+
   !> w_router(experts, hidden): C [H, E]. The same on every rank.
   function rmoe_layer_set_router(layer, w_router) result(rc)
     type(rmoe_layer), intent(inout) :: layer
     real(c_float), intent(in), target, contiguous :: w_router(:, :)
     integer(c_int) :: rc
-    rc = check_layer(layer)
-    if (rc == 0) rc = check_shape('w_router', shape(w_router), layer%experts, 'experts', layer%hidden, &
-                                  'hidden', '[H, E]')
-    if (rc == 0) rc = from_c(c_layer_set_router(layer%ptr, c_loc(w_router)))
+    rc = router_call(layer, 'w_router', w_router, c_layer_set_router)
   end function
 
   function rmoe_layer_get_router(layer, w_router) result(rc)
     type(rmoe_layer), intent(in) :: layer
     real(c_float), intent(out), target, contiguous :: w_router(:, :)
     integer(c_int) :: rc
-    rc = check_layer(layer)
-    if (rc == 0) rc = check_shape('w_router', shape(w_router), layer%experts, 'experts', layer%hidden, &
-                                  'hidden', '[H, E]')
-    if (rc == 0) rc = from_c(c_layer_get_router(layer%ptr, c_loc(w_router)))
+    rc = router_call(layer, 'w_router', w_router, c_layer_get_router)
   end function
 
   ! Shapes of an expert's three matrices; width is F (label 'ffn', C letter
@@ -656,6 +684,29 @@ contains
                                   '[' // letter // ', H]')
   end function
 
+  ! Routed expert e's three matrices through fn(layer, e, gate, up, down) (set,
+  ! get or the gradients).
+  function expert_call(layer, e, gate, up, down, fn) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    integer, intent(in) :: e
+    real(c_float), target, contiguous :: gate(:, :), up(:, :), down(:, :)
+    procedure(c_layer_set_expert) :: fn
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(gate), shape(up), shape(down), layer%ffn, 'ffn', 'F')
+    if (rc == 0) rc = from_c(fn(layer%ptr, int(e, c_int64_t), c_loc(gate), c_loc(up), c_loc(down)))
+  end function
+
+  ! The shared expert's three matrices through fn(layer, gate, up, down) (set
+  ! or the gradients).
+  function shared_call(layer, gate, up, down, fn) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    real(c_float), target, contiguous :: gate(:, :), up(:, :), down(:, :)
+    procedure(c_layer_set_shared) :: fn
+    integer(c_int) :: rc
+    rc = check_expert(layer, shape(gate), shape(up), shape(down), layer%shared_ffn, 'shared_ffn', 'FS')
+    if (rc == 0) rc = from_c(fn(layer%ptr, c_loc(gate), c_loc(up), c_loc(down)))
+  end function
+
   !> Expert e (0-based, owned by this rank): w_gate, w_up(ffn, hidden),
   !> w_down(hidden, ffn).
   function rmoe_layer_set_expert(layer, e, w_gate, w_up, w_down) result(rc)
@@ -663,9 +714,7 @@ contains
     integer, intent(in) :: e
     real(c_float), intent(in), target, contiguous :: w_gate(:, :), w_up(:, :), w_down(:, :)
     integer(c_int) :: rc
-    rc = check_expert(layer, shape(w_gate), shape(w_up), shape(w_down), layer%ffn, 'ffn', 'F')
-    if (rc == 0) rc = from_c(c_layer_set_expert(layer%ptr, int(e, c_int64_t), c_loc(w_gate), c_loc(w_up), &
-                                                c_loc(w_down)))
+    rc = expert_call(layer, e, w_gate, w_up, w_down, c_layer_set_expert)
   end function
 
   function rmoe_layer_get_expert(layer, e, w_gate, w_up, w_down) result(rc)
@@ -673,9 +722,7 @@ contains
     integer, intent(in) :: e
     real(c_float), intent(out), target, contiguous :: w_gate(:, :), w_up(:, :), w_down(:, :)
     integer(c_int) :: rc
-    rc = check_expert(layer, shape(w_gate), shape(w_up), shape(w_down), layer%ffn, 'ffn', 'F')
-    if (rc == 0) rc = from_c(c_layer_get_expert(layer%ptr, int(e, c_int64_t), c_loc(w_gate), c_loc(w_up), &
-                                                c_loc(w_down)))
+    rc = expert_call(layer, e, w_gate, w_up, w_down, c_layer_get_expert)
   end function
 
   !> The shared expert: w_gate, w_up(shared_ffn, hidden), w_down(hidden, shared_ffn).
@@ -683,8 +730,7 @@ contains
     type(rmoe_layer), intent(inout) :: layer
     real(c_float), intent(in), target, contiguous :: w_gate(:, :), w_up(:, :), w_down(:, :)
     integer(c_int) :: rc
-    rc = check_expert(layer, shape(w_gate), shape(w_up), shape(w_down), layer%shared_ffn, 'shared_ffn', 'FS')
-    if (rc == 0) rc = from_c(c_layer_set_shared(layer%ptr, c_loc(w_gate), c_loc(w_up), c_loc(w_down)))
+    rc = shared_call(layer, w_gate, w_up, w_down, c_layer_set_shared)
   end function
 
   !> y(hidden, tokens) for x(hidden, tokens). Collective. When this rank's
@@ -744,13 +790,9 @@ contains
     type(c_ptr) :: pprobs
     rc = check_layer(layer)
     if (rc /= 0) return
-    pprobs = c_null_ptr
     rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     if (rc == 0) rc = check_shape('dx', shape(dx), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
-    if (rc == 0 .and. present(dprobs)) then
-      rc = check_shape('dprobs', shape(dprobs), layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
-      if (rc == 0) pprobs = c_loc(dprobs)
-    end if
+    call take_optional(rc, pprobs, 'dprobs', dprobs, layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
     if (rc /= 0) then
       ignored = c_layer_backward_ex(layer%ptr, c_null_ptr, c_null_ptr, c_null_ptr)
       return
@@ -763,10 +805,7 @@ contains
     type(rmoe_layer), intent(in) :: layer
     real(c_float), intent(out), target, contiguous :: dw_router(:, :)
     integer(c_int) :: rc
-    rc = check_layer(layer)
-    if (rc == 0) rc = check_shape('dw_router', shape(dw_router), layer%experts, 'experts', layer%hidden, &
-                                  'hidden', '[H, E]')
-    if (rc == 0) rc = from_c(c_layer_get_grad_router(layer%ptr, c_loc(dw_router)))
+    rc = router_call(layer, 'dw_router', dw_router, c_layer_get_grad_router)
   end function
 
   !> Gradients of owned expert e, complete over all ranks' tokens.
@@ -775,18 +814,14 @@ contains
     integer, intent(in) :: e
     real(c_float), intent(out), target, contiguous :: dw_gate(:, :), dw_up(:, :), dw_down(:, :)
     integer(c_int) :: rc
-    rc = check_expert(layer, shape(dw_gate), shape(dw_up), shape(dw_down), layer%ffn, 'ffn', 'F')
-    if (rc == 0) rc = from_c(c_layer_get_grad_expert(layer%ptr, int(e, c_int64_t), c_loc(dw_gate), &
-                                                     c_loc(dw_up), c_loc(dw_down)))
+    rc = expert_call(layer, e, dw_gate, dw_up, dw_down, c_layer_get_grad_expert)
   end function
 
   function rmoe_layer_get_grad_shared(layer, dw_gate, dw_up, dw_down) result(rc)
     type(rmoe_layer), intent(in) :: layer
     real(c_float), intent(out), target, contiguous :: dw_gate(:, :), dw_up(:, :), dw_down(:, :)
     integer(c_int) :: rc
-    rc = check_expert(layer, shape(dw_gate), shape(dw_up), shape(dw_down), layer%shared_ffn, 'shared_ffn', &
-                      'FS')
-    if (rc == 0) rc = from_c(c_layer_get_grad_shared(layer%ptr, c_loc(dw_gate), c_loc(dw_up), c_loc(dw_down)))
+    rc = shared_call(layer, dw_gate, dw_up, dw_down, c_layer_get_grad_shared)
   end function
 
   !> Collective: RMOE_ENONFINITE on every rank when a weight, or x or dy
@@ -796,17 +831,9 @@ contains
     real(c_float), intent(in), target, contiguous, optional :: x(:, :), dy(:, :)
     integer(c_int) :: rc
     type(c_ptr) :: px, pdy
-    px = c_null_ptr
-    pdy = c_null_ptr
     rc = check_layer(layer)
-    if (rc == 0 .and. present(x)) then
-      rc = check_shape('x', shape(x), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
-      if (rc == 0) px = c_loc(x)
-    end if
-    if (rc == 0 .and. present(dy)) then
-      rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
-      if (rc == 0) pdy = c_loc(dy)
-    end if
+    call take_optional(rc, px, 'x', x, layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    call take_optional(rc, pdy, 'dy', dy, layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     if (rc == 0) rc = from_c(c_layer_check_finite(layer%ptr, px, pdy))
   end function
 
@@ -819,21 +846,13 @@ contains
     integer(c_int) :: rc
     type(c_ptr) :: pi, pw, pp
     pi = c_null_ptr
-    pw = c_null_ptr
-    pp = c_null_ptr
     rc = check_layer(layer)
     if (rc == 0 .and. present(topk_idx)) then
       rc = check_shape('topk_idx', shape(topk_idx), layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
       if (rc == 0) pi = c_loc(topk_idx)
     end if
-    if (rc == 0 .and. present(topk_w)) then
-      rc = check_shape('topk_w', shape(topk_w), layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
-      if (rc == 0) pw = c_loc(topk_w)
-    end if
-    if (rc == 0 .and. present(probs)) then
-      rc = check_shape('probs', shape(probs), layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
-      if (rc == 0) pp = c_loc(probs)
-    end if
+    call take_optional(rc, pw, 'topk_w', topk_w, layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
+    call take_optional(rc, pp, 'probs', probs, layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
     if (rc == 0) rc = from_c(c_layer_get_routing(layer%ptr, pi, pw, pp))
   end function
 

@@ -385,35 +385,28 @@ def write_md(path, meta, shapes, configs, rounds, summary, rate, ms_of, bd, flop
         f.write("\n".join(L) + "\n")
 
 
+# The configurations the closing notes compare: (a, b, what), a's rate
+# against b's, forward and backward.
+CONFIG_COMPARISONS = [
+    ("r1-w1b2-lws", "r1-w2b1-lws",
+     "one worker with 2 OpenBLAS threads (r1-w1b2) against 2 workers of one thread (r1-w2b1)"),
+    ("r2-w1b1-lws", "r1-w2b1-lws", "2 ranks of one worker (r2-w1b1) against 1 rank of 2 workers"),
+    ("r1-w1b2-lws", "r1-w1b2-lws-nocache",
+     "StarPU's host buffers through the cache (r1-w1b2-lws) against RMOE_HOST_CACHE=off"),
+    ("r1-w1b2-lws", "r1-w1b2-lws-nosampler",
+     "the heap probe's sampler thread on (r1-w1b2-lws, the default) against RMOE_HEAP_SAMPLER_US=off"),
+] + [(f"r1-w2b1-{pol}", "r1-w2b1-lws", f"policy {pol} against lws (r1-w2b1)")
+     for pol in ("eager", "dmdas", "prio", "ws")]
+
+
 def closing_notes(shapes, summary, rate, rounds, bd, own_core):
     L = []
     for name in shapes:
         items = []
-        r = ratio_of(summary, name, "r1-w1b2-lws", "r1-w2b1-lws", "fwd")
-        rb = ratio_of(summary, name, "r1-w1b2-lws", "r1-w2b1-lws", "bwd")
-        if r:
-            items.append(f"one worker with 2 OpenBLAS threads (r1-w1b2) against 2 workers of one thread (r1-w2b1): "
-                         f"forward x{r:.2f}, backward x{rb:.2f}")
-        r = ratio_of(summary, name, "r2-w1b1-lws", "r1-w2b1-lws", "fwd")
-        rb = ratio_of(summary, name, "r2-w1b1-lws", "r1-w2b1-lws", "bwd")
-        if r:
-            items.append(f"2 ranks of one worker (r2-w1b1) against 1 rank of 2 workers: forward x{r:.2f}, "
-                         f"backward x{rb:.2f}")
-        r = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nocache", "fwd")
-        rb = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nocache", "bwd")
-        if r:
-            items.append(f"StarPU's host buffers through the cache (r1-w1b2-lws) against RMOE_HOST_CACHE=off: "
-                         f"forward x{r:.2f}, backward x{rb:.2f}")
-        r = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nosampler", "fwd")
-        rb = ratio_of(summary, name, "r1-w1b2-lws", "r1-w1b2-lws-nosampler", "bwd")
-        if r:
-            items.append(f"the heap probe's sampler thread on (r1-w1b2-lws, the default) against "
-                         f"RMOE_HEAP_SAMPLER_US=off: forward x{r:.2f}, backward x{rb:.2f}")
-        for pol in ("eager", "dmdas", "prio", "ws"):
-            r = ratio_of(summary, name, f"r1-w2b1-{pol}", "r1-w2b1-lws", "fwd")
-            rb = ratio_of(summary, name, f"r1-w2b1-{pol}", "r1-w2b1-lws", "bwd")
+        for a, b, what in CONFIG_COMPARISONS:
+            r = ratio_of(summary, name, a, b, "fwd")
             if r:
-                items.append(f"policy {pol} against lws (r1-w2b1): forward x{r:.2f}, backward x{rb:.2f}")
+                items.append(f"{what}: forward x{r:.2f}, backward x{ratio_of(summary, name, a, b, 'bwd'):.2f}")
         for p in ("fwd", "bwd"):
             f = med_range([rate.get((rd, name, 1, "sgemm", "t2s1f", p)) for rd in rounds])
             k = med_range([rate.get((rd, name, 1, "sgemm", "t2s1", p)) for rd in rounds])

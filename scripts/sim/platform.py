@@ -144,6 +144,28 @@ def _bytes(v):
     return int(x)
 
 
+def _name(v):
+    return v if re.fullmatch(r"[A-Za-z0-9._-]{1,63}", v) else None
+
+
+# The keys of one value: how it is read (None: refused) and what is expected
+# of it. A link's go into its [link NAME] under LINK_FIELDS, the others under
+# their own name.
+VALUES = {
+    "name": (_name, "1 to 63 characters of A-Z a-z 0-9 . _ -"),
+    "nodes": (lambda v: _int(v, 1, MAX_NODES), "an integer from 1 to %d" % MAX_NODES),
+    "devices_per_node": (lambda v: _int(v, 0, MAX_PER_NODE), "an integer from 0 (CPU only) to %d" % MAX_PER_NODE),
+    "ranks_per_node": (lambda v: _int(v, 1, MAX_PER_NODE), "an integer from 1 to %d" % MAX_PER_NODE),
+    "gpu_link": (lambda v: v if v in ("nvlink", "pcie") else None, "nvlink or pcie"),
+    "bf16_tflops": (lambda v: _num(v, 1e-6, 1e6), "a positive number of TFLOP/s (at most 1e6)"),
+    "f32_tflops": (lambda v: _num(v, 1e-6, 1e6), "a positive number of TFLOP/s (at most 1e6)"),
+    "memory": (_bytes, "a byte count such as 64G, 80GiB or 68719476736"),
+    "bandwidth_gbs": (lambda v: _num(v, 1e-6, 1e6), "a positive number of GB/s (at most 1e6)"),
+    "latency_us": (lambda v: _num(v, 0, 1e6), "a number of microseconds from 0 to 1e6"),
+}
+LINK_FIELDS = {"bandwidth_gbs": "bw", "latency_us": "lat"}
+
+
 def parse_cluster(path):
     """The planner's parser, line for line in its rules."""
     try:
@@ -200,50 +222,15 @@ def parse_cluster(path):
         if not v:
             raise err(lineno, "'%s' has no value after '='" % k)
         seen[slot] = lineno
-        bad = lambda what: err(lineno, "%s '%s': expected %s" % (k, v[:40], what))
-        if k == "name":
-            if not re.fullmatch(r"[A-Za-z0-9._-]{1,63}", v):
-                raise bad("1 to 63 characters of A-Z a-z 0-9 . _ -")
-            c["name"] = v
-        elif k == "nodes":
-            x = _int(v, 1, MAX_NODES)
+        if k in VALUES:
+            parse, expected = VALUES[k]
+            x = parse(v)
             if x is None:
-                raise bad("an integer from 1 to %d" % MAX_NODES)
-            c["nodes"] = x
-        elif k == "devices_per_node":
-            x = _int(v, 0, MAX_PER_NODE)
-            if x is None:
-                raise bad("an integer from 0 (CPU only) to %d" % MAX_PER_NODE)
-            c["devices_per_node"] = x
-        elif k == "ranks_per_node":
-            x = _int(v, 1, MAX_PER_NODE)
-            if x is None:
-                raise bad("an integer from 1 to %d" % MAX_PER_NODE)
-            c["ranks_per_node"] = x
-        elif k == "gpu_link":
-            if v not in ("nvlink", "pcie"):
-                raise bad("nvlink or pcie")
-            c["gpu_link"] = v
-        elif k in ("bf16_tflops", "f32_tflops"):
-            x = _num(v, 1e-6, 1e6)
-            if x is None:
-                raise bad("a positive number of TFLOP/s (at most 1e6)")
-            c[k] = x
-        elif k == "memory":
-            x = _bytes(v)
-            if x is None:
-                raise bad("a byte count such as 64G, 80GiB or 68719476736")
-            c["memory"] = x
-        elif k == "bandwidth_gbs":
-            x = _num(v, 1e-6, 1e6)
-            if x is None:
-                raise bad("a positive number of GB/s (at most 1e6)")
-            c["links"].setdefault(link, {})["bw"] = x
-        elif k == "latency_us":
-            x = _num(v, 0, 1e6)
-            if x is None:
-                raise bad("a number of microseconds from 0 to 1e6")
-            c["links"].setdefault(link, {})["lat"] = x
+                raise err(lineno, "%s '%s': expected %s" % (k, v[:40], expected))
+            if k in LINK_FIELDS:
+                c["links"].setdefault(link, {})[LINK_FIELDS[k]] = x
+            else:
+                c[k] = x
         elif k in PLACEMENT_KEYS:
             vals = v.split()
             if len(vals) > MAX_RANKS * 256:

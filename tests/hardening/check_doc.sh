@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Keeps docs/hardening.md current: every case the hardening tests try
-# (expect/every_rank/cluster_case in test_bad_input.sh, expect_all in
-# test_hardening.c) has a row whose first cell is its name, and the last
-# cell of every row names tests that exist in this build.
+# (expect, every_rank, cluster_case, npy_case and finite_case in
+# test_bad_input.sh, expect_all in test_hardening.c) has a row whose first
+# cell is its name, and the last cell of every row names tests that exist in
+# this build.
 #   check_doc.sh DOC CTEST BUILD_DIR
 set -uo pipefail
 doc=$1 ctest=$2 build=$3
@@ -24,7 +25,7 @@ for t in $(grep -E '^(hardening_|fuzz_replay_)' <<<"$tests" | grep -vx hardening
   grep -qxF "$t" <<<"$named" || bad "test '$t' has no row in docs/hardening.md"
 done
 
-tried=$( (sed -nE 's/^ *(expect|every_rank|cluster_case|RMOE_WAIT_TIMEOUT=[a-z]+ expect) "([^"]+)".*/\2/p' \
+tried=$( (sed -nE 's/^ *(expect|every_rank|cluster_case|npy_case|finite_case|RMOE_WAIT_TIMEOUT=[a-z]+ expect) "([^"]+)".*/\2/p' \
             "$src/tests/hardening/test_bad_input.sh" | grep -v '^\$'
           grep -oE 'expect_all\("[^"]+"' "$src/tests/hardening/test_hardening.c" | sed -E 's/expect_all\("//; s/"$//') |
         sort -u)

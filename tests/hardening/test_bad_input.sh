@@ -103,37 +103,37 @@ variant() {
   rm -rf "${work:?}/$1" && cp -r "$work/in" "$work/$1"
   $py -c "import numpy as np, os; d = '$work/$1'; $2"
 }
-variant magic "open(d + '/w_router.npy', 'wb').write(b'not a numpy file')"
-every_rank "bad magic" "w_router.npy: not a .npy file \(bad magic\)" 2 run "${small[@]}" --load "$work/magic" "${never[@]}"
-variant dtype "np.save(d + '/w_router.npy', np.zeros((32, 8), np.float64))"
-every_rank "wrong dtype" "w_router.npy: dtype '<f8' but expected '<f4'" 2 run "${small[@]}" --load "$work/dtype" "${never[@]}"
-variant bigendian "np.save(d + '/w_up.npy', np.zeros((8, 32, 16), '>f4'))"
-every_rank "big-endian float32" "w_up.npy: dtype '>f4' but expected '<f4'" 2 run "${small[@]}" --load "$work/bigendian" "${never[@]}"
-variant order "np.save(d + '/w_router.npy', np.asfortranarray(np.ones((32, 8), np.float32)))"
-every_rank "Fortran order" "w_router.npy: fortran_order is True but expected False" 2 run "${small[@]}" --load "$work/order" "${never[@]}"
-variant shape "np.save(d + '/w_router.npy', np.zeros((32, 9), np.float32))"
-every_rank "wrong shape" "w_router.npy: shape \(32, 9\) but expected \(32, 8\)" 2 run "${small[@]}" --load "$work/shape" "${never[@]}"
-variant rank3 "np.save(d + '/x.npy', np.zeros((80, 32, 1), np.float32))"
-every_rank "wrong number of dimensions" "x.npy: shape \(80, 32, 1\) but expected \(80, 32\)" 2 run "${small[@]}" --load "$work/rank3" "${never[@]}"
-variant trunc "p = d + '/w_down.npy'; b = open(p, 'rb').read(); open(p, 'wb').write(b[:len(b) - 100])"
-every_rank "truncated data" "w_down.npy: truncated: shape needs 4096 float32 values" 2 run "${small[@]}" --load "$work/trunc" "${never[@]}"
-variant trunchdr "p = d + '/x.npy'; b = open(p, 'rb').read(); open(p, 'wb').write(b[:40])"
-every_rank "truncated header" "x.npy: header length [0-9]+ runs past the end of the file" 2 run "${small[@]}" --load "$work/trunchdr" "${never[@]}"
-variant empty "open(d + '/dy.npy', 'wb').close()"
-every_rank "empty file" "dy.npy: empty file, not a .npy file" 2 run "${small[@]}" --load "$work/empty" "${never[@]}"
-variant isdir "os.remove(d + '/x.npy'); os.mkdir(d + '/x.npy')"
-every_rank "directory instead of a file" "x.npy: not a regular file" 2 run "${small[@]}" --load "$work/isdir" "${never[@]}"
+# npy_case NAME PATTERN VARIANT PYTHON: every rank refuses to --load the
+# variant of the good inputs that PYTHON makes.
+npy_case() {
+  variant "$3" "$4"
+  every_rank "$1" "$2" 2 run "${small[@]}" --load "$work/$3" "${never[@]}"
+}
+# finite_case NAME PATTERN VARIANT PYTHON [ARGS...]: the same variant run
+# with --check-finite (and ARGS) ends with exit 1 and PATTERN.
+finite_case() {
+  local name=$1 pat=$2 dir=$3
+  variant "$dir" "$4"
+  shift 4
+  expect "$name" 1 "$pat" 2 run "${small[@]}" --check-finite "$@" --load "$work/$dir" "${never[@]}"
+}
+npy_case "bad magic" "w_router.npy: not a .npy file \(bad magic\)" magic "open(d + '/w_router.npy', 'wb').write(b'not a numpy file')"
+npy_case "wrong dtype" "w_router.npy: dtype '<f8' but expected '<f4'" dtype "np.save(d + '/w_router.npy', np.zeros((32, 8), np.float64))"
+npy_case "big-endian float32" "w_up.npy: dtype '>f4' but expected '<f4'" bigendian "np.save(d + '/w_up.npy', np.zeros((8, 32, 16), '>f4'))"
+npy_case "Fortran order" "w_router.npy: fortran_order is True but expected False" order "np.save(d + '/w_router.npy', np.asfortranarray(np.ones((32, 8), np.float32)))"
+npy_case "wrong shape" "w_router.npy: shape \(32, 9\) but expected \(32, 8\)" shape "np.save(d + '/w_router.npy', np.zeros((32, 9), np.float32))"
+npy_case "wrong number of dimensions" "x.npy: shape \(80, 32, 1\) but expected \(80, 32\)" rank3 "np.save(d + '/x.npy', np.zeros((80, 32, 1), np.float32))"
+npy_case "truncated data" "w_down.npy: truncated: shape needs 4096 float32 values" trunc "p = d + '/w_down.npy'; b = open(p, 'rb').read(); open(p, 'wb').write(b[:len(b) - 100])"
+npy_case "truncated header" "x.npy: header length [0-9]+ runs past the end of the file" trunchdr "p = d + '/x.npy'; b = open(p, 'rb').read(); open(p, 'wb').write(b[:40])"
+npy_case "empty file" "dy.npy: empty file, not a .npy file" empty "open(d + '/dy.npy', 'wb').close()"
+npy_case "directory instead of a file" "x.npy: not a regular file" isdir "os.remove(d + '/x.npy'); os.mkdir(d + '/x.npy')"
 expect "load directory missing" 1 "--load $work/nowhere: not a readable directory" 2 run "${small[@]}" --load "$work/nowhere" "${never[@]}"
 
 # ---- non-finite values -------------------------------------------------------------
-variant nan_x "x = np.load(d + '/x.npy'); x[45, 7] = np.nan; np.save(d + '/x.npy', x)"
-expect "NaN in x (--check-finite)" 1 "rank 1: x\[5, 7\] = nan \(row of this rank's 40 tokens\): expected finite values" 2 run "${small[@]}" --check-finite --load "$work/nan_x" "${never[@]}"
-variant inf_w "w = np.load(d + '/w_gate.npy'); w[6, 3, 2] = np.inf; np.save(d + '/w_gate.npy', w)"
-expect "infinity in w_gate (--check-finite)" 1 "rank 1: w_gate\[6\]\[3, 2\] = inf: expected finite values" 2 run "${small[@]}" --check-finite --load "$work/inf_w" "${never[@]}"
-variant nan_r "w = np.load(d + '/w_router.npy'); w[0, 0] = -np.inf; np.save(d + '/w_router.npy', w)"
-expect "infinity in w_router (--check-finite)" 1 "rank 0: w_router\[0, 0\] = -inf: expected finite values" 2 run "${small[@]}" --check-finite --load "$work/nan_r" "${never[@]}"
-variant nan_dy "g = np.load(d + '/dy.npy'); g[3, 31] = np.nan; np.save(d + '/dy.npy', g)"
-expect "NaN in dy (--check-finite)" 1 "rank 0: dy\[3, 31\] = nan" 2 run "${small[@]}" --check-finite --dispatch a2a --load "$work/nan_dy" "${never[@]}"
+finite_case "NaN in x (--check-finite)" "rank 1: x\[5, 7\] = nan \(row of this rank's 40 tokens\): expected finite values" nan_x "x = np.load(d + '/x.npy'); x[45, 7] = np.nan; np.save(d + '/x.npy', x)"
+finite_case "infinity in w_gate (--check-finite)" "rank 1: w_gate\[6\]\[3, 2\] = inf: expected finite values" inf_w "w = np.load(d + '/w_gate.npy'); w[6, 3, 2] = np.inf; np.save(d + '/w_gate.npy', w)"
+finite_case "infinity in w_router (--check-finite)" "rank 0: w_router\[0, 0\] = -inf: expected finite values" nan_r "w = np.load(d + '/w_router.npy'); w[0, 0] = -np.inf; np.save(d + '/w_router.npy', w)"
+finite_case "NaN in dy (--check-finite)" "rank 0: dy\[3, 31\] = nan" nan_dy "g = np.load(d + '/dy.npy'); g[3, 31] = np.nan; np.save(d + '/dy.npy', g)" --dispatch a2a
 
 # ---- cluster descriptions (relaymoe plan --cluster; the context reads the same) --
 cl="$work/bad.cluster"

@@ -99,51 +99,44 @@ fi
 # The other ranks ended by mpirun: none may be left behind.
 for p in ${ranks:-}; do kill -KILL "$p" 2>/dev/null; done
 
-# ---- 2. the library's wait_timeout, a launcher that leaves survivors -----------
-# Each rank's exit status is recorded by a shell around it (mpirun reports 0
-# under --enable-recovery whatever its processes did).
-"$mpiexec" -n 3 --oversubscribe --enable-recovery sh -c \
-  '"$0" kill 5 1.5; echo "exit status of rank $OMPI_COMM_WORLD_RANK: $?"' "$prog" > "$work/kill.log" 2>&1 &
-mpi=$!
-if wait_for_line "$work/kill.log" "dying (SIGKILL)"; then
+# survivors NAME WHAT PATTERN LOG ARGS...: test_hardening kill ARGS on 3
+# ranks under --enable-recovery (rank 2 dies), each rank's exit status
+# recorded by a shell around it in LOG (mpirun reports 0 under
+# --enable-recovery whatever its processes did). Passes when mpirun ends
+# within the bound, both survivors' "RMOE_EPEER after" lines match PATTERN,
+# and all 3 ranks end non-zero; WHAT says what PATTERN requires.
+survivors() {
+  local name=$1 what=$2 pat=$3 log=$4
+  shift 4
+  "$mpiexec" -n 3 --oversubscribe --enable-recovery sh -c \
+    '"$0" kill "$@"; echo "exit status of rank $OMPI_COMM_WORLD_RANK: $?"' "$prog" "$@" > "$log" 2>&1 &
+  mpi=$!
+  if ! wait_for_line "$log" "dying (SIGKILL)"; then
+    bad "test_hardening kill $*: no rank died"; cat "$log"
+    return
+  fi
   killed=$(now)
   wait_bounded "$mpi" "$killed"
   [ "$status" == hung ] && kill -KILL "$mpi" $(pgrep -P "$mpi") 2>/dev/null
   mpi=
-  peers=$(grep -c "RMOE_EPEER after" "$work/kill.log")
-  nonzero=$(grep -cE "exit status of rank [0-9]+: [1-9]" "$work/kill.log")
-  if [ "$status" != hung ] && [ "$peers" -eq 2 ] && [ "$nonzero" -eq 3 ]; then
-    ok "wait_timeout 5 s, rank 2 of 3 killed mid-pass under --enable-recovery: both survivors returned RMOE_EPEER; all 3 processes ended non-zero, the last ${took} s after the kill"
-    grep -E "RMOE_EPEER after|exit status of rank" "$work/kill.log" | sed 's/^/    /'
+  local epeer nonzero
+  epeer=$(grep "RMOE_EPEER after" "$log" | grep -c -- "$pat")
+  nonzero=$(grep -cE "exit status of rank [0-9]+: [1-9]" "$log")
+  if [ "$status" != hung ] && [ "$epeer" -eq 2 ] && [ "$nonzero" -eq 3 ]; then
+    ok "$name, rank 2 of 3 killed mid-pass: both survivors returned RMOE_EPEER$what; all 3 processes ended non-zero, the last ${took} s after the kill"
+    grep -E "RMOE_EPEER after|exit status of rank" "$log" | sed 's/^/    /'
   else
-    bad "wait_timeout: mpirun $status after ${took} s, $peers of 2 survivors reported RMOE_EPEER, $nonzero of 3 ranks ended non-zero"
-    cat "$work/kill.log"
+    bad "$name: mpirun $status after ${took} s, $epeer of 2 survivors returned RMOE_EPEER$what, $nonzero of 3 ranks ended non-zero"
+    cat "$log"
   fi
-else
-  bad "test_hardening kill: no rank died"; cat "$work/kill.log"
-fi
+}
+
+# ---- 2. the library's wait_timeout, a launcher that leaves survivors -----------
+survivors "wait_timeout 5 s under --enable-recovery" "" "" "$work/kill.log" 5 1.5
 
 # ---- 3. the same, all-to-all ---------------------------------------------------
-"$mpiexec" -n 3 --oversubscribe --enable-recovery sh -c \
-  '"$0" kill 5 1.5 a2a; echo "exit status of rank $OMPI_COMM_WORLD_RANK: $?"' "$prog" > "$work/kill-a2a.log" 2>&1 &
-mpi=$!
-if wait_for_line "$work/kill-a2a.log" "dying (SIGKILL)"; then
-  killed=$(now)
-  wait_bounded "$mpi" "$killed"
-  [ "$status" == hung ] && kill -KILL "$mpi" $(pgrep -P "$mpi") 2>/dev/null
-  mpi=
-  named=$(grep "RMOE_EPEER after" "$work/kill-a2a.log" | grep -c "waiting for .*rank 2 on host")
-  nonzero=$(grep -cE "exit status of rank [0-9]+: [1-9]" "$work/kill-a2a.log")
-  if [ "$status" != hung ] && [ "$named" -eq 2 ] && [ "$nonzero" -eq 3 ]; then
-    ok "all-to-all, wait_timeout 5 s, rank 2 of 3 killed mid-pass: both survivors returned RMOE_EPEER naming rank 2; all 3 processes ended non-zero, the last ${took} s after the kill"
-    grep -E "RMOE_EPEER after|exit status of rank" "$work/kill-a2a.log" | sed 's/^/    /'
-  else
-    bad "all-to-all wait_timeout: mpirun $status after ${took} s, $named of 2 survivors named rank 2 in RMOE_EPEER, $nonzero of 3 ranks ended non-zero"
-    cat "$work/kill-a2a.log"
-  fi
-else
-  bad "test_hardening kill a2a: no rank died"; cat "$work/kill-a2a.log"
-fi
+survivors "all-to-all, wait_timeout 5 s" " naming rank 2" "waiting for .*rank 2 on host" "$work/kill-a2a.log" \
+  5 1.5 a2a
 
 echo "test_kill_rank: $fails failure(s)"
 [ $fails -eq 0 ]

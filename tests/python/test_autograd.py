@@ -20,11 +20,18 @@ from relaymoe.autograd import MoE  # noqa: E402
 torch.set_num_threads(1)
 
 
-def test_gradients_match_numpy(ctx, comm):
-    w = make_weights(41, **SHAPE)
-    x_all, dy_all, x, dy = make_tokens(42, comm, **SHAPE)
+def loaded_moe(ctx, seed):
+    """The MoE module of SHAPE over ctx holding make_weights(seed)'s weights,
+    and those weights."""
+    w = make_weights(seed, **SHAPE)
     moe = MoE(ctx, **SHAPE)
     moe.load_full(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
+    return moe, w
+
+
+def test_gradients_match_numpy(ctx, comm):
+    moe, w = loaded_moe(ctx, 41)
+    x_all, dy_all, x, dy = make_tokens(42, comm, **SHAPE)
     xt = torch.from_numpy(x.copy()).requires_grad_()
     y = moe(xt)
     (y * torch.from_numpy(dy)).sum().backward()  # dL/dy = dy
@@ -69,12 +76,10 @@ def test_training_matches_pytorch(ctx, comm):
     expert on each rank."""
     H, N, T = SHAPE["hidden"], comm.Get_size(), SHAPE["tokens"]
     from mpi4py import MPI
-    w = make_weights(51, **SHAPE)
+    moe, w = loaded_moe(ctx, 51)
     x_all, target_all, x, target = make_tokens(52, comm, **SHAPE)
     w_in0 = (np.random.default_rng(53).uniform(-1, 1, (H, H)) * H ** -0.5).astype(np.float32)
 
-    moe = MoE(ctx, **SHAPE)
-    moe.load_full(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
     w_in = torch.nn.Parameter(torch.from_numpy(w_in0.copy()))
     ours = [w_in, moe.w_router, moe.w_gate, moe.w_up, moe.w_down]
     replicated = [w_in] + moe.replicated_parameters()
@@ -120,10 +125,8 @@ def test_training_matches_pytorch(ctx, comm):
 
 
 def test_backward_after_another_forward(ctx, comm):
-    w = make_weights(61, **SHAPE)
+    moe, _ = loaded_moe(ctx, 61)
     _, _, x, _ = make_tokens(62, comm, **SHAPE)
-    moe = MoE(ctx, **SHAPE)
-    moe.load_full(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
     xt = torch.from_numpy(x)
     first = moe(xt)
     second = moe(xt)
@@ -135,10 +138,8 @@ def test_backward_after_another_forward(ctx, comm):
 
 
 def test_bad_tensors(ctx, comm):
-    w = make_weights(63, **SHAPE)
+    moe, w = loaded_moe(ctx, 63)
     _, _, x, dy = make_tokens(64, comm, **SHAPE)
-    moe = MoE(ctx, **SHAPE)
-    moe.load_full(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
     xt = torch.from_numpy(x)
     with pytest.raises(TypeError, match="x: torch.float64, expected torch.float32"):
         moe(xt.double())

@@ -28,22 +28,13 @@
 
 static struct rmoe_attn_plan_input tiny(int64_t budget)
 {
-	struct rmoe_attn_plan_input in;
-	memset(&in, 0, sizeof(in));
-	in.layers = 2;
-	in.heads = 2;
-	in.kv_heads = 1;
-	in.head_dim = 4;
-	in.hidden = 8;
-	in.seq_len = 8;
-	in.micro_batch = 1;
-	in.tp = in.cp = in.ep = 1;
-	in.dtype_bytes = 2;
-	in.model_state_bytes = 1000;
-	in.other_activation_bytes = 100;
-	in.moe_peak_bytes = 2000;
-	in.device_bytes = PEAK_FULL + budget;
-	return in;
+	/* Every field not named is 0 (no window, no SP, no MoE throughput). */
+	return (struct rmoe_attn_plan_input){
+		.layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 4, .hidden = 8,
+		.seq_len = 8, .micro_batch = 1, .tp = 1, .cp = 1, .ep = 1, .dtype_bytes = 2,
+		.model_state_bytes = 1000, .other_activation_bytes = 100, .moe_peak_bytes = 2000,
+		.device_bytes = PEAK_FULL + budget,
+	};
 }
 
 static void test_attn_plan_layer_costs_by_hand(void **state)

@@ -139,8 +139,19 @@ static void test_config_opts_parse_values(void **state)
 	assert_int_equal(parse(&p, 3, help, msg), 1);
 }
 
-static void expect_opt_error(int argc, char **argv, const char *needle)
+/* The parser refuses the command line "x" followed by the words given
+ * (NULL-terminated), with a message naming needle. */
+static void expect_opt_error(const char *needle, ...)
 {
+	char *argv[8] = {"x"};
+	int argc = 1;
+	va_list words;
+	va_start(words, needle);
+	for (char *w; (w = va_arg(words, char *)) != NULL;) {
+		assert_true(argc < 8);
+		argv[argc++] = w;
+	}
+	va_end(words);
 	struct parsed p = {0};
 	char msg[256] = "";
 	assert_int_equal(parse(&p, argc, argv, msg), RMOE_EINVAL);
@@ -151,26 +162,16 @@ static void expect_opt_error(int argc, char **argv, const char *needle)
 static void test_config_opts_errors_name_the_option(void **state)
 {
 	(void)state;
-	char *a1[] = {"x", "--tokns", "3"};
-	expect_opt_error(3, a1, "did you mean --tokens");
-	char *a2[] = {"x", "--tokens"};
-	expect_opt_error(2, a2, "--tokens needs a value");
-	char *a3[] = {"x", "--tokens", "abc"};
-	expect_opt_error(3, a3, "--tokens 'abc'");
-	char *a4[] = {"x", "--tokens", "0"};
-	expect_opt_error(3, a4, "from 1 to 1000");
-	char *a5[] = {"x", "--mem-cap", "12Q"};
-	expect_opt_error(3, a5, "--mem-cap '12Q'");
-	char *a6[] = {"x", "--scale", "nan"};
-	expect_opt_error(3, a6, "--scale 'nan'");
-	char *a7[] = {"x", "--check=1"};
-	expect_opt_error(2, a7, "takes no value");
-	char *a8[] = {"x", "tokens"};
-	expect_opt_error(2, a8, "unexpected argument");
-	char *a9[] = {"x", "--name", ""};
-	expect_opt_error(3, a9, "non-empty");
-	char *a10[] = {"x", "--tokens", "99999999999999999999999"};
-	expect_opt_error(3, a10, "--tokens");
+	expect_opt_error("did you mean --tokens", "--tokns", "3", NULL);
+	expect_opt_error("--tokens needs a value", "--tokens", NULL);
+	expect_opt_error("--tokens 'abc'", "--tokens", "abc", NULL);
+	expect_opt_error("from 1 to 1000", "--tokens", "0", NULL);
+	expect_opt_error("--mem-cap '12Q'", "--mem-cap", "12Q", NULL);
+	expect_opt_error("--scale 'nan'", "--scale", "nan", NULL);
+	expect_opt_error("takes no value", "--check=1", NULL);
+	expect_opt_error("unexpected argument", "tokens", NULL);
+	expect_opt_error("non-empty", "--name", "", NULL);
+	expect_opt_error("--tokens", "--tokens", "99999999999999999999999", NULL);
 }
 
 int main(void)

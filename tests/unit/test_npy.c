@@ -149,6 +149,15 @@ static void assert_error(int rc, int code, const char *msg, const char *path, co
 		         detail);
 }
 
+/* A (rows, cols) float32 file of seeded values in data, written by the library. */
+static void write_seeded(const char *path, int64_t rows, int64_t cols, float *data)
+{
+	const int64_t shape[2] = { rows, cols };
+	char msg[512];
+	rmoe_seeded_uniform(data, rows * cols, SEED, RMOE_STREAM_USER, 0, 1.0f);
+	assert_int_equal(rmoe_npy_write_f32(path, 2, shape, data, msg, sizeof(msg)), 0);
+}
+
 /* ---- round trips ---------------------------------------------------------- */
 
 static void test_npy_round_trip(void **state)
@@ -190,11 +199,9 @@ static void test_npy_round_trip(void **state)
 static void test_npy_header_is_numpys(void **state)
 {
 	const char *path = test_path(state, "header", "x.npy");
-	const int64_t shape[2] = { 8, 64 };
 	float data[8 * 64];
-	rmoe_seeded_uniform(data, 8 * 64, SEED, RMOE_STREAM_USER, 0, 1.0f);
+	write_seeded(path, 8, 64, data);
 	char msg[512];
-	assert_int_equal(rmoe_npy_write_f32(path, 2, shape, data, msg, sizeof(msg)), 0);
 	unsigned char header[128];
 	FILE *f = fopen(path, "rb");
 	assert_non_null(f);
@@ -221,11 +228,9 @@ static void test_npy_header_is_numpys(void **state)
 static void test_npy_any_extent_is_reported(void **state)
 {
 	const char *path = test_path(state, "any_extent", "x.npy");
-	const int64_t shape[2] = { 8, 4 };
 	float data[32], back[32];
-	rmoe_seeded_uniform(data, 32, SEED, RMOE_STREAM_USER, 0, 1.0f);
+	write_seeded(path, 8, 4, data);
 	char msg[512];
-	assert_int_equal(rmoe_npy_write_f32(path, 2, shape, data, msg, sizeof(msg)), 0);
 
 	int64_t expect[2] = { -1, 4 };
 	assert_int_equal(rmoe_npy_read_f32(path, 2, expect, 0, -1, NULL, msg, sizeof(msg)), 0);
@@ -240,11 +245,9 @@ static void test_npy_any_extent_is_reported(void **state)
 static void test_npy_slice_read(void **state)
 {
 	const char *path = test_path(state, "slice", "x.npy");
-	const int64_t shape[2] = { 10, 3 };
 	float data[30], back[30];
-	rmoe_seeded_uniform(data, 30, SEED, RMOE_STREAM_USER, 0, 1.0f);
+	write_seeded(path, 10, 3, data);
 	char msg[512];
-	assert_int_equal(rmoe_npy_write_f32(path, 2, shape, data, msg, sizeof(msg)), 0);
 
 	int64_t expect[2] = { 10, 3 };
 	assert_int_equal(rmoe_npy_read_f32(path, 2, expect, 4, 3, back, msg, sizeof(msg)), 0);
@@ -328,11 +331,9 @@ static void test_npy_fortran_order(void **state)
 static void test_npy_wrong_shape(void **state)
 {
 	const char *path = test_path(state, "shape", "x.npy");
-	const int64_t shape[2] = { 8, 64 };
 	float data[8 * 64];
-	rmoe_seeded_uniform(data, 8 * 64, SEED, RMOE_STREAM_USER, 0, 1.0f);
+	write_seeded(path, 8, 64, data);
 	char msg[512], want[600];
-	assert_int_equal(rmoe_npy_write_f32(path, 2, shape, data, msg, sizeof(msg)), 0);
 
 	int64_t expect[2] = { 16, 64 };
 	assert_int_equal(rmoe_npy_read_f32(path, 2, expect, 0, -1, data, msg, sizeof(msg)),
@@ -351,11 +352,9 @@ static void test_npy_wrong_shape(void **state)
 static void test_npy_truncated_data(void **state)
 {
 	const char *path = test_path(state, "truncated", "x.npy");
-	const int64_t shape[2] = { 8, 64 };
 	float data[8 * 64];
-	rmoe_seeded_uniform(data, 8 * 64, SEED, RMOE_STREAM_USER, 0, 1.0f);
+	write_seeded(path, 8, 64, data);
 	char msg[512];
-	assert_int_equal(rmoe_npy_write_f32(path, 2, shape, data, msg, sizeof(msg)), 0);
 	assert_int_equal(truncate(path, 128 + 8 * 64 * 4 - 4), 0);
 	int64_t expect[2] = { 8, 64 };
 	assert_error(rmoe_npy_read_f32(path, 2, expect, 0, -1, data, msg, sizeof(msg)), RMOE_EFORMAT,
