@@ -160,25 +160,6 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
 
 /* ---- real and simulated builds -------------------------------------------------------- */
 
-/* Cost models (sim_cost.c), in microseconds for one task on the arch:
- * analytic, floor + max(flops / rate, bytes / bandwidth), or replayed from
- * recorded history models (RMOE_SIM_HISTORY). Compiled in every build;
- * only the simulation uses them. rmoe_sim_cost_init: 0 or an RMOE_E* code
- * (a recording asked for and not readable). */
-int rmoe_sim_cost_init(void);
-double rmoe_sim_time_us(int gpu, double flops, double bytes);
-double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_router_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_dispatch_map(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_gather(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_scatter_add(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-
 /* A codelet definition: its StarPU name, the body of its CPU function (run
  * between the prologue's conversions and rmoe_cl_done), its CUDA function
  * (used only in builds with CUDA codelets), its perfmodel
@@ -209,6 +190,7 @@ double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmod
  * stands as its implementation on the simulated device (never called: the
  * cost model gives the duration). */
 #ifdef STARPU_SIMGRID
+#include "sim_cost.h"
 #define RMOE_PERFMODEL(sym, op) {.type = STARPU_PER_ARCH, .arch_cost_function = rmoe_sim_cost_##op, .symbol = (sym)}
 #define RMOE_CL_FUNCS(cpu, cuda) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cpu},
 #elif defined(RMOE_HAVE_CUDA)

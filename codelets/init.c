@@ -1,4 +1,5 @@
-/* The one-time set-up of the kernels' environment. */
+/* The one-time set-up of the kernels' environment: BLAS threads, and in the
+ * simulation build its cost models. */
 #include <stdatomic.h>
 
 #include "codelet.h"
@@ -13,6 +14,10 @@ int rmoe_codelets_init(void)
 	/* StarPU runs one worker per core: a BLAS call inside a task must not
 	 * start threads of its own on the cores of the other workers. */
 	rmoe_codelets_blas_threads(1);
+#ifdef STARPU_SIMGRID
+	/* The simulation's cost models read their rates, or a recording
+	 * (sim_cost.c, only in that build). */
 	rmoe_codelets_init_rc = rmoe_sim_cost_init();
+#endif
 	return rmoe_codelets_init_rc;
 }
