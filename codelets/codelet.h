@@ -131,7 +131,7 @@ int rmoe_cl_dim_ok(int64_t n);
 int rmoe_expert_args_check(const char *op, const struct rmoe_expert_args *a);
 
 /* Memory probe (probe.c): called by rmoe_cl_unpack and the sampler
- * thread; samples the heap probe too (heap.c). Each returns the level it
+ * thread (sampler.c); samples the heap probe too (heap.c). Each returns the level it
  * read (the probe: StarPU's bytes on every node plus the heap's), which
  * the sampler watches for change. */
 int64_t rmoe_probe_sample(void);

@@ -192,7 +192,7 @@ int64_t rmoe_probe_device_peak(void);
 int64_t rmoe_heap_current(void);
 int64_t rmoe_heap_reset(void);
 int64_t rmoe_heap_peak(void);
-/* The sampler thread: samples both probes every 0.5 ms between a start and
+/* The sampler thread (sampler.c): samples both probes every 0.5 ms between a start and
  * its stop, so memory held while no codelet runs (exchanges in flight) is
  * seen. Counted: the first start creates it, the last stop joins it. 0, or
  * -1 when it could not start (a simulation, or no thread): the codelets'
