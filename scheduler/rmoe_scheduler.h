@@ -12,17 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "relaymoe/relaymoe.h"
+#include "rmoe_error.h"
 #include "rmoe_hash.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- errors: set the thread's last message and return code -------------- */
-int rmoe_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The message of the thread's last error ("" if none). */
-const char *rmoe_last_error_message(void);
-void rmoe_error_clear(void);
 
 /* ---- files ----------------------------------------------------------------- */
 /* mkdir -p: 0, or the errno of the part that failed (ENOTDIR: a file is
