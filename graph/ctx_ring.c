@@ -4,6 +4,7 @@
 
 #include "rmoe_collective.h"
 #include "rmoe_ctx.h"
+#include "rmoe_system.h"
 
 int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 {
