@@ -1,8 +1,6 @@
 /* Configuration: defaults, checks that name the bad value, the cross-rank
  * digest, dispatch names. (What the environment sets, rmoe_layer_config_init,
  * is system/'s.) */
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_hash.h"

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-/* ---- parsing ---------------------------------------------------------------- */
+/* ---- parsing ------------------------------------------------------------ */
 
 /* A byte count with an optional K/M/G/T suffix (powers of 1024), "i" and
  * "B" allowed after it: 64G, 512MiB, 68719476736. 0, or -1 (not one, or
