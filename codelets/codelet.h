@@ -1,7 +1,9 @@
 /* The StarPU side of the codelets, private to codelets/: the argument
- * structs tasks carry (STARPU_CL_ARGS, freed by StarPU), the one unpack and
- * check prologue every codelet function starts with, the one way a task is
- * submitted, and what differs between the real and the simulated build. */
+ * structs tasks carry (STARPU_CL_ARGS, freed by StarPU; args.c), the one
+ * unpack and check prologue every codelet function starts with
+ * (prologue.c), the one way a task is submitted (insert.c), and what
+ * differs between the real and the simulated build (whose cost models
+ * sim_cost.h declares). */
 #ifndef RMOE_CODELET_H
 #define RMOE_CODELET_H
 
@@ -131,9 +133,9 @@ int rmoe_cl_dim_ok(int64_t n);
 int rmoe_expert_args_check(const char *op, const struct rmoe_expert_args *a);
 
 /* Memory probe (probe.c): called by rmoe_cl_unpack and the sampler
- * thread (sampler.c); samples the heap probe too (heap.c). Each returns the level it
- * read (the probe: StarPU's bytes on every node plus the heap's), which
- * the sampler watches for change. */
+ * thread (sampler.c); samples the heap probe too (heap.c). Each returns
+ * the level it read (the probe: StarPU's bytes on every node plus the
+ * heap's), which the sampler watches for change. */
 int64_t rmoe_probe_sample(void);
 int64_t rmoe_heap_sample(void);
 
