@@ -14,6 +14,7 @@
 #include "rmoe_attn_plan.h"
 #include "rmoe_memory_model.h"
 #include "rmoe_plan.h"
+#include "rmoe_system.h"
 
 struct plan_opts {
 	struct rmoe_preset_opts preset;

@@ -1,7 +1,9 @@
 /* The StarPU side of the codelets, private to codelets/: the argument
- * structs tasks carry (STARPU_CL_ARGS, freed by StarPU), the one unpack and
- * check prologue every codelet function starts with, the one way a task is
- * submitted, and what differs between the real and the simulated build. */
+ * structs tasks carry (STARPU_CL_ARGS, freed by StarPU; args.c), the one
+ * unpack and check prologue every codelet function starts with
+ * (prologue.c), the one way a task is submitted (insert.c), and what
+ * differs between the real and the simulated build (whose cost models
+ * sim_cost.h declares). */
 #ifndef RMOE_CODELET_H
 #define RMOE_CODELET_H
 
@@ -131,9 +133,9 @@ int rmoe_cl_dim_ok(int64_t n);
 int rmoe_expert_args_check(const char *op, const struct rmoe_expert_args *a);
 
 /* Memory probe (probe.c): called by rmoe_cl_unpack and the sampler
- * thread; samples the heap probe too (heap.c). Each returns the level it
- * read (the probe: StarPU's bytes on every node plus the heap's), which
- * the sampler watches for change. */
+ * thread (sampler.c); samples the heap probe too (heap.c). Each returns
+ * the level it read (the probe: StarPU's bytes on every node plus the
+ * heap's), which the sampler watches for change. */
 int64_t rmoe_probe_sample(void);
 int64_t rmoe_heap_sample(void);
 
@@ -159,25 +161,6 @@ static inline enum starpu_data_access_mode rmoe_cl_acc_mode(const struct rmoe_ta
 void *rmoe_cl_args_dup(const void *args, size_t size);
 
 /* ---- real and simulated builds -------------------------------------------------------- */
-
-/* Cost models (sim_cost.c), in microseconds for one task on the arch:
- * analytic, floor + max(flops / rate, bytes / bandwidth), or replayed from
- * recorded history models (RMOE_SIM_HISTORY). Compiled in every build;
- * only the simulation uses them. rmoe_sim_cost_init: 0 or an RMOE_E* code
- * (a recording asked for and not readable). */
-int rmoe_sim_cost_init(void);
-double rmoe_sim_time_us(int gpu, double flops, double bytes);
-double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_router_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_dispatch_map(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_gather(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_scatter_add(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
-double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 
 /* A codelet definition: its StarPU name, the body of its CPU function (run
  * between the prologue's conversions and rmoe_cl_done), its CUDA function
@@ -209,6 +192,7 @@ double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmod
  * stands as its implementation on the simulated device (never called: the
  * cost model gives the duration). */
 #ifdef STARPU_SIMGRID
+#include "sim_cost.h"
 #define RMOE_PERFMODEL(sym, op) {.type = STARPU_PER_ARCH, .arch_cost_function = rmoe_sim_cost_##op, .symbol = (sym)}
 #define RMOE_CL_FUNCS(cpu, cuda) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cpu},
 #elif defined(RMOE_HAVE_CUDA)

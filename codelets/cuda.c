@@ -1,13 +1,31 @@
 /* The CUDA side shared by the codelets: one cuBLAS handle per CUDA worker,
  * bound to the worker's stream, for as long as a context uses StarPU. Built
- * only with -DRMOE_CUDA=ON. */
+ * only with -DRMOE_CUDA=ON.
+ *
+ * Why not StarPU's handles (starpu_cublas_init, starpu_cublas_get_local_
+ * handle): StarPU 1.3's (src/drivers/cuda/starpu_cublas.c) are made as
+ * these are, one per CUDA worker, created on the worker and bound to its
+ * starpu_cuda_get_local_stream(); but they are not counted. Each
+ * starpu_cublas_init creates every worker's handle afresh over the last one,
+ * and starpu_cublas_shutdown destroys them for every user in the process.
+ * The library runs inside applications that may own StarPU and call that
+ * pair for cuBLAS codelets of their own (it stops only what it started,
+ * graph/ctx.c): calling it too would destroy the application's handles at
+ * rmoe_ctx_destroy, and the application's shutdown would destroy the
+ * library's under a live context. Handles of its own, counted, share
+ * nothing with anyone. */
 #include "codelet.h"
 
 #ifdef RMOE_HAVE_CUDA
+#include <pthread.h>
+
 #include <cublas_v2.h>
 #include <starpu_cuda.h>
 
 static cublasHandle_t handles[STARPU_NMAXWORKERS];
+/* Contexts using them: one per context alive, whatever threads create and
+ * destroy contexts. */
+static pthread_mutex_t users_lock = PTHREAD_MUTEX_INITIALIZER;
 static int users;
 
 static void create_handle(void *arg)
@@ -32,14 +50,18 @@ static void destroy_handle(void *arg)
 
 void rmoe_codelets_start(void)
 {
+	pthread_mutex_lock(&users_lock);
 	if (users++ == 0 && starpu_cuda_worker_get_count() > 0)
 		starpu_execute_on_each_worker(create_handle, NULL, STARPU_CUDA);
+	pthread_mutex_unlock(&users_lock);
 }
 
 void rmoe_codelets_stop(void)
 {
+	pthread_mutex_lock(&users_lock);
 	if (users > 0 && --users == 0 && starpu_cuda_worker_get_count() > 0)
 		starpu_execute_on_each_worker(destroy_handle, NULL, STARPU_CUDA);
+	pthread_mutex_unlock(&users_lock);
 }
 
 cublasHandle_t rmoe_cl_cublas(void)

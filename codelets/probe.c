@@ -1,6 +1,6 @@
 /* Memory probe: the bytes StarPU holds on each memory node (main memory and
  * every device), sampled by every codelet on entry and by the sampler
- * thread (heap.c) while a pass is measured, with a running maximum per node
+ * thread (sampler.c) while a pass is measured, with a running maximum per node
  * (StarPU 1.3 keeps no peak). Each sample also samples the process heap
  * (heap.c), the figure independent of StarPU's accounting. */
 #include <stdatomic.h>

@@ -27,8 +27,8 @@
  * without flops). A codelet or architecture the recording lacks is an error
  * at start-up or names itself when the task comes, rather than falling back
  * to the analytic model.
- * Compiled in every build (the real build keeps its history models and
- * never calls these); codelets/codelet.h picks them under STARPU_SIMGRID. */
+ * Compiled only into the simulation build (sim_cost.h); the real build
+ * keeps its history models. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 
 #include "codelet.h"
+#include "sim_cost.h"
 
 struct sim_rates {
 	double flops_per_us, bytes_per_us, floor_us;

@@ -10,6 +10,7 @@
 
 #include "rmoe_collective.h"
 #include "rmoe_ctx.h"
+#include "rmoe_system.h"
 
 /* Gathers one fixed-size record per rank into all (rank order), once every
  * rank could allocate its copy. */

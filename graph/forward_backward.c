@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rmoe_dispatch.h"
+#include "rmoe_system.h"
 
 /* ---- the router -------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
-/* The public layer: creation (collective checks, the plan, the buffers it
- * keeps), forward and backward (router, shared expert, then the planned
- * dispatch graph), destruction. */
+/* The public layer's life: creation (collective checks, the plan, the
+ * buffers it keeps and their handles) and destruction. Its two passes are
+ * forward_backward.c's; its weights, gradients and statistics in and out,
+ * layer_io.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

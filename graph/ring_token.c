@@ -14,7 +14,7 @@
  * expert routing (§3.1): a hop computes into a local partial without waiting
  * for the visiting accumulator, adds the partial in place once it has
  * arrived, and sends it on; the next hop's expert task waits for that
- * addition (the gate of pass.c), so one partial exists at a time.
+ * addition (the gate of window.c), so one partial exists at a time.
  *
  * Backward carries x, dy and the routing with the accumulators dx and dg;
  * each hop reconstructs its intermediates (§3.3) and the weight gradient of

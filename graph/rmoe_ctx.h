@@ -29,6 +29,32 @@ struct rmoe_ctx {
 	int blas_threads;         /* what rmoe_codelets_blas_threads set (0: no OpenBLAS) */
 };
 
+/* ---- the steps of rmoe_ctx_create (ctx.c), each 0 or an RMOE_E* code ---- */
+
+/* MPI as the application left it, or started here with the thread level
+ * the library needs; comm duplicated unless StarPU-MPI already runs on it
+ * (ctx_mpi.c). */
+int rmoe_ctx_mpi(rmoe_ctx *ctx, MPI_Comm comm, int starpu_running);
+/* StarPU and StarPU-MPI on the context's communicator (ctx_starpu.c). */
+int rmoe_ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg);
+/* Before the start: RMOE_EINVAL when the policy StarPU would use is not one
+ * it knows (ctx_policy.c says why); on a node's first start, StarPU's bus
+ * calibration by the node's first rank alone (ctx_bus.c; not in the
+ * simulation). */
+int rmoe_ctx_check_policy(const struct rmoe_ctx_config *cfg);
+struct starpu_conf;
+int rmoe_ctx_calibrate_bus_once(const rmoe_ctx *ctx, const struct starpu_conf *conf);
+/* The OpenBLAS threads per call (the configuration's, or automatic) and
+ * the advice on OpenBLAS's kernel set (ctx_blas.c). */
+void rmoe_ctx_blas_setup(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg);
+/* The topology (live, or the cluster description's placement) and the ring
+ * planned on it (scheduler/plan.c), the same on every rank: every rank
+ * derives them from the same gathered data, and they compare a digest
+ * (ctx_ring.c). */
+int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg);
+
+/* ---- what the context's layers use -------------------------------------- */
+
 /* Collective over ctx->comm: probes this machine (hwloc), gathers every
  * rank's host name and GPU count, and builds the topology (with a cluster
  * description's placement, links and rates when cluster is not NULL).
@@ -43,6 +69,8 @@ int rmoe_discover_devices(rmoe_ctx *ctx, struct rmoe_device_info *out);
  * without one. */
 int rmoe_ctx_device_node(const rmoe_ctx *ctx);
 
+/* The tag window of the context (tags.c). */
+void rmoe_tags_init(rmoe_ctx *ctx);
 /* Reserve count consecutive StarPU-MPI tags for one pass. All ranks call it
  * in the same order, so they agree on the block. */
 int rmoe_tags_reserve(rmoe_ctx *ctx, int64_t count, int64_t *base);

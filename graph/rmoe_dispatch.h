@@ -1,12 +1,19 @@
 /* The dispatch graphs of one layer pass (§3.1-§3.2 and the baseline).
  * Each is called after the router and dispatch map of the pass are
  * submitted and the expert counts are known on the host; it submits every
- * task and transfer of the dispatch and returns; the caller waits. Private
- * to graph/. */
+ * task and transfer of the dispatch and returns; the caller waits. With
+ * them, the helpers they are built with. Private to graph/. */
 #ifndef RMOE_DISPATCH_H
 #define RMOE_DISPATCH_H
 
+#include "rmoe_buffers.h"
+#include "rmoe_chunks.h"
+#include "rmoe_codelets.h"
+#include "rmoe_collective.h"
 #include "rmoe_pass.h"
+#include "rmoe_scheduler.h"
+#include "rmoe_tasks.h"
+#include "rmoe_transfers.h"
 
 int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
 int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,

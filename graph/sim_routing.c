@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "rmoe_hash.h"
-#include "rmoe_pass.h"
+#include "rmoe_transfers.h"
 
 
 void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts)

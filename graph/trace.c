@@ -11,6 +11,7 @@
 
 #include "rmoe_config.h"
 #include "rmoe_ctx.h"
+#include "rmoe_system.h"
 
 /* StarPU reads its FxT settings from the environment when it starts, so only
  * a context that starts StarPU can trace, and there is at most one such

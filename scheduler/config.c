@@ -1,7 +1,6 @@
 /* Configuration: defaults, checks that name the bad value, the cross-rank
- * digest, dispatch names. */
-#include <math.h>
-#include <stdlib.h>
+ * digest, dispatch names. (What the environment sets, rmoe_layer_config_init,
+ * is system/'s.) */
 #include <string.h>
 
 #include "rmoe_hash.h"
@@ -10,7 +9,7 @@
 /* StarPU 1.3 vector handles count elements in 32 bits. */
 #define RMOE_MAX_HANDLE_ELEMS 4294967295LL
 
-void rmoe_layer_config_init(struct rmoe_layer_config *cfg)
+void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	/* Qwen3-30B-A3B (H=2048, F=768, E=128, K=8) with H, F and the paper's
@@ -30,16 +29,7 @@ void rmoe_layer_config_init(struct rmoe_layer_config *cfg)
 	cfg->overlap = 1;
 	cfg->deterministic = 0;
 	cfg->check_finite = 0;
-	/* Launchers that do not end the job when a rank dies leave the others
-	 * waiting forever; the environment arms the timeout without a rebuild.
-	 * A malformed value becomes -1, which rmoe_config_check refuses. */
 	cfg->wait_timeout = 0;
-	const char *timeout = getenv("RMOE_WAIT_TIMEOUT");
-	if (timeout && *timeout) {
-		char *end;
-		double v = strtod(timeout, &end);
-		cfg->wait_timeout = (*end == '\0' && isfinite(v) && v >= 0) ? v : -1;
-	}
 }
 
 static const char *const dispatch_names[] = {

@@ -15,12 +15,12 @@
  * Temporaries (StarPU-allocated, the graphs in graph/):
  * - ring expert routing: two weight receive buffers (one with two ranks),
  *   backward also two gradient relay buffers and one partial gradient (the
- *   gate of pass.c); one hop's rows at a time (the window of pass.c):
+ *   gate of window.c); one hop's rows at a time (the window of window.c):
  *   forward gathered x, work [r,3F], out [r,H]; backward gathered x (consumed
  *   into dx), gathered dy, work [r,4F].
  * - ring token routing: two of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
- *   one partial of the accumulators (the gate of pass.c).
+ *   one partial of the accumulators (the gate of window.c).
  * - all-to-all: the stages of graph/alltoall.c, each exchange ordered as a
  *   collective on a stream by data dependencies, not by host waits
  *   (receives posted once its inputs exist, sent buffers freed before the
@@ -130,7 +130,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		/* Receive buffers: with two ranks one is ever used, otherwise two.
 		 * Backward adds the gradient relay (the accumulator being summed and
 		 * the one still leaving for the right) and one partial gradient
-		 * (pass.c's gate). */
+		 * (window.c's gate). */
 		int64_t rbufs = N > 2 ? 2 : N - 1;
 		/* gradient buffers: the one being summed and the one leaving for
 		 * the right (with two ranks the latter is freed once its transfer

@@ -1,12 +1,13 @@
 /* scheduler/: the planner. A cluster description, the topology of the ranks
- * (hwloc on the local machine, one MPI gather for all ranks), the ring order,
- * and the choice between expert and token routing from the per-hop volumes
- * of the paper's Table 2 (§3.2).
+ * (what hwloc sees on each machine, system/local_hw.c, and one MPI gather
+ * for all ranks), the ring order, and the choice between expert and token
+ * routing from the per-hop volumes of the paper's Table 2 (§3.2).
  *
- * Everything here is pure except rmoe_local_hw_probe (hwloc), so it is
- * unit-testable without MPI or StarPU and identical on every rank given the
- * same inputs: the context (graph/ctx.c) gathers what every rank sees over
- * MPI and hands it here as plain data (rmoe_rank_info, rmoe_device_info).
+ * Everything here is pure, so it is unit-testable without MPI or StarPU and
+ * identical on every rank given the same inputs: the context
+ * (graph/ctx_ring.c, discover.c) gathers what every rank sees over MPI and
+ * hands it here as plain data (rmoe_rank_info, rmoe_device_info); a
+ * description is read from its file by system/ (rmoe_cluster_load).
  *
  * The cluster description format (rmoe_cluster_parse) is documented in
  * docs/planning.md, "The cluster format": keys, sections, which links are
@@ -78,20 +79,15 @@ void rmoe_cluster_defaults(struct rmoe_cluster *c);
  * it with rmoe_cluster_free. No I/O. */
 int rmoe_cluster_parse(const char *text, size_t len, struct rmoe_cluster *out);
 
-/* Reads and parses a file; errors are prefixed with its path (RMOE_EIO when
- * it cannot be read or is larger than RMOE_CLUSTER_MAX_FILE_BYTES). */
-int rmoe_cluster_load(const char *path, struct rmoe_cluster *out);
-
 void rmoe_cluster_free(struct rmoe_cluster *c);
 
 /* ---- topology -------------------------------------------------------------- */
 
-/* What hwloc sees on this machine. */
+/* What hwloc sees on a machine (rmoe_local_hw_probe, system/). */
 struct rmoe_local_hw {
 	int cores, numa_nodes, gpus;
 	int nvlink;                /* 1: NVLink between GPUs, 0: none, -1: hwloc cannot tell */
 };
-int rmoe_local_hw_probe(struct rmoe_local_hw *hw);
 
 #define RMOE_HOST_MAX 256
 
@@ -101,12 +97,6 @@ struct rmoe_rank_info {
 	int gpus;                  /* GPUs hwloc sees on its machine */
 	int nvlink;                /* as rmoe_local_hw.nvlink */
 };
-
-/* This rank's report: its host name as MPI names it (given by the caller:
- * MPI_Get_processor_name) and what hwloc sees on this machine, also
- * returned in hw (no GPU and NVLink unknown when hwloc fails: the ring is
- * still planned from the host names). */
-void rmoe_rank_info_local(const char *host, struct rmoe_rank_info *me, struct rmoe_local_hw *hw);
 
 struct rmoe_topology {
 	int nranks, nnodes;

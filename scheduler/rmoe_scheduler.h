@@ -1,33 +1,26 @@
 /* scheduler/ holds the decisions taken before a graph is built: the
- * topology (hwloc, and what the context gathers over MPI, handed here as
- * plain data), the ring order, the dispatch choice, the memory model, the
- * memory cap's chunking, recompute planning (rmoe_plan.h,
- * rmoe_memory_model.h, rmoe_attn_plan.h); and the ground every layer stands
- * on: configuration checks and presets, error reporting, hashes, host
- * probes. No StarPU and no MPI here, so all of it is unit-testable alone and
- * the same on every rank given the same inputs. */
+ * topology (from what the context gathers over MPI and system/ reads of
+ * each machine, handed here as plain data), the ring order, the dispatch
+ * choice, the memory model, the memory cap's chunking, recompute planning
+ * (rmoe_plan.h, rmoe_memory_model.h, rmoe_attn_plan.h); and the
+ * configuration's checks and presets. Pure: no StarPU, no MPI, nothing read
+ * of the machine (system/ does that) and no call outside itself and base/
+ * (errors, hashes), so all of it is unit-testable alone and the same on
+ * every rank given the same inputs. */
 #ifndef RMOE_SCHEDULER_H
 #define RMOE_SCHEDULER_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "relaymoe/relaymoe.h"
+#include "rmoe_error.h"
 #include "rmoe_hash.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- errors: set the thread's last message and return code -------------- */
-int rmoe_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The message of the thread's last error ("" if none). */
-const char *rmoe_last_error_message(void);
-void rmoe_error_clear(void);
-
-/* ---- files ----------------------------------------------------------------- */
-/* mkdir -p: 0, or the errno of the part that failed (ENOTDIR: a file is
- * there). */
-int rmoe_mkdir_p(const char *dir);
+/* ---- parsing ------------------------------------------------------------ */
 
 /* A byte count with an optional K/M/G/T suffix (powers of 1024), "i" and
  * "B" allowed after it: 64G, 512MiB, 68719476736. 0, or -1 (not one, or
@@ -35,6 +28,10 @@ int rmoe_mkdir_p(const char *dir);
 int rmoe_parse_bytes(const char *s, int64_t *out);
 
 /* ---- configuration ------------------------------------------------------ */
+
+/* The defaults of rmoe_layer_config_init, without what the environment
+ * sets there (system/environment.c). */
+void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg);
 
 /* Checks every value of cfg for a group of nranks ranks; 0 or RMOE_EINVAL /
  * RMOE_ENOTSUP with a message naming the value and what was expected. */
@@ -63,22 +60,6 @@ const struct rmoe_preset *rmoe_preset_list(size_t *count);
  * RMOE_EINVAL with msg naming an unknown preset (and the known ones) or a
  * scale that leaves a size below 1. */
 int rmoe_preset_apply(const char *name, double scale, struct rmoe_layer_config *cfg, char *msg, size_t len);
-
-/* ---- host probes (Linux) -------------------------------------------------- */
-
-/* Bytes this rank can hold in host memory: the node's memory (or its
- * cgroup's limit, as a batch system sets it for a job) shared by
- * ranks_on_node ranks, and what the address-space limit (ulimit -v) leaves;
- * -1 when none is known. why receives a phrase saying which bound holds. */
-double rmoe_host_memory_available(int ranks_on_node, char *why, size_t len);
-
-/* Process peak RSS since the last reset (VmHWM, reset through
- * /proc/self/clear_refs on Linux >= 4.0, getrusage otherwise); -1 when
- * unknown. */
-int64_t rmoe_host_peak_rss(void);
-/* The process's address space now (VmSize, /proc/self/statm), bytes. */
-int64_t rmoe_host_vm_bytes(void);
-void rmoe_host_peak_rss_reset(void);
 
 /* Both all-to-alls (the lean one and Megatron's buffers) share their
  * plan, transfers and limits: no hops, no partitions, no memory cap. */

@@ -24,6 +24,7 @@
 #include "app.h"
 #include "checkpoint.h"
 #include "rmoe_scheduler.h"
+#include "rmoe_system.h"
 
 #define HEADER_BYTES 128
 #define ORDER_MARK 0x0102030405060708ULL

@@ -160,7 +160,7 @@ void rmoe_from_elements(const void *src, float *dst, int64_t n, size_t elsize);
 int rmoe_codelets_init(void);
 
 /* OpenBLAS threads per BLAS call from now on (n >= 1), for every worker:
- * the context gives those its workers leave idle (graph/ctx.c). n, or 0
+ * the context gives those its workers leave idle (graph/ctx_blas.c). n, or 0
  * where the BLAS is not OpenBLAS (nothing set). */
 int rmoe_codelets_blas_threads(int n);
 
@@ -192,7 +192,7 @@ int64_t rmoe_probe_device_peak(void);
 int64_t rmoe_heap_current(void);
 int64_t rmoe_heap_reset(void);
 int64_t rmoe_heap_peak(void);
-/* The sampler thread: samples both probes every 0.5 ms between a start and
+/* The sampler thread (sampler.c): samples both probes every 0.5 ms between a start and
  * its stop, so memory held while no codelet runs (exchanges in flight) is
  * seen. Counted: the first start creates it, the last stop joins it. 0, or
  * -1 when it could not start (a simulation, or no thread): the codelets'

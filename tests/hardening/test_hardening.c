@@ -28,6 +28,7 @@
 #include "app.h"
 #include "relaymoe/relaymoe.h"
 #include "rmoe_scheduler.h"
+#include "rmoe_system.h"
 
 #define MSG 512
 

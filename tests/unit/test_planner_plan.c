@@ -15,6 +15,7 @@
 
 #include "rmoe_plan.h"
 #include "rmoe_scheduler.h"
+#include "rmoe_system.h"
 
 /* Qwen3-30B-A3B at full size (its preset), bf16, on 8 ranks of the
  * MareNostrum 5 ACC description, with the dispatch left to the plan. */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "rmoe_plan.h"
+#include "rmoe_system.h"
 #include "planner_check.h"
 #include "seeded.h"
 

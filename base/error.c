@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rmoe_scheduler.h"
+#include "rmoe_error.h"
 
 static _Thread_local int last_code;
 static _Thread_local char last_message[512];

@@ -11,7 +11,7 @@
 #include <malloc.h>
 #endif
 
-#include "rmoe_scheduler.h"
+#include "rmoe_system.h"
 
 /* The memory limit of this process's cgroup (v2, then v1); -1 when none. */
 static double cgroup_limit(void)

@@ -1,0 +1,39 @@
+/* The StarPU vector handles a pass registers: temporaries (home node -1,
+ * allocated by StarPU for their first task) and the application's host or
+ * device buffers. */
+#include "rmoe_buffers.h"
+#include "rmoe_codelets.h"
+
+starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t elsize)
+{
+	starpu_data_handle_t h;
+	int64_t bytes = n * (int64_t)elsize;
+	/* StarPU frees a temporary's main-memory buffer at once (the host
+	 * cache, codelets/host_cache.c, keeps it), but keeps a device's in a
+	 * cache that serves only an allocation of the same size: with row
+	 * counts that differ from partition to partition every temporary would
+	 * stay allocated until the device is full. Sizes in classes of an
+	 * eighth of an octave (at most 12.5% over) make the next partition
+	 * reuse them; host-only runs keep exact sizes. */
+	if (starpu_cuda_worker_get_count() > 0)
+		starpu_vector_data_register_allocsize(&h, -1, 0, (uint32_t)n, elsize, (size_t)rmoe_size_class(bytes));
+	else
+		starpu_vector_data_register(&h, -1, 0, (uint32_t)n, elsize);
+	if (bytes > pass->largest_temporary)
+		pass->largest_temporary = bytes;
+	return h;
+}
+
+starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *ptr, int64_t n, size_t elsize)
+{
+	if (pass && node == STARPU_MAIN_RAM)
+		pass->resident += n * (int64_t)elsize;
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, node, (uintptr_t)ptr, (uint32_t)n, elsize);
+	return h;
+}
+
+starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)
+{
+	return rmoe_node_vector(pass, STARPU_MAIN_RAM, ptr, n, elsize);
+}

@@ -1,0 +1,37 @@
+/* The transfers of a pass (transfers.c): StarPU-MPI requests, the watch
+ * that names a stalled peer, and the expert counts exchange. Private to
+ * graph/. */
+#ifndef RMOE_TRANSFERS_H
+#define RMOE_TRANSFERS_H
+
+#include <starpu.h>
+#include <stdint.h>
+
+#include "rmoe_layer_impl.h"
+#include "rmoe_pass.h"
+
+/* Every transfer of a layer: StarPU-MPI detached requests on the context's
+ * communicator, counted in the pass. done (may be NULL) runs when a send
+ * completes. Priority favours the ring's critical path. */
+int rmoe_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int dest, int64_t tag,
+              int prio, void (*done)(void *), void *arg);
+int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag);
+
+/* Watches the transfer just submitted of h with peer on tag (received: a
+ * receive into h; else a send of h): a fence kept until the pass ends, which
+ * ends with the transfer and changes nothing else. A pass whose transfers
+ * are not awaited by the host (the all-to-all) names from them the peers it
+ * stalled on. Only with a wait_timeout: without one nothing gives up. */
+int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                    int received, const char *what);
+
+/* Every rank's expert counts (the "tokens per expert" exchange), into all
+ * [N * E], rank order; blocks until they are here: the host sizes buffers
+ * from them. */
+int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all);
+
+/* Simulation (sim_routing.c): a rank's synthetic expert counts, T*K pairs
+ * over E experts, the same on every rank that computes them. */
+void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts);
+
+#endif /* RMOE_TRANSFERS_H */
