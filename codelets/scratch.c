@@ -4,8 +4,21 @@
  * counts it in that node's memory, as it counts the task's data. Built
  * only with CUDA codelets; otherwise no task declares any. */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "codelet.h"
+
+#ifdef RMOE_HAVE_CUDA
+/* RMOE_SCRATCH_ON_CPU=1: declared where StarPU has no CUDA worker too, so
+ * that a CUDA build's CPU tests run the tasks that carry it (their CPU
+ * functions then get it and leave it alone). */
+static int declare_without_cuda(void)
+{
+	const char *v = getenv("RMOE_SCRATCH_ON_CPU");
+	return v && !strcmp(v, "1");
+}
+#endif
 
 int rmoe_cl_scratch(const char *op, size_t bytes, struct starpu_data_descr *d, int64_t *n)
 {
@@ -13,7 +26,7 @@ int rmoe_cl_scratch(const char *op, size_t bytes, struct starpu_data_descr *d, i
 	d->mode = STARPU_SCRATCH;
 	*n = 0;
 #ifdef RMOE_HAVE_CUDA
-	if (bytes == 0 || starpu_cuda_worker_get_count() == 0)
+	if (bytes == 0 || (starpu_cuda_worker_get_count() == 0 && !declare_without_cuda()))
 		return 0;
 	const uint64_t elements = ((uint64_t)bytes + 3) / 4;
 	if (elements > UINT32_MAX)
