@@ -24,26 +24,61 @@
 
 /* The running CUDA worker's cuBLAS handle (cuda.c), on its stream. */
 cublasHandle_t rmoe_cl_cublas(void);
-/* After a CUDA kernel's launcher returned rc: 0, or -1 after reporting. */
+/* After a CUDA kernel's launcher returned rc (0 or an enum
+ * rmoe_cuda_status): 0, or -1 after reporting. */
 int rmoe_cl_cuda_done(const char *op, int rc);
 #define RMOE_STREAM starpu_cuda_get_local_stream()
+/* The running task's device scratch for its launcher: its last buffer
+ * when the argument struct says it has one (scratch elements > 0,
+ * rmoe_cl_scratch), else none (the launcher allocates what it needs). */
+static inline struct rmoe_cuda_scratch rmoe_cl_cuda_scratch(void *buffers[], int64_t scratch)
+{
+	struct rmoe_cuda_scratch sc = {NULL, 0};
+	struct starpu_task *task = starpu_task_get_current();
+	if (scratch > 0 && task) {
+		void *b = buffers[STARPU_TASK_GET_NBUFFERS(task) - 1];
+		sc.p = (void *)STARPU_VECTOR_GET_PTR(b);
+		sc.bytes = (size_t)STARPU_VECTOR_GET_NX(b) * STARPU_VECTOR_GET_ELEMSIZE(b);
+	}
+	return sc;
+}
 #endif
+
+/* ---- device scratch ---------------------------------------------------------------- */
+
+/* The device scratch of a task of op about to be inserted, as a
+ * STARPU_SCRATCH buffer, so that StarPU allocates it on the node of the
+ * worker that runs the task and counts it with the task's data: a fresh
+ * handle of bytes (4-byte elements, rounded up) in *d, to append as the
+ * task's last buffer, and its elements in *n for the codelet's argument
+ * struct. Only where StarPU has CUDA workers and bytes > 0 (a CPU worker
+ * that runs the task then gets it too, and leaves it alone); otherwise *n
+ * = 0 and d->handle NULL. 0 or an RMOE_E* code. After the insert, whatever
+ * it returned, rmoe_cl_scratch_release(d). scratch.c */
+int rmoe_cl_scratch(const char *op, size_t bytes, struct starpu_data_descr *d, int64_t *n);
+void rmoe_cl_scratch_release(struct starpu_data_descr *d);
 
 /* ---- argument structs ---------------------------------------------------------- */
 
+/* scratch, in the structs that have it: the elements of the task's last
+ * buffer, its device scratch (rmoe_cl_scratch), 0 when it has none. */
 struct rmoe_router_args {
 	int64_t tokens, hidden, experts, topk;
 	int norm_topk;
+	int64_t scratch;
 };
 
 struct rmoe_dispatch_map_args {
 	int64_t tokens, topk, experts;
+	int64_t scratch;
 };
 
 /* gather, scatter-add, unpermute-bwd */
 struct rmoe_rows_args {
 	int64_t first, count, hidden, topk;
 	int weighted;
+	int deterministic;              /* scatter-add: additions in the CPU kernel's order */
+	int64_t scratch;
 };
 
 enum rmoe_expert_bwd_mode {
@@ -60,6 +95,8 @@ struct rmoe_expert_args {
 	int mode;                       /* expert-bwd: enum rmoe_expert_bwd_mode */
 	int accumulate;                 /* expert-bwd: 1 = dweights added to */
 	int64_t first, topk;            /* pair-weighted backward: slice of pair_order */
+	int deterministic;              /* pair-weighted backward: dx added in the CPU kernel's order */
+	int64_t scratch;
 	int64_t rows_per_expert[];      /* n_experts entries, summing to rows */
 };
 

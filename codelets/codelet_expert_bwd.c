@@ -7,9 +7,11 @@
 #include "codelet.h"
 
 /* Pair-weighted buffers: 0 x rows (consumed), 1 dy rows, 2 weights,
- * 3 pair_order, 4 topk_w, 5 work [m*4F], 6 dx [T*H], 7 dg, 8 dweights;
- * without dx (RMOE_BWD_PAIR_ROWS) the same less buffer 6, unpacked with
- * p[6] = NULL so that the kernels skip the addition. Preweighted: 0 x rows, 1 dout rows, 2 weights, 3 work [m*3F], 4 dx rows,
+ * 3 pair_order, 4 topk_w, 5 work [m*4F], 6 dx [T*H], 7 dg, 8 dweights,
+ * (9 the device scratch of the deterministic dx additions when
+ * a->scratch); without dx (RMOE_BWD_PAIR_ROWS) the first nine less buffer
+ * 6, unpacked with p[6] = NULL so that the kernels skip the addition.
+ * Preweighted: 0 x rows, 1 dout rows, 2 weights, 3 work [m*3F], 4 dx rows,
  * 5 dweights. */
 static int expert_bwd_unpack(void *buffers[], const struct rmoe_expert_args *a, void **p)
 {
@@ -18,6 +20,9 @@ static int expert_bwd_unpack(void *buffers[], const struct rmoe_expert_args *a, 
 		return -1;
 	if (!pw && a->mode != RMOE_BWD_PREWEIGHTED)
 		return rmoe_cl_fail("expert-bwd", "mode %d is not an enum rmoe_expert_bwd_mode", a->mode);
+	if (a->scratch < 0 || (a->scratch > 0 && a->mode != RMOE_BWD_PAIR_WEIGHTED))
+		return rmoe_cl_fail("expert-bwd", "a device scratch of %lld elements in mode %d", (long long)a->scratch,
+		                    a->mode);
 	struct starpu_task *task = starpu_task_get_current();
 	const int64_t H = a->hidden, F = a->ffn, m = a->rows, W = rmoe_partition_weights_count(a->n_experts, H, F);
 	/* The pair order (pair-weighted) sizes dx and dg. */
@@ -28,7 +33,8 @@ static int expert_bwd_unpack(void *buffers[], const struct rmoe_expert_args *a, 
 	const struct rmoe_cl_buffer pair_weighted[] = {
 		RMOE_CL_BUF("x rows", m * H),     RMOE_CL_BUF("dy rows", m * H),    RMOE_CL_BUF("weights", W),
 		RMOE_CL_BUF("pair_order", n_pairs), RMOE_CL_BUF("topk_w", n_pairs), RMOE_CL_BUF("work", 4 * m * F),
-		RMOE_CL_BUF("dx", pw ? n_pairs / a->topk * H : 0), RMOE_CL_BUF("dg", n_pairs), RMOE_CL_BUF("dweights", W)};
+		RMOE_CL_BUF("dx", pw ? n_pairs / a->topk * H : 0), RMOE_CL_BUF("dg", n_pairs), RMOE_CL_BUF("dweights", W),
+		RMOE_CL_BUF("scratch", a->scratch)};
 	const struct rmoe_cl_buffer pair_rows[] = {
 		RMOE_CL_BUF("x rows", m * H),     RMOE_CL_BUF("dy rows", m * H),    RMOE_CL_BUF("weights", W),
 		RMOE_CL_BUF("pair_order", n_pairs), RMOE_CL_BUF("topk_w", n_pairs), RMOE_CL_BUF("work", 4 * m * F),
@@ -45,13 +51,13 @@ static int expert_bwd_unpack(void *buffers[], const struct rmoe_expert_args *a, 
 		return 0;
 	}
 	return rmoe_cl_unpack(pw ? "expert-bwd (pair-weighted)" : "expert-bwd (preweighted)", buffers,
-	                      pw ? pair_weighted : preweighted, pw ? 9 : 6, p);
+	                      pw ? pair_weighted : preweighted, pw ? 9 + (a->scratch > 0) : 6, p);
 }
 
 static void rmoe_expert_bwd_cpu(void *buffers[], void *cl_arg)
 {
 	const struct rmoe_expert_args *a = cl_arg;
-	void *p[9];
+	void *p[10];
 	if (expert_bwd_unpack(buffers, a, p))
 		return;
 	if (a->mode == RMOE_BWD_PREWEIGHTED) {
@@ -74,7 +80,7 @@ static void rmoe_expert_bwd_cpu(void *buffers[], void *cl_arg)
 static void expert_bwd_cuda(void *buffers[], void *cl_arg)
 {
 	const struct rmoe_expert_args *a = cl_arg;
-	void *p[9];
+	void *p[10];
 	if (expert_bwd_unpack(buffers, a, p))
 		return;
 	const int bf16 = rmoe_cl_elsize(buffers[0]) == 2;
@@ -86,18 +92,20 @@ static void expert_bwd_cuda(void *buffers[], void *cl_arg)
 	else
 		rmoe_cl_cuda_done("expert-bwd", rmoe_cuda_expert_bwd_pairs(
 			                                RMOE_STREAM, rmoe_cl_cublas(), bf16, a->hidden, a->ffn, a->n_experts,
-			                                a->rows_per_expert, a->rows, a->first, a->topk, a->accumulate, p[0], p[1],
-			                                p[2], p[3], p[4], p[5], p[6], p[7], p[8]));
+			                                a->rows_per_expert, a->rows, (int64_t)STARPU_VECTOR_GET_NX(buffers[3]),
+			                                a->first, a->topk, a->accumulate, p[0], p[1], p[2], p[3], p[4], p[5], p[6],
+			                                p[7], p[8], a->deterministic, rmoe_cl_cuda_scratch(buffers, a->scratch)));
 }
 #endif
 
-/* Nine buffers in the pair-weighted mode (eight without dx), more than
- * STARPU_NMAXBUFS. */
+/* Nine buffers in the pair-weighted mode (eight without dx, ten with the
+ * device scratch), more than STARPU_NMAXBUFS. */
 RMOE_CODELET(rmoe_cl_expert_bwd, "expert-bwd", rmoe_expert_bwd_cpu, expert_bwd_cuda, "rmoe_expert_bwd_v1",
              expert_bwd, STARPU_VARIABLE_NBUFFERS);
 
 static int insert_expert_bwd(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s, int mode,
-                             int accumulate, int64_t first, int64_t topk, struct starpu_data_descr *d, int nd)
+                             int accumulate, int64_t first, int64_t topk, struct starpu_data_descr *d, int nd,
+                             int64_t scratch)
 {
 	struct rmoe_expert_args *a = rmoe_expert_args_from(s);
 	if (a) {
@@ -105,8 +113,10 @@ static int insert_expert_bwd(const struct rmoe_task_opts *o, const struct rmoe_e
 		a->accumulate = accumulate;
 		a->first = first;
 		a->topk = topk;
+		a->deterministic = o->deterministic;
+		a->scratch = scratch;
 	}
-	return rmoe_cl_insert(o, &rmoe_cl_expert_bwd, d, nd, a, rmoe_expert_args_size(s->n_experts),
+	return rmoe_cl_insert(o, &rmoe_cl_expert_bwd, d, nd + (scratch > 0), a, rmoe_expert_args_size(s->n_experts),
 	                      rmoe_flops_expert_bwd(s->rows, s->hidden, s->ffn));
 }
 
@@ -118,7 +128,7 @@ int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rm
                                  starpu_data_handle_t dweights)
 {
 	/* x rows become the rows' dx; dg's pairs are disjoint across tasks. */
-	struct starpu_data_descr d[9] = {
+	struct starpu_data_descr d[10] = {
 		{xrows, STARPU_RW},     {dyrows, STARPU_R},          {weights, STARPU_R},
 		{pair_order, STARPU_R}, {topk_w, STARPU_R},          {work, STARPU_RW},
 		{dx, rmoe_cl_acc_mode(o)}, {dg, STARPU_RW | STARPU_COMMUTE},
@@ -128,9 +138,20 @@ int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rm
 		/* No dx target: the rows' dx are the result, left in xrows. */
 		d[6] = d[7];
 		d[7] = d[8];
-		return insert_expert_bwd(o, s, RMOE_BWD_PAIR_ROWS, accumulate, first, topk, d, 8);
+		return insert_expert_bwd(o, s, RMOE_BWD_PAIR_ROWS, accumulate, first, topk, d, 8, 0);
 	}
-	return insert_expert_bwd(o, s, RMOE_BWD_PAIR_WEIGHTED, accumulate, first, topk, d, 9);
+	/* Deterministic: a CUDA worker adds the rows' dx without atomics too,
+	 * through a pair index in its device scratch. */
+	size_t bytes = 0;
+#ifdef RMOE_HAVE_CUDA
+	bytes = rmoe_cuda_rows_add_scratch(o->deterministic, (int64_t)starpu_vector_get_nx(pair_order));
+#endif
+	int64_t scratch;
+	int rc = rmoe_cl_scratch("expert-bwd", bytes, &d[9], &scratch);
+	if (!rc)
+		rc = insert_expert_bwd(o, s, RMOE_BWD_PAIR_WEIGHTED, accumulate, first, topk, d, 9, scratch);
+	rmoe_cl_scratch_release(&d[9]);
+	return rc;
 }
 
 int rmoe_insert_expert_bwd_preweighted(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,
@@ -142,5 +163,5 @@ int rmoe_insert_expert_bwd_preweighted(const struct rmoe_task_opts *o, const str
 		{xrows, STARPU_R}, {doutrows, STARPU_R}, {weights, STARPU_R},
 		{work, STARPU_RW}, {dxrows, STARPU_W},   {dweights, accumulate ? STARPU_RW : STARPU_W},
 	};
-	return insert_expert_bwd(o, s, RMOE_BWD_PREWEIGHTED, accumulate, 0, 0, d, 6);
+	return insert_expert_bwd(o, s, RMOE_BWD_PREWEIGHTED, accumulate, 0, 0, d, 6, 0);
 }

@@ -33,7 +33,7 @@ int rmoe_insert_unpermute_bwd(const struct rmoe_task_opts *o, const struct rmoe_
                               starpu_data_handle_t dy, starpu_data_handle_t back, starpu_data_handle_t pair_order,
                               starpu_data_handle_t topk_w, starpu_data_handle_t dout, starpu_data_handle_t dg)
 {
-	struct rmoe_rows_args a = {s->first, s->count, s->hidden, s->topk, 0};
+	struct rmoe_rows_args a = {s->first, s->count, s->hidden, s->topk, 0, 0, 0};
 	/* dg: each task writes its own slice's pairs. */
 	struct starpu_data_descr d[6] = {{dy, STARPU_R},     {back, STARPU_R}, {pair_order, STARPU_R},
 	                                 {topk_w, STARPU_R}, {dout, STARPU_W}, {dg, STARPU_RW | STARPU_COMMUTE}};

@@ -47,19 +47,6 @@ __global__ void pair_weight_k(int64_t m, int64_t F, int64_t first, const int32_t
 	}
 }
 
-/* dx[token of pair] += the row's dx (atomic: a token may have two pairs in
- * one slice). */
-template <typename T>
-__global__ void add_rows_k(int64_t m, int64_t H, int64_t first, int64_t K, const int32_t *order, const T *rows,
-                           T *dx)
-{
-	for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
-		const int64_t t = order[first + i] / K;
-		for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
-			rmoe_add(dx, t * H + j, rmoe_ld(rows + i * H, j));
-	}
-}
-
 /* Offsets of one expert's matrices in a partition's weights. */
 struct expert_w {
 	int64_t gate, up, down;
@@ -84,7 +71,7 @@ static int expert_ffn(cudaStream_t s, cublasHandle_t b, int64_t H, int64_t F, in
 			rc = rmoe_gemm_rm(b, 0, 0, rpe[e], F, H, 1.0f, x + o * H, ty, H, w + ow.up, ty, F, 0.0f, up + o * F, ty, F);
 	}
 	if (!rc && m > 0) {
-		swiglu_k<<<rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s>>>(m * F, gate, up, act);
+		RMOE_LAUNCH(swiglu_k, rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s, m * F, gate, up, act);
 		rc = rmoe_cuda_check("swiglu");
 	}
 	for (int64_t e = 0, o = 0; out && e < ne && !rc; o += rpe[e], e++)
@@ -128,8 +115,9 @@ static int bwd_tail(cudaStream_t s, cublasHandle_t b, int64_t H, int64_t F, int6
 
 template <typename T>
 static int expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int64_t H, int64_t F, int64_t ne, const int64_t *rpe,
-                            int64_t m, int64_t first, int64_t K, int accumulate, T *x, const T *dy, const T *w,
-                            const int32_t *order, const float *topk_w, T *work, T *dx, float *dg, T *dw)
+                            int64_t m, int64_t n_pairs, int64_t first, int64_t K, int accumulate, T *x, const T *dy,
+                            const T *w, const int32_t *order, const float *topk_w, T *work, T *dx, float *dg, T *dw,
+                            int32_t *index)
 {
 	const cudaDataType_t ty = rmoe_cuda_type<T>::id;
 	const float beta = accumulate ? 1.0f : 0.0f;
@@ -140,7 +128,7 @@ static int expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int64_t H, int64_t
 		rc = rmoe_gemm_rm(b, 0, 1, rpe[e], F, H, 1.0f, dy + o * H, ty, H, w + offsets(ne, H, F, e).down, ty, H, 0.0f,
 		                  u + o * F, ty, F);
 	if (!rc && m > 0) {
-		pair_weight_k<<<rmoe_cuda_rows(m), RMOE_CUDA_THREADS, 0, s>>>(m, F, first, order, topk_w, act, u, dg);
+		RMOE_LAUNCH(pair_weight_k, rmoe_cuda_rows(m), RMOE_CUDA_THREADS, 0, s, m, F, first, order, topk_w, act, u, dg);
 		rc = rmoe_cuda_check("pair weights");
 	}
 	/* dw_down = (g act)^T dy; then u holds dact = g u. */
@@ -149,17 +137,17 @@ static int expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int64_t H, int64_t
 			rc = rmoe_gemm_rm(b, 1, 0, F, H, rpe[e], 1.0f, act + o * F, ty, F, dy + o * H, ty, H, beta,
 			                  dw + offsets(ne, H, F, e).down, ty, H);
 	if (!rc && m > 0) {
-		swiglu_bwd_k<<<rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s>>>(m * F, gate, up, u);
+		RMOE_LAUNCH(swiglu_bwd_k, rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s, m * F, gate, up, u);
 		rc = rmoe_cuda_check("swiglu backward");
 	}
 	/* The rows' dx over the consumed x rows, then added at their tokens
-	 * (without dx, the lean all-to-all's, they stay in x). */
+	 * (without dx, the lean all-to-all's, they stay in x) as the
+	 * scatter-add adds. */
 	if (!rc)
 		rc = bwd_tail(s, b, H, F, ne, rpe, m, x, w, work, x, dw, beta);
-	if (!rc && m > 0 && dx) {
-		add_rows_k<<<rmoe_cuda_rows(m), RMOE_CUDA_THREADS, 0, s>>>(m, H, first, K, order, x, dx);
-		rc = rmoe_cuda_check("dx rows");
-	}
+	if (!rc && m > 0 && dx)
+		rc = rmoe_cuda_rows_add(s, rmoe_cuda_type<T>::id == CUDA_R_16BF, H, K, n_pairs, first, m, x, order, NULL, dx,
+		                        index);
 	return rc;
 }
 
@@ -182,7 +170,7 @@ static int expert_bwd_preweighted(cudaStream_t s, cublasHandle_t b, int64_t H, i
 			rc = rmoe_gemm_rm(b, 0, 1, rpe[e], F, H, 1.0f, dout + o * H, ty, H, w + down, ty, H, 0.0f, act + o * F, ty, F);
 	}
 	if (!rc && m > 0) {
-		swiglu_bwd_k<<<rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s>>>(m * F, gate, up, act);
+		RMOE_LAUNCH(swiglu_bwd_k, rmoe_cuda_blocks(m * F), RMOE_CUDA_THREADS, 0, s, m * F, gate, up, act);
 		rc = rmoe_cuda_check("swiglu backward");
 	}
 	if (!rc)
@@ -201,17 +189,24 @@ extern "C" int rmoe_cuda_expert_ffn(cudaStream_t s, cublasHandle_t b, int bf16, 
 }
 
 extern "C" int rmoe_cuda_expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int bf16, int64_t H, int64_t F,
-                                          int64_t ne, const int64_t *rpe, int64_t m, int64_t first, int64_t K,
-                                          int accumulate, void *x, const void *dy, const void *w,
+                                          int64_t ne, const int64_t *rpe, int64_t m, int64_t n_pairs, int64_t first,
+                                          int64_t K, int accumulate, void *x, const void *dy, const void *w,
                                           const int32_t *order, const float *topk_w, void *work, void *dx,
-                                          float *dg, void *dw)
+                                          float *dg, void *dw, int deterministic, struct rmoe_cuda_scratch scratch)
 {
-	if (bf16)
-		return expert_bwd_pairs(s, b, H, F, ne, rpe, m, first, K, accumulate, (rmoe_bf16_t *)x,
-		                        (const rmoe_bf16_t *)dy, (const rmoe_bf16_t *)w, order, topk_w, (rmoe_bf16_t *)work,
-		                        (rmoe_bf16_t *)dx, dg, (rmoe_bf16_t *)dw);
-	return expert_bwd_pairs(s, b, H, F, ne, rpe, m, first, K, accumulate, (float *)x, (const float *)dy,
-	                        (const float *)w, order, topk_w, (float *)work, (float *)dx, dg, (float *)dw);
+	struct rmoe_arena a = rmoe_arena_of(scratch, s);
+	int32_t *index = NULL;
+	int rc = deterministic && dx && m > 0 ? rmoe_arena_take(&a, (size_t)n_pairs * sizeof(int32_t), (void **)&index)
+	                                      : 0;
+	if (!rc && bf16)
+		rc = expert_bwd_pairs(s, b, H, F, ne, rpe, m, n_pairs, first, K, accumulate, (rmoe_bf16_t *)x,
+		                      (const rmoe_bf16_t *)dy, (const rmoe_bf16_t *)w, order, topk_w, (rmoe_bf16_t *)work,
+		                      (rmoe_bf16_t *)dx, dg, (rmoe_bf16_t *)dw, index);
+	else if (!rc)
+		rc = expert_bwd_pairs(s, b, H, F, ne, rpe, m, n_pairs, first, K, accumulate, (float *)x, (const float *)dy,
+		                      (const float *)w, order, topk_w, (float *)work, (float *)dx, dg, (float *)dw, index);
+	const int released = rmoe_arena_release(&a);
+	return rc ? rc : released;
 }
 
 extern "C" int rmoe_cuda_expert_bwd_preweighted(cudaStream_t s, cublasHandle_t b, int bf16, int64_t H, int64_t F,

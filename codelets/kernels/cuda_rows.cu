@@ -36,7 +36,8 @@ static int router_rows(cudaStream_t s, int bf16, int64_t t0, int64_t n, int64_t 
 		*f = (const float *)x + t0 * H;
 		return 0;
 	}
-	convert_k<<<rmoe_cuda_blocks(n * H), RMOE_CUDA_THREADS, 0, s>>>(n * H, (const rmoe_bf16_t *)x + t0 * H, scratch);
+	RMOE_LAUNCH(convert_k, rmoe_cuda_blocks(n * H), RMOE_CUDA_THREADS, 0, s, n * H, (const rmoe_bf16_t *)x + t0 * H,
+	            scratch);
 	*f = scratch;
 	return rmoe_cuda_check("bf16 to fp32");
 }
@@ -44,6 +45,22 @@ static int router_rows(cudaStream_t s, int bf16, int64_t t0, int64_t n, int64_t 
 static inline int64_t router_block(int64_t T)
 {
 	return T < RMOE_ROUTER_ROWS ? T : RMOE_ROUTER_ROWS;
+}
+
+extern "C" size_t rmoe_cuda_router_fwd_scratch(int bf16, int64_t T, int64_t H, int64_t E)
+{
+	(void)E;
+	return bf16 && T > 0 ? (size_t)(router_block(T) * H) * sizeof(float) : 0;
+}
+
+/* dlogits, and for bf16 the fp32 rows of x and of dx. */
+extern "C" size_t rmoe_cuda_router_bwd_scratch(int bf16, int64_t T, int64_t H, int64_t E)
+{
+	if (T == 0)
+		return 0;
+	const int64_t rows = router_block(T);
+	const size_t dlogits = (size_t)(rows * E) * sizeof(float), xrows = (size_t)(rows * H) * sizeof(float);
+	return bf16 ? rmoe_arena_size(dlogits) + rmoe_arena_size(xrows) + xrows : dlogits;
 }
 
 /* ---- router ------------------------------------------------------------------------ */
@@ -59,13 +76,14 @@ __global__ void softmax_topk_k(int64_t T, int64_t E, int64_t K, int norm, float 
 
 extern "C" int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t T, int64_t H, int64_t E,
                                     int64_t K, int norm, const void *x, const float *w_router, float *probs,
-                                    int32_t *topk_idx, float *topk_w)
+                                    int32_t *topk_idx, float *topk_w, struct rmoe_cuda_scratch scratch)
 {
 	if (T == 0)
 		return 0;
 	const int64_t rows = router_block(T);
+	struct rmoe_arena a = rmoe_arena_of(scratch, s);
 	float *xs = NULL;
-	int rc = bf16 ? rmoe_cuda_scratch((void **)&xs, (size_t)(rows * H) * sizeof(float), s) : 0;
+	int rc = bf16 ? rmoe_arena_take(&a, (size_t)(rows * H) * sizeof(float), (void **)&xs) : 0;
 	for (int64_t t0 = 0; t0 < T && !rc; t0 += rows) {
 		const int64_t n = T - t0 < rows ? T - t0 : rows;
 		const float *xf;
@@ -75,11 +93,12 @@ extern "C" int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, 
 			                  probs + t0 * E, CUDA_R_32F, E);
 	}
 	if (!rc) {
-		softmax_topk_k<<<rmoe_cuda_blocks(T), RMOE_CUDA_THREADS, 0, s>>>(T, E, K, norm, probs, topk_idx, topk_w);
+		RMOE_LAUNCH(softmax_topk_k, rmoe_cuda_blocks(T), RMOE_CUDA_THREADS, 0, s, T, E, K, norm, probs, topk_idx,
+		            topk_w);
 		rc = rmoe_cuda_check("softmax and top-k");
 	}
-	rmoe_cuda_release(xs, s);
-	return rc;
+	const int released = rmoe_arena_release(&a);
+	return rc ? rc : released;
 }
 
 /* One thread per token: dlogits, as the CPU kernel (rmoe_router_dlogits_token). */
@@ -94,20 +113,20 @@ __global__ void dlogits_k(int64_t T, int64_t E, int64_t K, int norm, const float
 extern "C" int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t T, int64_t H, int64_t E,
                                     int64_t K, int norm, const void *x, const float *w_router, const float *probs,
                                     const int32_t *topk_idx, const float *topk_w, const float *dg,
-                                    const float *dprobs, void *dx, float *dw_router)
+                                    const float *dprobs, void *dx, float *dw_router, struct rmoe_cuda_scratch scratch)
 {
 	if (T == 0)
 		return rmoe_cuda_ok(cudaMemsetAsync(dw_router, 0, (size_t)(H * E) * sizeof(float), s), "memset");
 	const int64_t rows = router_block(T);
+	struct rmoe_arena a = rmoe_arena_of(scratch, s);
 	float *xs = NULL, *dlogits = NULL, *dxs = NULL;
-	int rc = rmoe_cuda_scratch((void **)&dlogits, (size_t)(rows * E) * sizeof(float), s);
-	if (!rc && bf16 && !(rc = rmoe_cuda_scratch((void **)&xs, (size_t)(rows * H) * sizeof(float), s)))
-		rc = rmoe_cuda_scratch((void **)&dxs, (size_t)(rows * H) * sizeof(float), s);
+	int rc = rmoe_arena_take(&a, (size_t)(rows * E) * sizeof(float), (void **)&dlogits);
+	if (!rc && bf16 && !(rc = rmoe_arena_take(&a, (size_t)(rows * H) * sizeof(float), (void **)&xs)))
+		rc = rmoe_arena_take(&a, (size_t)(rows * H) * sizeof(float), (void **)&dxs);
 	for (int64_t t0 = 0; t0 < T && !rc; t0 += rows) {
 		const int64_t n = T - t0 < rows ? T - t0 : rows;
-		dlogits_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(
-			n, E, K, norm, probs + t0 * E, topk_idx + t0 * K, topk_w + t0 * K, dg + t0 * K,
-			dprobs ? dprobs + t0 * E : NULL, dlogits);
+		RMOE_LAUNCH(dlogits_k, rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s, n, E, K, norm, probs + t0 * E,
+		            topk_idx + t0 * K, topk_w + t0 * K, dg + t0 * K, dprobs ? dprobs + t0 * E : NULL, dlogits);
 		rc = rmoe_cuda_check("router dlogits");
 		const float *xf;
 		if (!rc)
@@ -125,15 +144,13 @@ extern "C" int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, 
 			rc = rmoe_gemm_rm(b, 0, 1, n, H, E, 1.0f, dlogits, CUDA_R_32F, E, w_router, CUDA_R_32F, E, 0.0f, dxs,
 			                  CUDA_R_32F, H);
 		if (!rc && bf16) {
-			accumulate_k<<<rmoe_cuda_blocks(n * H), RMOE_CUDA_THREADS, 0, s>>>(n * H, dxs,
-			                                                                      (rmoe_bf16_t *)dx + t0 * H);
+			RMOE_LAUNCH(accumulate_k, rmoe_cuda_blocks(n * H), RMOE_CUDA_THREADS, 0, s, n * H, (const float *)dxs,
+			            (rmoe_bf16_t *)dx + t0 * H);
 			rc = rmoe_cuda_check("router dx");
 		}
 	}
-	rmoe_cuda_release(xs, s);
-	rmoe_cuda_release(dlogits, s);
-	rmoe_cuda_release(dxs, s);
-	return rc;
+	const int released = rmoe_arena_release(&a);
+	return rc ? rc : released;
 }
 
 /* ---- dispatch map ------------------------------------------------------------------- */
@@ -153,10 +170,26 @@ __global__ void count_k(int64_t P, int64_t E, const int32_t *topk_idx, int32_t *
 			atomicAdd(counts + topk_idx[i], 1);
 }
 
+/* The radix sort's temporary storage, bounded: its extra key and value
+ * buffers when it takes more than one pass, its look-back (a few bytes per
+ * item) and histograms. The launcher asks cub, and allocates what exceeds
+ * this (rmoe_arena_take). */
+static size_t sort_temp_bound(int64_t P)
+{
+	return rmoe_arena_size(3 * (size_t)P * sizeof(int32_t) + ((size_t)1 << 20));
+}
+
+/* The sort's keys out and values in (pair indices), then its storage. */
+extern "C" size_t rmoe_cuda_dispatch_map_scratch(int64_t P, int64_t E)
+{
+	(void)E;
+	return P > 0 ? 2 * rmoe_arena_size((size_t)P * sizeof(int32_t)) + sort_temp_bound(P) : 0;
+}
+
 /* The stable counting sort of the CPU kernel is a stable radix sort of
  * (expert, pair) on the device: pairs ascend within each expert. */
 extern "C" int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t P, int64_t E, const int32_t *topk_idx,
-                                      int32_t *pair_order, int32_t *counts)
+                                      int32_t *pair_order, int32_t *counts, struct rmoe_cuda_scratch scratch)
 {
 	int rc = rmoe_cuda_ok(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), s), "memset");
 	if (rc || P == 0)
@@ -164,17 +197,18 @@ extern "C" int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t P, int64_t E, cons
 	int bits = 1;
 	while (bits < 31 && ((int64_t)1 << bits) < E)
 		bits++;
+	struct rmoe_arena a = rmoe_arena_of(scratch, s);
 	int32_t *keys = NULL, *iota = NULL;
 	void *temp = NULL;
 	size_t temp_bytes = 0;
 	rc = rmoe_cuda_ok(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, topk_idx, keys, iota, pair_order, (int)P, 0,
 	                                                  bits, s),
 	                  "radix sort size");
-	if (!rc && !(rc = rmoe_cuda_scratch((void **)&keys, (size_t)P * sizeof(int32_t), s)) &&
-	    !(rc = rmoe_cuda_scratch((void **)&iota, (size_t)P * sizeof(int32_t), s)))
-		rc = rmoe_cuda_scratch(&temp, temp_bytes, s);
+	if (!rc && !(rc = rmoe_arena_take(&a, (size_t)P * sizeof(int32_t), (void **)&keys)) &&
+	    !(rc = rmoe_arena_take(&a, (size_t)P * sizeof(int32_t), (void **)&iota)))
+		rc = rmoe_arena_take(&a, temp_bytes, &temp);
 	if (!rc) {
-		iota_k<<<rmoe_cuda_blocks(P), RMOE_CUDA_THREADS, 0, s>>>(P, iota);
+		RMOE_LAUNCH(iota_k, rmoe_cuda_blocks(P), RMOE_CUDA_THREADS, 0, s, P, iota);
 		rc = rmoe_cuda_check("iota");
 	}
 	if (!rc)
@@ -182,13 +216,11 @@ extern "C" int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t P, int64_t E, cons
 		                                                  0, bits, s),
 		                  "radix sort");
 	if (!rc) {
-		count_k<<<rmoe_cuda_blocks(P), RMOE_CUDA_THREADS, 0, s>>>(P, E, topk_idx, counts);
+		RMOE_LAUNCH(count_k, rmoe_cuda_blocks(P), RMOE_CUDA_THREADS, 0, s, P, E, topk_idx, counts);
 		rc = rmoe_cuda_check("expert counts");
 	}
-	rmoe_cuda_release(keys, s);
-	rmoe_cuda_release(iota, s);
-	rmoe_cuda_release(temp, s);
-	return rc;
+	const int released = rmoe_arena_release(&a);
+	return rc ? rc : released;
 }
 
 /* ---- rows of a slice of the pair order ------------------------------------------------ */
@@ -209,8 +241,8 @@ __global__ void gather_k(int64_t H, int64_t K, int64_t first, int64_t count, con
 }
 
 /* Two pairs of one token may be in one slice (two of its experts in one
- * partition): the additions are atomic, so their order, and the last bits
- * of the sum, may differ from run to run on a device. */
+ * partition): these additions are atomic, so their order, and the last
+ * bits of the sum, may differ from run to run on a device. */
 template <typename T>
 __global__ void scatter_add_k(int64_t H, int64_t K, int64_t first, int64_t count, const T *rows,
                               const int32_t *order, const float *w, T *dst)
@@ -222,6 +254,95 @@ __global__ void scatter_add_k(int64_t H, int64_t K, int64_t first, int64_t count
 		for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
 			rmoe_add(dst, p / K * H + j, g * rmoe_ld(r, j));
 	}
+}
+
+/* The deterministic additions, in three steps without atomics. First
+ * index[p] = the slice position of pair p (-1, set before, elsewhere). */
+__global__ void rows_index_k(int64_t first, int64_t count, const int32_t *order, int32_t *index)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+		index[order[first + i]] = (int32_t)i;
+}
+
+/* Then, one thread per token, its K entries sorted by slice position, the
+ * pairs outside the slice (-1, the largest unsigned) last: the order in
+ * which the CPU kernel adds the token's rows. */
+__global__ void rows_order_k(int64_t ntok, int64_t K, int32_t *index)
+{
+	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < ntok; t += (int64_t)gridDim.x * blockDim.x) {
+		int32_t *v = index + t * K;
+		for (int64_t i = 1; i < K; i++) {
+			const int32_t x = v[i];
+			int64_t j = i;
+			for (; j > 0 && (uint32_t)v[j - 1] > (uint32_t)x; j--)
+				v[j] = v[j - 1];
+			v[j] = x;
+		}
+	}
+}
+
+/* Last, a block per token, its threads along H: the token's rows added in
+ * that order to an fp32 sum of its dst row, stored once. */
+template <typename T>
+__global__ void rows_add_ordered_k(int64_t ntok, int64_t H, int64_t K, int64_t first, const T *rows,
+                                   const int32_t *order, const float *w, const int32_t *index, T *dst)
+{
+	for (int64_t t = blockIdx.x; t < ntok; t += gridDim.x) {
+		const int32_t *at = index + t * K;
+		if (at[0] < 0)
+			continue;
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+			float acc = rmoe_ld(dst, t * H + j);
+			for (int64_t k = 0; k < K && at[k] >= 0; k++) {
+				const float v = rmoe_ld(rows, at[k] * H + j);
+				acc = rmoe_add_rn(acc, w ? rmoe_mul_rn(w[order[first + at[k]]], v) : v);
+			}
+			rmoe_st(dst, t * H + j, acc);
+		}
+	}
+}
+
+template <typename T>
+static int rows_add(cudaStream_t s, int64_t H, int64_t K, int64_t n_pairs, int64_t first, int64_t count,
+                    const T *rows, const int32_t *order, const float *w, T *dst, int32_t *index)
+{
+	if (!index) {
+		RMOE_LAUNCH(scatter_add_k, rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s, H, K, first, count, rows, order, w,
+		            dst);
+		return rmoe_cuda_check("scatter-add");
+	}
+	const int64_t ntok = n_pairs / K;
+	int rc = rmoe_cuda_ok(cudaMemsetAsync(index, 0xff, (size_t)n_pairs * sizeof(int32_t), s), "memset");
+	if (!rc) {
+		RMOE_LAUNCH(rows_index_k, rmoe_cuda_blocks(count), RMOE_CUDA_THREADS, 0, s, first, count, order, index);
+		rc = rmoe_cuda_check("scatter-add index");
+	}
+	if (!rc) {
+		RMOE_LAUNCH(rows_order_k, rmoe_cuda_blocks(ntok), RMOE_CUDA_THREADS, 0, s, ntok, K, index);
+		rc = rmoe_cuda_check("scatter-add order");
+	}
+	if (!rc) {
+		RMOE_LAUNCH(rows_add_ordered_k, rmoe_cuda_rows(ntok), RMOE_CUDA_THREADS, 0, s, ntok, H, K, first, rows, order,
+		            w, index, dst);
+		rc = rmoe_cuda_check("scatter-add in order");
+	}
+	return rc;
+}
+
+int rmoe_cuda_rows_add(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t n_pairs, int64_t first, int64_t count,
+                       const void *rows, const int32_t *order, const float *w, void *dst, int32_t *index)
+{
+	if (count == 0)
+		return 0;
+	if (bf16)
+		return rows_add(s, H, K, n_pairs, first, count, (const rmoe_bf16_t *)rows, order, w, (rmoe_bf16_t *)dst,
+		                index);
+	return rows_add(s, H, K, n_pairs, first, count, (const float *)rows, order, w, (float *)dst, index);
+}
+
+extern "C" size_t rmoe_cuda_rows_add_scratch(int deterministic, int64_t n_pairs)
+{
+	return deterministic && n_pairs > 0 ? (size_t)n_pairs * sizeof(int32_t) : 0;
 }
 
 template <typename T>
@@ -249,26 +370,27 @@ extern "C" int rmoe_cuda_gather(cudaStream_t s, int bf16, int64_t H, int64_t K, 
 	if (count == 0)
 		return 0;
 	if (bf16)
-		gather_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(H, K, first, count, (const rmoe_bf16_t *)src,
-		                                                             order, w, (rmoe_bf16_t *)rows);
+		RMOE_LAUNCH(gather_k, rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s, H, K, first, count,
+		            (const rmoe_bf16_t *)src, order, w, (rmoe_bf16_t *)rows);
 	else
-		gather_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(H, K, first, count, (const float *)src, order,
-		                                                             w, (float *)rows);
+		RMOE_LAUNCH(gather_k, rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s, H, K, first, count, (const float *)src,
+		            order, w, (float *)rows);
 	return rmoe_cuda_check("gather");
 }
 
-extern "C" int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t first, int64_t count,
-                                     const void *rows, const int32_t *order, const float *w, void *dst)
+extern "C" int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t n_pairs, int64_t first,
+                                     int64_t count, const void *rows, const int32_t *order, const float *w, void *dst,
+                                     int deterministic, struct rmoe_cuda_scratch scratch)
 {
 	if (count == 0)
 		return 0;
-	if (bf16)
-		scatter_add_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(
-			H, K, first, count, (const rmoe_bf16_t *)rows, order, w, (rmoe_bf16_t *)dst);
-	else
-		scatter_add_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(H, K, first, count, (const float *)rows,
-		                                                                  order, w, (float *)dst);
-	return rmoe_cuda_check("scatter-add");
+	struct rmoe_arena a = rmoe_arena_of(scratch, s);
+	int32_t *index = NULL;
+	int rc = deterministic ? rmoe_arena_take(&a, (size_t)n_pairs * sizeof(int32_t), (void **)&index) : 0;
+	if (!rc)
+		rc = rmoe_cuda_rows_add(s, bf16, H, K, n_pairs, first, count, rows, order, w, dst, index);
+	const int released = rmoe_arena_release(&a);
+	return rc ? rc : released;
 }
 
 extern "C" int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t first,
@@ -278,12 +400,11 @@ extern "C" int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t H, int6
 	if (count == 0)
 		return 0;
 	if (bf16)
-		unpermute_bwd_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(
-			H, K, first, count, (const rmoe_bf16_t *)dy, (const rmoe_bf16_t *)back, order, w,
-			(rmoe_bf16_t *)dout, dg);
+		RMOE_LAUNCH(unpermute_bwd_k, rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s, H, K, first, count,
+		            (const rmoe_bf16_t *)dy, (const rmoe_bf16_t *)back, order, w, (rmoe_bf16_t *)dout, dg);
 	else
-		unpermute_bwd_k<<<rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s>>>(
-			H, K, first, count, (const float *)dy, (const float *)back, order, w, (float *)dout, dg);
+		RMOE_LAUNCH(unpermute_bwd_k, rmoe_cuda_rows(count), RMOE_CUDA_THREADS, 0, s, H, K, first, count,
+		            (const float *)dy, (const float *)back, order, w, (float *)dout, dg);
 	return rmoe_cuda_check("unpermute-bwd");
 }
 
@@ -294,10 +415,10 @@ extern "C" int rmoe_cuda_accumulate(cudaStream_t s, int bf16, int64_t n, const v
 	if (n == 0)
 		return 0;
 	if (bf16)
-		accumulate_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(n, (const rmoe_bf16_t *)src,
-		                                                               (rmoe_bf16_t *)dst);
+		RMOE_LAUNCH(accumulate_k, rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s, n, (const rmoe_bf16_t *)src,
+		            (rmoe_bf16_t *)dst);
 	else
-		accumulate_k<<<rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s>>>(n, (const float *)src, (float *)dst);
+		RMOE_LAUNCH(accumulate_k, rmoe_cuda_blocks(n), RMOE_CUDA_THREADS, 0, s, n, (const float *)src, (float *)dst);
 	return rmoe_cuda_check("accumulate");
 }
 

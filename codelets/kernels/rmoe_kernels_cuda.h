@@ -9,11 +9,12 @@
  * (probs, topk_w, dg) and the router's weights are float32, indices int32.
  * rows_per_expert and counts are host arrays (they shape the launches).
  *
- * Each returns 0, or -1 after printing the CUDA or cuBLAS error of the launch
- * or call that failed. */
+ * Each returns 0, or after printing the error of the launch or call that
+ * failed, one of the codes below: what the task that called it reports. */
 #ifndef RMOE_KERNELS_CUDA_H
 #define RMOE_KERNELS_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cublas_v2.h>
@@ -23,20 +24,47 @@
 extern "C" {
 #endif
 
+enum rmoe_cuda_status {
+	RMOE_CUDA_ELAUNCH = -1,  /* a kernel launch (cudaGetLastError after it) */
+	RMOE_CUDA_ERUNTIME = -2, /* a CUDA runtime call: scratch, memset, copy */
+	RMOE_CUDA_ECUBLAS = -3,  /* a cuBLAS call's status */
+};
+
+/* Device scratch given to a launcher: the task's STARPU_SCRATCH buffer,
+ * bytes at p, sized by the rmoe_cuda_*_scratch function of the launcher
+ * (host code, no CUDA call). With p NULL, or too small, the launcher
+ * allocates what it lacks in the stream's order (cudaMallocAsync), which
+ * StarPU's memory accounting does not see. */
+struct rmoe_cuda_scratch {
+	void *p;
+	size_t bytes;
+};
+
+size_t rmoe_cuda_router_fwd_scratch(int bf16, int64_t tokens, int64_t hidden, int64_t experts);
+size_t rmoe_cuda_router_bwd_scratch(int bf16, int64_t tokens, int64_t hidden, int64_t experts);
+size_t rmoe_cuda_dispatch_map_scratch(int64_t pairs, int64_t experts);
+/* The deterministic additions of rmoe_cuda_scatter_add and of
+ * rmoe_cuda_expert_bwd_pairs's dx; 0 when not deterministic. */
+size_t rmoe_cuda_rows_add_scratch(int deterministic, int64_t n_pairs);
+
 int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t tokens, int64_t hidden,
                          int64_t experts, int64_t topk, int norm_topk, const void *x, const float *w_router,
-                         float *probs, int32_t *topk_idx, float *topk_w);
+                         float *probs, int32_t *topk_idx, float *topk_w, struct rmoe_cuda_scratch scratch);
 int rmoe_cuda_router_bwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t tokens, int64_t hidden,
                          int64_t experts, int64_t topk, int norm_topk, const void *x, const float *w_router,
                          const float *probs, const int32_t *topk_idx, const float *topk_w, const float *dg,
-                         const float *dprobs, void *dx, float *dw_router);
+                         const float *dprobs, void *dx, float *dw_router, struct rmoe_cuda_scratch scratch);
 int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t pairs, int64_t experts, const int32_t *topk_idx,
-                           int32_t *pair_order, int32_t *counts);
+                           int32_t *pair_order, int32_t *counts, struct rmoe_cuda_scratch scratch);
 
 int rmoe_cuda_gather(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
                      const void *src, const int32_t *pair_order, const float *topk_w, void *rows);
-int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
-                          const void *rows, const int32_t *pair_order, const float *topk_w, void *dst);
+/* dst [n_pairs / topk * hidden]. deterministic: the additions in the CPU
+ * kernel's order, bit-identical run after run (scratch of
+ * rmoe_cuda_rows_add_scratch); otherwise atomic. */
+int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t n_pairs, int64_t first,
+                          int64_t count, const void *rows, const int32_t *pair_order, const float *topk_w, void *dst,
+                          int deterministic, struct rmoe_cuda_scratch scratch);
 int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
                             const void *dy, const void *back, const int32_t *pair_order, const float *topk_w,
                             void *dout, float *dg);
@@ -44,11 +72,13 @@ int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t hidden, int64_t to
 int rmoe_cuda_expert_ffn(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
                          int64_t n_experts, const int64_t *rows_per_expert, int64_t m, const void *x,
                          const void *w, void *work, void *out);
+/* n_pairs: pair_order's length (dx [n_pairs / topk * hidden]); the rows'
+ * dx added into dx as rmoe_cuda_scatter_add adds (deterministic, scratch). */
 int rmoe_cuda_expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
-                               int64_t n_experts, const int64_t *rows_per_expert, int64_t m, int64_t first,
-                               int64_t topk, int accumulate, void *x, const void *dy, const void *w,
+                               int64_t n_experts, const int64_t *rows_per_expert, int64_t m, int64_t n_pairs,
+                               int64_t first, int64_t topk, int accumulate, void *x, const void *dy, const void *w,
                                const int32_t *pair_order, const float *topk_w, void *work, void *dx, float *dg,
-                               void *dweights);
+                               void *dweights, int deterministic, struct rmoe_cuda_scratch scratch);
 int rmoe_cuda_expert_bwd_preweighted(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
                                      int64_t n_experts, const int64_t *rows_per_expert, int64_t m,
                                      int accumulate, const void *x, const void *dout, const void *w, void *work,
