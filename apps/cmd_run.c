@@ -392,6 +392,14 @@ static struct {
 	int cpu_workers, cuda_workers;
 } run_info;
 
+/* What the device columns count (codelets/probe.c): kept, StarPU's cache
+ * of freed device buffers included; off, the bytes the data held. */
+static const char *device_cache_mode(void)
+{
+	const char *env = getenv("RMOE_DEVICE_CACHE");
+	return env && !strcmp(env, "off") ? "off" : "kept";
+}
+
 static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int nranks,
                      const struct outcome *o, int n, const char *io)
 {
@@ -410,10 +418,10 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
 		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
 		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max,"
-		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes\n");
+		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes,device_cache\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f,%s\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
@@ -422,7 +430,7 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        (long long)(cfg->partitions > 1 && !rmoe_dispatch_alltoall(o[i].d) ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
-		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd);
+		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd, device_cache_mode());
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 
@@ -623,6 +631,11 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	             "above the %.1f MiB resident: weights, gradients, inputs, routing; peak RSS: the process, which "
 	             "holds every dispatcher's layer)\n",
 	             out[0].resident / MiB);
+	if (device)
+		rmoe_app_say("(dev = StarPU's bytes on the GPU, weights and inputs there included, %s)\n",
+		             strcmp(device_cache_mode(), "off")
+		                     ? "its cache of freed device buffers too (RMOE_DEVICE_CACHE=off: the data's own)"
+		                     : "freed buffers returned at once (RMOE_DEVICE_CACHE=off): the data's own");
 #endif
 	print_comparisons(out, res, ndisp, prob);
 	const double tol = cfg->dtype == RMOE_DTYPE_BF16 ? CHECK_TOLERANCE_BF16 : CHECK_TOLERANCE_F32;

@@ -4,6 +4,8 @@
  * (StarPU 1.3 keeps no peak). Each sample also samples the process heap
  * (heap.c), the figure independent of StarPU's accounting. */
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "codelet.h"
 
@@ -45,8 +47,33 @@ int64_t rmoe_probe_sample(void)
 	return level;
 }
 
+/* The device figure. StarPU 1.3 keeps the device buffer of an unregistered
+ * handle in a cache, for a later allocation of the same size, and counts it
+ * as used: total - available on a CUDA node is the bytes the data hold plus
+ * that cache, as PyTorch's max_memory_reserved counts its allocator's
+ * cached blocks. 1.3 has no call that empties the cache or reads its size
+ * (memalloc.c keeps both to itself). With RMOE_DEVICE_CACHE=off the vector
+ * interface, which every handle of the library uses, is marked dontcache:
+ * StarPU then frees an unregistered handle's device buffer at once, and the
+ * figure is the bytes the data held, as max_memory_allocated counts live
+ * tensors. Each such free is a cudaFree, which waits for the device: a
+ * setting for measuring memory, not time. Main memory is unchanged (StarPU
+ * frees it at once anyway). Set at the first reset, before a measured pass
+ * unregisters anything; any other value keeps the cache. */
+static void device_cache_setting(void)
+{
+	static atomic_int applied;
+	int expected = 0;
+	if (!atomic_compare_exchange_strong(&applied, &expected, 1))
+		return;
+	const char *env = getenv("RMOE_DEVICE_CACHE");
+	if (env && !strcmp(env, "off"))
+		starpu_interface_vector_ops.dontcache = 1;
+}
+
 void rmoe_probe_reset(void)
 {
+	device_cache_setting();
 	for (int node = 0; node < nodes(); node++)
 		atomic_store(&peak_bytes[node], used((unsigned)node));
 }

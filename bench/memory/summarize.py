@@ -80,7 +80,7 @@ def load_runs(d):
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
                 for k, v in r.items():
-                    if k not in ("dispatch", "dtype", "sched", "starpu", "io"):
+                    if k not in ("dispatch", "dtype", "sched", "starpu", "io", "device_cache"):
                         r[k] = float(v)
                 for k in ("ranks", "hidden", "ffn", "experts", "topk", "tokens", "chunk_rows"):
                     r[k] = int(r[k])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The gpu label: the CUDA codelets against the CPU reference, on a machine
 # with an NVIDIA GPU and a relaymoe built with -DRMOE_CUDA=ON. Skipped (77)
-# where StarPU finds no CUDA worker, so the whole suite runs anywhere.
+# where StarPU finds no CUDA worker, so the whole suite runs anywhere
+# (bench/gpu/run.sh counts that skip as a failure).
 #   gpu_checks.sh BUILD_DIR MPIEXEC [RESULTS_DIR]
 # BUILD_DIR: a relaymoe build tree, or a bundle of bench/gpu/pack.sh (the
 # same layout: apps/relaymoe, tests/unit/test_codelets*, tests/mpi/test_raw).
@@ -14,16 +15,22 @@
 #    CPU and CUDA workers together (data moving between the two); the
 #    activations on the device (--io device, and the _raw calls against the
 #    float32 calls bit for bit); and the device's peak memory reported;
-# 3. compute-sanitizer's memcheck over one small case of each (where the
-#    tool is installed).
+# 3. compute-sanitizer's memcheck over one layer run (every launcher of a
+#    pass); with GPU_CHECKS_SANITIZE=all over each codelet program too. A
+#    missing compute-sanitizer is a failure.
 # One line per case; RESULTS_DIR (optional) gets gpu_checks.log and a CSV.
 # GPU_CHECKS_DRY_RUN=1 runs the same cases on CPU workers instead (the
 # script itself checked on a machine without a GPU; no sanitizer).
+# GPU_CHECKS_BUDGET=S: every case ends within S seconds of the start (each
+# case's time limit is cut to what is left); a case left without time is a
+# failure, named as not run. Unset: each case has its own limit only.
 set -uo pipefail
 build=$1 mpiexec=$2 results=${3:-}
 app=$build/apps/relaymoe raw=$build/tests/mpi/test_raw
 codelets=(test_codelets test_codelets_router test_codelets_dispatch test_codelets_expert test_codelets_bf16)
 dry=${GPU_CHECKS_DRY_RUN:-0}
+budget=${GPU_CHECKS_BUDGET:-}
+[ -z "$budget" ] || [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_checks: GPU_CHECKS_BUDGET='$budget': expected seconds" >&2; exit 2; }
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export STARPU_HOME=${STARPU_HOME:-$(mktemp -d)}
 work=$(mktemp -d)
@@ -34,22 +41,45 @@ ok() { passes=$((passes + 1)); log "ok: $*"; }
 bad() { fails=$((fails + 1)); log "FAIL: $*"; }
 [ -n "$results" ] && { mkdir -p "$results"; : >"$results/gpu_checks.log"; }
 
+# limit CAP: the seconds a case may take, CAP cut to what the budget leaves
+# (0: nothing left).
+limit() {
+  if [ -z "$budget" ]; then echo "$1"; return; fi
+  local left=$((budget - SECONDS))
+  [ $left -lt 0 ] && left=0
+  echo $(($1 < left ? $1 : left))
+}
+# bounded CAP NAME CMD...: runs CMD within its limit into $out and $rc;
+# returns 1 (after logging the failure) when no time is left to start it.
+bounded() {
+  local cap=$1 name=$2 t
+  shift 2
+  t=$(limit "$cap")
+  if [ "$t" -le 0 ]; then
+    bad "$name: not run, the budget of $budget s was spent"
+    return 1
+  fi
+  out=$(timeout -k 5 "$t" "$@" 2>&1); rc=$?
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && out+=$'\n'"(timed out after $t s)"
+  return 0
+}
+
 small=(--hidden 64 --ffn 32 --experts 16 --topk 4 --tokens 256 --repeat 1 --quiet)
-if [ "$dry" = 1 ]; then gpu=(STARPU_NCPU=1 STARPU_NCUDA=0) mixed=(STARPU_NCPU=2 STARPU_NCUDA=0) device= wname=CPU
+if [ "$dry" = 1 ]; then gpu=(STARPU_NCPU=1 STARPU_NCUDA=0) mixed=(STARPU_NCPU=2 STARPU_NCUDA=0) device='' wname=CPU
 else gpu=(STARPU_NCPU=0 STARPU_NCUDA=1) mixed=(STARPU_NCPU=1 STARPU_NCUDA=1) device=cuda wname=CUDA; fi
-cuda_only() { env "${gpu[@]}" "$@"; }
 
 # Is there a CUDA worker at all? StarPU's answer, through the program.
-probe=$(cuda_only timeout 300 "$app" run "${small[@]}" --dispatch ring 2>&1); rc=$?
-if [ $rc -ne 0 ] && grep -q "found no worker" <<<"$probe"; then
-  log "gpu_checks: StarPU found no CUDA worker (a build without -DRMOE_CUDA=ON, or no GPU): skipped"
-  exit 77
+if bounded 120 "a run on $wname workers only" env "${gpu[@]}" "$app" run "${small[@]}" --dispatch ring; then
+  if [ $rc -ne 0 ] && grep -q "found no worker" <<<"$out"; then
+    log "gpu_checks: StarPU found no CUDA worker (a build without -DRMOE_CUDA=ON, or no GPU): skipped"
+    exit 77
+  fi
+  [ $rc -eq 0 ] && ok "a run on $wname workers only" || { bad "a run on $wname workers only (rc=$rc)"; log "$out"; }
 fi
-[ $rc -eq 0 ] && ok "a run on $wname workers only" || { bad "a run on $wname workers only (rc=$rc)"; log "$probe"; }
 
 # 1. Every codelet on the CUDA worker against its double loop.
 for prog in "${codelets[@]}"; do
-  out=$(RMOE_TEST_DEVICE=$device timeout 120 "$build/tests/unit/$prog" 2>&1); rc=$?
+  bounded 60 "$prog on $wname" env RMOE_TEST_DEVICE=$device "$build/tests/unit/$prog" || continue
   n=$(grep -c "^\[       OK \]" <<<"$out")
   [ $rc -eq 0 ] && ok "$prog on $wname: $n tests passed" || { bad "$prog on $wname (rc=$rc)"; log "$out"; }
 done
@@ -61,13 +91,12 @@ check_run() { # check_run NAME NP ENV... -- ARGS...
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  local out rc
-  out=$(env "${envs[@]}" timeout 300 "$mpiexec" -n "$np" --oversubscribe --bind-to none "$app" run \
-        "${small[@]}" --check --csv "$csv" "$@" 2>&1); rc=$?
+  bounded 90 "$name" env "${envs[@]}" "$mpiexec" -n "$np" --oversubscribe --bind-to none "$app" run \
+    "${small[@]}" --check --csv "$csv" "$@" || return 0
   local checks pass
   checks=$(grep -c "vs reference" <<<"$out"); pass=$(grep -c "vs reference.*PASS" <<<"$out")
   if [ $rc -eq 0 ] && [ "$checks" -gt 0 ] && [ "$checks" -eq "$pass" ]; then
-    ok "$name: $(grep "vs reference" <<<"$out" | sed -E 's/.*check ([a-z0-9]+) vs reference: largest relative error ([^ ]+).*/\1 \2/' | paste -sd, -)"
+    ok "$name: $(grep "vs reference" <<<"$out" | sed -E 's/.*check ([a-z0-9-]+) vs reference: largest relative error ([^ ]+).*/\1 \2/' | paste -sd, -)"
   else bad "$name (rc=$rc, $pass of $checks checks passed)"; log "$out"; fi
 }
 for dt in f32 bf16; do
@@ -82,9 +111,10 @@ else
   for dt in f32 bf16; do
     check_run "activations on the device (--io device), $dt" 1 "${gpu[@]}" -- --dtype $dt --dispatch all --io device
   done
-  out=$(env "${gpu[@]}" timeout 300 "$mpiexec" -n 1 "$raw" device 2>&1); rc=$?
-  [ $rc -eq 0 ] && ok "_raw calls on device buffers = float32 calls, bit for bit (ring, token, a2a; f32, bf16)" \
-    || { bad "_raw calls on device buffers (rc=$rc)"; log "$out"; }
+  if bounded 90 "_raw calls on device buffers" env "${gpu[@]}" "$mpiexec" -n 1 "$raw" device; then
+    [ $rc -eq 0 ] && ok "_raw calls on device buffers = float32 calls, bit for bit (ring, token, a2a; f32, bf16)" \
+      || { bad "_raw calls on device buffers (rc=$rc)"; log "$out"; }
+  fi
 fi
 # The device's peak memory is reported for runs on CUDA workers.
 if [ "$dry" = 1 ]; then log "dry run: no device memory to report"
@@ -95,23 +125,29 @@ bad = [r for r in rows if float(r["peak_device_fwd_bytes"]) <= 0 or float(r["pea
 sys.exit(1 if not rows or bad else 0)
 PY
 then ok "device peak memory reported by every run"; else bad "a run reported no device peak memory"; fi
-[ -n "$results" ] && cp "$csv" "$results/gpu_checks.csv"
+[ -n "$results" ] && [ -s "$csv" ] && cp "$csv" "$results/gpu_checks.csv"
 
-# 3. compute-sanitizer (memcheck): the codelets, and one layer on one rank.
+# 3. compute-sanitizer (memcheck): one layer on one rank (every launcher of
+# a pass); the codelet programs where asked (GPU_CHECKS_SANITIZE=all).
+sanitizer=$(command -v compute-sanitizer || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ] &&
+  echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"; })
+memcheck=(--tool memcheck --error-exitcode 9)
 if [ "$dry" = 1 ]; then log "dry run: compute-sanitizer not run"
-elif command -v compute-sanitizer >/dev/null; then
-  for prog in "${codelets[@]}"; do
-    out=$(RMOE_TEST_DEVICE=$device timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
-          "$build/tests/unit/$prog" 2>&1); rc=$?
-    [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: $prog on CUDA" \
-      || { bad "compute-sanitizer memcheck: $prog (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
-  done
-  out=$(cuda_only timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$app" run "${small[@]}" \
-        --dtype bf16 --dispatch all --partitions 2 --check 2>&1); rc=$?
-  [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: relaymoe run bf16, 1 rank" \
-    || { bad "compute-sanitizer memcheck: relaymoe run (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL" <<<"$out")"; }
+elif [ -z "$sanitizer" ]; then
+  bad "compute-sanitizer not found (PATH, ${CUDA_HOME:-/usr/local/cuda}/bin): memcheck not run"
 else
-  log "compute-sanitizer not installed: memcheck not run"
+  if bounded 90 "compute-sanitizer memcheck: relaymoe run" env "${gpu[@]}" "$sanitizer" "${memcheck[@]}" \
+       "$app" run "${small[@]}" --dtype bf16 --dispatch all --partitions 2 --check; then
+    [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: relaymoe run bf16, ring/token/a2a, 1 rank" \
+      || { bad "compute-sanitizer memcheck: relaymoe run (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL|timed out" <<<"$out")"; }
+  fi
+  for prog in "${codelets[@]}"; do
+    [ "${GPU_CHECKS_SANITIZE:-}" = all ] || break
+    bounded 60 "compute-sanitizer memcheck: $prog" env RMOE_TEST_DEVICE=$device "$sanitizer" "${memcheck[@]}" \
+      "$build/tests/unit/$prog" || continue
+    [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: $prog on CUDA" \
+      || { bad "compute-sanitizer memcheck: $prog (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL|timed out" <<<"$out")"; }
+  done
 fi
 
 log "gpu_checks: $passes passed, $fails failed"
