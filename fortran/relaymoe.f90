@@ -421,17 +421,18 @@ contains
     rc = check_created(layer%ptr, 'layer')
   end function
 
-  ! An optional array argument: when a is present and rc is 0, rc becomes
-  ! check_shape's verdict on it and p its address; otherwise p is NULL. The
-  ! C side may write through p (no intent).
-  subroutine take_optional(rc, p, name, a, n1, l1, n2, l2, cshape)
+  ! A present optional array argument: when rc is 0, rc becomes check_shape's
+  ! verdict on it and p its address. Callers set p to NULL and call it only
+  ! when the argument is present: gfortran 12 reads an absent contiguous
+  ! array's descriptor when passing it on (UBSan: load of a null pointer).
+  ! The C side may write through p (no intent).
+  subroutine take_present(rc, p, name, a, n1, l1, n2, l2, cshape)
     integer(c_int), intent(inout) :: rc
-    type(c_ptr), intent(out) :: p
+    type(c_ptr), intent(inout) :: p
     character(len=*), intent(in) :: name, l1, l2, cshape
-    real(c_float), target, contiguous, optional :: a(:, :)
+    real(c_float), target, contiguous :: a(:, :)
     integer(c_int64_t), intent(in) :: n1, n2
-    p = c_null_ptr
-    if (rc /= 0 .or. .not. present(a)) return
+    if (rc /= 0) return
     rc = check_shape(name, shape(a), n1, l1, n2, l2, cshape)
     if (rc == 0) p = c_loc(a)
   end subroutine
@@ -792,7 +793,9 @@ contains
     if (rc /= 0) return
     rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     if (rc == 0) rc = check_shape('dx', shape(dx), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
-    call take_optional(rc, pprobs, 'dprobs', dprobs, layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
+    pprobs = c_null_ptr
+    if (present(dprobs)) call take_present(rc, pprobs, 'dprobs', dprobs, &
+                                    layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
     if (rc /= 0) then
       ignored = c_layer_backward_ex(layer%ptr, c_null_ptr, c_null_ptr, c_null_ptr)
       return
@@ -832,8 +835,12 @@ contains
     integer(c_int) :: rc
     type(c_ptr) :: px, pdy
     rc = check_layer(layer)
-    call take_optional(rc, px, 'x', x, layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
-    call take_optional(rc, pdy, 'dy', dy, layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    px = c_null_ptr
+    if (present(x)) call take_present(rc, px, 'x', x, &
+                                    layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    pdy = c_null_ptr
+    if (present(dy)) call take_present(rc, pdy, 'dy', dy, &
+                                    layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     if (rc == 0) rc = from_c(c_layer_check_finite(layer%ptr, px, pdy))
   end function
 
@@ -851,8 +858,12 @@ contains
       rc = check_shape('topk_idx', shape(topk_idx), layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
       if (rc == 0) pi = c_loc(topk_idx)
     end if
-    call take_optional(rc, pw, 'topk_w', topk_w, layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
-    call take_optional(rc, pp, 'probs', probs, layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
+    pw = c_null_ptr
+    if (present(topk_w)) call take_present(rc, pw, 'topk_w', topk_w, &
+                                    layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
+    pp = c_null_ptr
+    if (present(probs)) call take_present(rc, pp, 'probs', probs, &
+                                    layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
     if (rc == 0) rc = from_c(c_layer_get_routing(layer%ptr, pi, pw, pp))
   end function
 
