@@ -193,6 +193,7 @@ struct plan_view {
 	const struct rmoe_topology *t;
 	const struct rmoe_plan *plan;
 	int live;
+	const struct rmoe_layer_config *cfg; /* the layer: its routing */
 };
 
 /* What the memory cap's chunking costs: chunks per hop and the tasks they
@@ -294,6 +295,9 @@ static void print_text(struct text *o, const struct plan_view *v)
 	    (long long)p->etp, dt);
 	if (v->opts->preset.preset && v->opts->preset.scale != 1.0)
 		put(o, "  (H, F and tokens of %s divided by %g)\n", v->opts->preset.preset, v->opts->preset.scale);
+	char routing[160];
+	rmoe_app_routing_line(v->cfg, routing, sizeof(routing));
+	put(o, "routing: %s\n", routing);
 	if (v->opts->cluster)
 		put(o, "cluster: %s (%s)\n", t->cluster, v->opts->cluster);
 	else
@@ -429,8 +433,10 @@ static void print_json(struct text *o, const struct plan_view *v)
 		put_json_string(o, v->opts->preset.preset);
 	else
 		put(o, "null");
-	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld},\n",
-	    v->opts->preset.scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk);
+	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld, "
+	    "\"norm_topk\": %s, \"shared_ffn\": %lld, \"shared_gated\": %s},\n",
+	    v->opts->preset.scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk,
+	    v->cfg->norm_topk ? "true" : "false", (long long)v->cfg->shared_ffn, v->cfg->shared_gated ? "true" : "false");
 	put(o, "  \"tokens_per_rank\": %lld,\n  \"ranks\": %lld,\n  \"etp\": %lld,\n  \"dtype\": \"%s\",\n",
 	    (long long)p->tokens, (long long)p->ep, (long long)p->etp,
 	    p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32");
@@ -611,7 +617,7 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 		code = rc == RMOE_EINVAL || rc == RMOE_EFORMAT ? 2 : 1;
 	} else {
 		struct text out = {0};
-		struct plan_view v = {&r, &prob, &topo, &plan, live};
+		struct plan_view v = {&r, &prob, &topo, &plan, live, &cfg};
 		if (r.json)
 			print_json(&out, &v);
 		else

@@ -52,6 +52,10 @@ struct rmoe_preset_opts {
 	"  MoE-E64/E128/E384, MoE-K4/K8/K12/K16, MoE-H512/H768/H2048) with 49152 tokens\n"                     \
 	"  per rank (the paper's §2 profile); --hidden, --ffn, --tokens etc. win over it.\n"
 
+/* The layer's routing as one line ("top-k renormalised, gated shared expert
+ * of 1280 (Qwen2-MoE)"), for run and plan. */
+void rmoe_app_routing_line(const struct rmoe_layer_config *cfg, char *line, size_t len);
+
 /* The element type, the ring and its memory cap. */
 struct rmoe_ring_opts {
 	const char *dtype;         /* f32 | bf16 */

@@ -124,8 +124,11 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		p->ws_up = falloc(H * Fs);
 		p->ws_down = falloc(H * Fs);
 	}
+	const int gated = Fs > 0 && cfg->shared_gated;
+	if (gated)
+		p->w_sgate = falloc(H);
 	int rc = (!p->x || !p->dy || !p->w_router || !p->w_gate || !p->w_up || !p->w_down ||
-	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)))
+	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)) || (gated && !p->w_sgate))
 	                 ? RMOE_ENOMEM
 	                 : 0;
 	if (rc)
@@ -153,6 +156,8 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		rmoe_seeded_uniform(p->ws_up, H * Fs, seed, RMOE_STREAM_WS_UP, 0, sh);
 		rmoe_seeded_uniform(p->ws_down, H * Fs, seed, RMOE_STREAM_WS_DOWN, 0, ss);
 	}
+	if (gated)
+		rmoe_seeded_uniform(p->w_sgate, H, seed, RMOE_STREAM_W_SHARED_EXPERT_GATE, 0, sh);
 	if (!load_dir)
 		return 0;
 
@@ -163,7 +168,7 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	}
 	const int64_t N = p->nranks;
 	int64_t sx[2] = {N * T, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
-	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H};
+	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H}, sgate[1] = {H};
 	struct {
 		const char *name;
 		int ndim;
@@ -180,8 +185,9 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		{"w_shared_gate.npy", 2, ssg, 0, -1, p->ws_gate},
 		{"w_shared_up.npy", 2, ssg, 0, -1, p->ws_up},
 		{"w_shared_down.npy", 2, ssd, 0, -1, p->ws_down},
+		{"w_shared_expert_gate.npy", 1, sgate, 0, -1, p->w_sgate},
 	};
-	int nfiles = Fs > 0 ? 9 : 6;
+	int nfiles = gated ? 10 : Fs > 0 ? 9 : 6;
 	for (int i = 0; i < nfiles && !rc; i++) {
 		int r = load_one(load_dir, files[i].name, files[i].ndim, files[i].shape, files[i].row0,
 		                 files[i].nrows, files[i].dst);
@@ -202,6 +208,7 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	free(p->ws_gate);
 	free(p->ws_up);
 	free(p->ws_down);
+	free(p->w_sgate);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -214,6 +221,8 @@ int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer)
 		                           p->w_down + e * HF);
 	if (!rc && p->cfg.shared_ffn > 0)
 		rc = rmoe_layer_set_shared(layer, p->ws_gate, p->ws_up, p->ws_down);
+	if (!rc && p->w_sgate)
+		rc = rmoe_layer_set_shared_expert_gate(layer, p->w_sgate);
 	return rc;
 }
 
@@ -233,8 +242,10 @@ int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
 		r->dws_up = falloc(H * Fs);
 		r->dws_down = falloc(H * Fs);
 	}
+	if (p->w_sgate)
+		r->dw_sgate = falloc(H);
 	if (!r->y || !r->dx || !r->dw_router || !r->dw_gate || !r->dw_up || !r->dw_down || !r->topk_idx ||
-	    (Fs > 0 && (!r->dws_gate || !r->dws_up || !r->dws_down)))
+	    (Fs > 0 && (!r->dws_gate || !r->dws_up || !r->dws_down)) || (p->w_sgate && !r->dw_sgate))
 		return RMOE_ENOMEM;
 	return 0;
 }
@@ -272,6 +283,7 @@ void rmoe_results_free(struct rmoe_results *r)
 	free(r->dws_gate);
 	free(r->dws_up);
 	free(r->dws_down);
+	free(r->dw_sgate);
 	free(r->topk_idx);
 	memset(r, 0, sizeof(*r));
 }
@@ -285,6 +297,8 @@ int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, r
 		                                r->dw_up + e * HF, r->dw_down + e * HF);
 	if (!rc && p->cfg.shared_ffn > 0)
 		rc = rmoe_layer_get_grad_shared(layer, r->dws_gate, r->dws_up, r->dws_down);
+	if (!rc && p->w_sgate)
+		rc = rmoe_layer_get_grad_shared_expert_gate(layer, r->dw_sgate);
 	if (!rc)
 		rc = rmoe_layer_get_routing(layer, r->topk_idx, NULL, NULL);
 	return rc;
@@ -312,13 +326,15 @@ static int views(const struct rmoe_results *r, const struct rmoe_problem *p, str
 		v[n++] = (struct tensor_view){"dw_shared_up", r->dws_up, H * Fs};
 		v[n++] = (struct tensor_view){"dw_shared_down", r->dws_down, H * Fs};
 	}
+	if (p->w_sgate)
+		v[n++] = (struct tensor_view){"dw_shared_expert_gate", r->dw_sgate, H};
 	return n;
 }
 
 double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
                                  const struct rmoe_problem *p, const char **worst)
 {
-	struct tensor_view va[9], vb[9];
+	struct tensor_view va[10], vb[10];
 	int n = views(a, p, va);
 	views(b, p, vb);
 	double maxerr = 0;
@@ -352,13 +368,14 @@ static void gather(const float *src, int64_t count, float *dst)
 struct global {
 	float *x, *dy, *y, *dx, *w_gate, *w_up, *w_down, *dw_gate, *dw_up, *dw_down, *dw_router;
 	float *dws[3];            /* shared-expert gradients summed over ranks */
+	float *dw_sgate;          /* its gate's, summed over ranks */
 	int32_t *idx;
 };
 
 static void global_free(struct global *g)
 {
 	void *all[] = {g->x,      g->dy,     g->y,       g->dx,     g->w_gate, g->w_up,   g->w_down, g->dw_gate,
-	               g->dw_up,  g->dw_down, g->dw_router, g->dws[0], g->dws[1], g->dws[2], g->idx};
+	               g->dw_up,  g->dw_down, g->dw_router, g->dws[0], g->dws[1], g->dws[2], g->dw_sgate, g->idx};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		free(all[i]);
 }
@@ -385,6 +402,8 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 		for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
 			if (!(g->dws[i] = falloc(H * p->cfg.shared_ffn)))
 				rc = RMOE_ENOMEM;
+		if (p->w_sgate && !(g->dw_sgate = falloc(p->cfg.hidden)))
+			rc = RMOE_ENOMEM;
 		if (!g->x || !g->dy || !g->y || !g->dx || !g->w_gate || !g->w_up || !g->w_down ||
 		    !g->dw_gate || !g->dw_up || !g->dw_down || !g->dw_router || !g->idx)
 			rc = RMOE_ENOMEM;
@@ -410,6 +429,8 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 	for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
 		MPI_Reduce(dws[i], g->dws[i], (int)(H * p->cfg.shared_ffn), MPI_FLOAT, MPI_SUM, 0,
 		           MPI_COMM_WORLD);
+	if (p->w_sgate)
+		MPI_Reduce(r->dw_sgate, g->dw_sgate, (int)H, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
 	return 0;
 }
 
@@ -440,13 +461,16 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 		const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
 		for (int i = 0; i < 5; i++)
 			rmoe_round_to_dtype(rounded[i], sizes[i], dt);
+		/* The gate, as the router, stays fp32. */
 		struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
-		                           g.w_gate, g.w_up, g.w_down, ws[0], ws[1], ws[2]};
+		                           g.w_gate, g.w_up, g.w_down, ws[0], ws[1], ws[2],
+		                           p->w_sgate != NULL, p->w_sgate};
 		float *probs = falloc(TT * E), *tw = falloc(TT * K), *y = falloc(TT * H);
 		int32_t *idx = malloc((size_t)(TT * K) * sizeof(int32_t));
 		struct rmoe_ref_grads rg = {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF),
 		                            falloc(E * HF), Fs ? falloc(H * Fs) : NULL,
-		                            Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL};
+		                            Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL,
+		                            p->w_sgate ? falloc(H) : NULL};
 		/* A float32 near-tie in the router may pick another expert than the
 		 * double-precision reference; the reference then follows the layer's
 		 * choice, but only where it is within tie_tol of the K-th best. */
@@ -471,8 +495,9 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 				{"dw_shared_gate", g.dws[0], rg.dws_gate, H * Fs},
 				{"dw_shared_up", g.dws[1], rg.dws_up, H * Fs},
 				{"dw_shared_down", g.dws[2], rg.dws_down, H * Fs},
+				{"dw_shared_expert_gate", g.dw_sgate, rg.dw_shared_expert_gate, H},
 			};
-			int ncmp = Fs > 0 ? 9 : 6;
+			int ncmp = p->w_sgate ? 10 : Fs > 0 ? 9 : 6;
 			for (int i = 0; i < ncmp; i++) {
 				double e = rmoe_ref_rel_err(cmp[i].got, cmp[i].want, cmp[i].n);
 				if (i == 0 || !(e <= maxerr)) {
@@ -493,6 +518,7 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 		free(rg.dws_gate);
 		free(rg.dws_up);
 		free(rg.dws_down);
+		free(rg.dw_shared_expert_gate);
 		for (int i = 0; i < 3; i++)
 			free(ws[i]);
 	}
@@ -528,7 +554,7 @@ int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p
 		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
 		              F = p->cfg.ffn;
 		int64_t sx[2] = {TT, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
-		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H};
+		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H}, sgate[1] = {H};
 		struct {
 			const char *name;
 			int ndim;
@@ -544,8 +570,9 @@ int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p
 			{"w_shared_gate.npy", 2, ssg, p->ws_gate}, {"w_shared_up.npy", 2, ssg, p->ws_up},
 			{"w_shared_down.npy", 2, ssd, p->ws_down}, {"dw_shared_gate.npy", 2, ssg, g.dws[0]},
 			{"dw_shared_up.npy", 2, ssg, g.dws[1]},  {"dw_shared_down.npy", 2, ssd, g.dws[2]},
+			{"w_shared_expert_gate.npy", 1, sgate, p->w_sgate}, {"dw_shared_expert_gate.npy", 1, sgate, g.dw_sgate},
 		};
-		unsigned nout = p->cfg.shared_ffn > 0 ? 18 : 12;
+		unsigned nout = p->w_sgate ? 20 : p->cfg.shared_ffn > 0 ? 18 : 12;
 		for (unsigned i = 0; i < nout && !rc; i++)
 			rc = write_npy(dir, out[i].name, out[i].ndim, out[i].shape, out[i].data);
 	}
