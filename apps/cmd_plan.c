@@ -23,6 +23,7 @@ struct plan_opts {
 	int64_t seq, micro_batch, sp, cp, etp, ranks, budget;
 	int64_t layers, heads, kv_heads, head_dim, model_state, dp;
 	int attention;
+	int shared_gated;
 	const char *cluster;
 	int json;
 	int g_seq, g_mb, g_sp, g_cp, g_ranks;
@@ -53,6 +54,7 @@ static int parse_options(struct plan_opts *r, int argc, char **argv, int first, 
 	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
+		{"shared-gated", RMOE_OPT_FLAG, &r->shared_gated, 0, 0, NULL, "the shared expert is gated, as Qwen2-MoE's (a preset's model decides otherwise)", NULL},
 		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
 	};
 	const struct rmoe_opt parallel[] = {
@@ -96,6 +98,12 @@ static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_layer
 		rc = rmoe_app_ring_config(&r->ring, cfg, msg, len);
 	if (rc)
 		return rc;
+	if (r->shared_gated && cfg->shared_ffn == 0) {
+		snprintf(msg, len, "--shared-gated needs a shared expert: expected --shared-ffn FS with FS > 0");
+		return RMOE_EINVAL;
+	}
+	if (r->shared_gated)
+		cfg->shared_gated = 1;
 	if (r->shape.g_tokens && r->g_seq) {
 		snprintf(msg, len, "--tokens and --seq both given: expected one way to say tokens per rank");
 		return RMOE_EINVAL;

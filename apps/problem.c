@@ -197,6 +197,30 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	return rmoe_app_agree(rc);
 }
 
+/* The reference of a problem on rank 0: its outputs and gradients for the
+ * routing the layer chose (near-ties followed, rmoe_ref_route). Kept for
+ * the next check of the same problem: every dispatcher of a run routes
+ * alike, so `relaymoe run --check` computes it once, not once per
+ * dispatcher (the double-precision loops dominate a checked run). */
+struct reference {
+	const struct rmoe_problem *p;
+	int32_t *hint;              /* the routing it was computed for [TT, K] */
+	uint64_t inputs;            /* digest of the inputs and weights it was computed from */
+	int64_t near_ties;          /* -1: the hint was wrong */
+	float *y;
+	struct rmoe_ref_grads rg;
+};
+static struct reference cached;
+
+static void reference_free(struct reference *c)
+{
+	void *all[] = {c->hint, c->y, c->rg.dx, c->rg.dw_router, c->rg.dw_gate, c->rg.dw_up, c->rg.dw_down,
+	               c->rg.dws_gate, c->rg.dws_up, c->rg.dws_down, c->rg.dw_shared_expert_gate};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		free(all[i]);
+	memset(c, 0, sizeof(*c));
+}
+
 void rmoe_problem_free(struct rmoe_problem *p)
 {
 	free(p->x);
@@ -209,6 +233,8 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	free(p->ws_up);
 	free(p->ws_down);
 	free(p->w_sgate);
+	if (cached.p == p)
+		reference_free(&cached);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -434,6 +460,82 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 	return 0;
 }
 
+/* FNV-1a over n floats' bytes, continuing h. */
+static uint64_t digest(uint64_t h, const float *v, int64_t n)
+{
+	const unsigned char *b = (const unsigned char *)v;
+	for (size_t i = 0; v && i < (size_t)n * sizeof(float); i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* The reference for the gathered g (its inputs rounded in place to the
+ * layer's element type), from the cache when p and the routing match. */
+static const struct reference *reference_for(const struct rmoe_problem *p, struct global *g)
+{
+	const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts, K = p->cfg.topk,
+	              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+	/* The reference of a bf16 layer is the layer's definition on the
+	 * values it stores: inputs and expert weights rounded to bf16 (the
+	 * router and the shared expert's gate stay fp32). */
+	const enum rmoe_dtype dt = p->cfg.dtype;
+	float *rounded[] = {g->x, g->dy, g->w_gate, g->w_up, g->w_down};
+	const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
+	for (int i = 0; i < 5; i++)
+		rmoe_round_to_dtype(rounded[i], sizes[i], dt);
+	const size_t idx_bytes = (size_t)(TT * K) * sizeof(int32_t);
+	uint64_t h = 14695981039346656037ull;
+	const float *in[] = {g->x, g->dy, p->w_router, g->w_gate, g->w_up, g->w_down, p->ws_gate, p->ws_up, p->ws_down,
+	                     p->w_sgate};
+	const int64_t n_in[] = {TT * H, TT * H, H * E, E * HF, E * HF, E * HF, H * Fs, H * Fs, H * Fs, H};
+	for (int i = 0; i < 10; i++)
+		h = digest(h, in[i], n_in[i]);
+	if (cached.p == p && cached.inputs == h && cached.hint && memcmp(cached.hint, g->idx, idx_bytes) == 0)
+		return &cached;
+	reference_free(&cached);
+	float *ws[3] = {NULL, NULL, NULL};
+	const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
+	for (int i = 0; i < 3 && Fs > 0; i++)
+		if ((ws[i] = falloc(H * Fs))) {
+			memcpy(ws[i], ws_src[i], (size_t)(H * Fs) * sizeof(float));
+			rmoe_round_to_dtype(ws[i], H * Fs, dt);
+		}
+	struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
+	                           g->w_gate, g->w_up, g->w_down, ws[0], ws[1], ws[2],
+	                           p->w_sgate != NULL, p->w_sgate};
+	float *probs = falloc(TT * E), *tw = falloc(TT * K);
+	int32_t *idx = malloc(idx_bytes);
+	cached = (struct reference){p, malloc(idx_bytes), h, 0, falloc(TT * H),
+	                            {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF), falloc(E * HF),
+	                             Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL,
+	                             p->w_sgate ? falloc(H) : NULL}};
+	if (!cached.hint || !cached.y || !cached.rg.dx) {
+		reference_free(&cached);
+		cached.near_ties = -1;
+		free(probs);
+		free(tw);
+		free(idx);
+		for (int i = 0; i < 3; i++)
+			free(ws[i]);
+		return &cached;
+	}
+	memcpy(cached.hint, g->idx, idx_bytes);
+	/* A float32 near-tie in the router may pick another expert than the
+	 * double-precision reference; the reference then follows the layer's
+	 * choice, but only where it is within tie_tol of the K-th best. */
+	cached.near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
+	if (cached.near_ties >= 0) {
+		rmoe_ref_forward(&L, TT, g->x, idx, tw, cached.y);
+		rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &cached.rg);
+	}
+	free(probs);
+	free(tw);
+	free(idx);
+	for (int i = 0; i < 3; i++)
+		free(ws[i]);
+	return &cached;
+}
+
 double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
                           const char **worst, int64_t *near_ties)
 {
@@ -445,57 +547,29 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 	double maxerr = 0;
 	if (p->rank == 0) {
 		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-		              K = p->cfg.topk, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
-		/* The reference of a bf16 layer is the layer's definition on the
-		 * values it stores: inputs and expert weights rounded to bf16 (the
-		 * router stays fp32). */
-		const enum rmoe_dtype dt = p->cfg.dtype;
-		float *ws[3] = {NULL, NULL, NULL};
-		const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
-		for (int i = 0; i < 3 && Fs > 0; i++)
-			if ((ws[i] = falloc(H * Fs))) {
-				memcpy(ws[i], ws_src[i], (size_t)(H * Fs) * sizeof(float));
-				rmoe_round_to_dtype(ws[i], H * Fs, dt);
-			}
-		float *rounded[] = {g.x, g.dy, g.w_gate, g.w_up, g.w_down};
-		const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
-		for (int i = 0; i < 5; i++)
-			rmoe_round_to_dtype(rounded[i], sizes[i], dt);
-		/* The gate, as the router, stays fp32. */
-		struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
-		                           g.w_gate, g.w_up, g.w_down, ws[0], ws[1], ws[2],
-		                           p->w_sgate != NULL, p->w_sgate};
-		float *probs = falloc(TT * E), *tw = falloc(TT * K), *y = falloc(TT * H);
-		int32_t *idx = malloc((size_t)(TT * K) * sizeof(int32_t));
-		struct rmoe_ref_grads rg = {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF),
-		                            falloc(E * HF), Fs ? falloc(H * Fs) : NULL,
-		                            Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL,
-		                            p->w_sgate ? falloc(H) : NULL};
-		/* A float32 near-tie in the router may pick another expert than the
-		 * double-precision reference; the reference then follows the layer's
-		 * choice, but only where it is within tie_tol of the K-th best. */
-		*near_ties = rmoe_ref_route(&L, TT, g.x, probs, idx, tw, g.idx, 1e-5);
+		              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+		const struct reference *ref = reference_for(p, &g);
+		const struct rmoe_ref_grads *rg = &ref->rg;
+		*near_ties = ref->near_ties;
 		if (*near_ties < 0) {
 			maxerr = INFINITY;
 			*worst = "routing";
 		} else {
-			rmoe_ref_forward(&L, TT, g.x, idx, tw, y);
-			rmoe_ref_backward(&L, TT, g.x, probs, idx, tw, g.dy, &rg);
 			struct {
 				const char *name;
 				const float *got, *want;
 				int64_t n;
 			} cmp[] = {
-				{"y", g.y, y, TT * H},
-				{"dx", g.dx, rg.dx, TT * H},
-				{"dw_router", g.dw_router, rg.dw_router, H * E},
-				{"dw_gate", g.dw_gate, rg.dw_gate, E * HF},
-				{"dw_up", g.dw_up, rg.dw_up, E * HF},
-				{"dw_down", g.dw_down, rg.dw_down, E * HF},
-				{"dw_shared_gate", g.dws[0], rg.dws_gate, H * Fs},
-				{"dw_shared_up", g.dws[1], rg.dws_up, H * Fs},
-				{"dw_shared_down", g.dws[2], rg.dws_down, H * Fs},
-				{"dw_shared_expert_gate", g.dw_sgate, rg.dw_shared_expert_gate, H},
+				{"y", g.y, ref->y, TT * H},
+				{"dx", g.dx, rg->dx, TT * H},
+				{"dw_router", g.dw_router, rg->dw_router, H * E},
+				{"dw_gate", g.dw_gate, rg->dw_gate, E * HF},
+				{"dw_up", g.dw_up, rg->dw_up, E * HF},
+				{"dw_down", g.dw_down, rg->dw_down, E * HF},
+				{"dw_shared_gate", g.dws[0], rg->dws_gate, H * Fs},
+				{"dw_shared_up", g.dws[1], rg->dws_up, H * Fs},
+				{"dw_shared_down", g.dws[2], rg->dws_down, H * Fs},
+				{"dw_shared_expert_gate", g.dw_sgate, rg->dw_shared_expert_gate, H},
 			};
 			int ncmp = p->w_sgate ? 10 : Fs > 0 ? 9 : 6;
 			for (int i = 0; i < ncmp; i++) {
@@ -506,21 +580,6 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 				}
 			}
 		}
-		free(probs);
-		free(tw);
-		free(y);
-		free(idx);
-		free(rg.dx);
-		free(rg.dw_router);
-		free(rg.dw_gate);
-		free(rg.dw_up);
-		free(rg.dw_down);
-		free(rg.dws_gate);
-		free(rg.dws_up);
-		free(rg.dws_down);
-		free(rg.dw_shared_expert_gate);
-		for (int i = 0; i < 3; i++)
-			free(ws[i]);
 	}
 	global_free(&g);
 	MPI_Bcast(&maxerr, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
