@@ -187,6 +187,7 @@ class Context:
         self._h = handle
         self._cfg = cfg  # its strings: StarPU may read the policy name after creation
         self._layers = weakref.WeakSet()
+        self.comm = comm  # the mpi4py communicator given, or None (MPI_COMM_WORLD)
         self.rank = L.rmoe_ctx_rank(handle)
         self.size = L.rmoe_ctx_size(handle)
         _open_contexts.append(self)
