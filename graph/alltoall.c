@@ -350,7 +350,7 @@ int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass
 			rc = submit_sort(L, &p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort", NULL);
 		starpu_data_unregister_submit(dxs);
 	} else if (!rc) {
-		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	}
 	if (sorted)
 		starpu_data_unregister_submit(sorted);
@@ -479,7 +479,7 @@ static int expert_stage(struct rmoe_layer *L, struct rmoe_pass *pass, const stru
                         struct starpu_task *after, starpu_data_handle_t *dgs)
 {
 	if (p->M == 0)
-		return rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+		return rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	starpu_data_handle_t order = NULL, work = rmoe_act_vector(pass, L, p->M * 4 * L->F);
 	*dgs = rmoe_temp_vector(pass, p->M, sizeof(float));
 	int rc = identity_order(L, pass, p->M, &order);
@@ -530,7 +530,7 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 
 	/* dg arrives as additions at the pairs (scatter-add): from zero. */
 	if (!rc)
-		rc = rmoe_pass_zero(NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
+		rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
 
 	struct starpu_task *done = NULL, *next = NULL;
 	starpu_data_handle_t xs = NULL, dys = NULL, gs = NULL;

@@ -8,7 +8,10 @@
 #include <stdint.h>
 
 #include "relaymoe/relaymoe.h"
+#include "rmoe_codelets.h"
 #include "rmoe_ctx.h"
+
+struct rmoe_wait; /* rmoe_collective.h */
 
 /* The routing of one token partition as the graphs use it: the pair order
  * (pairs sorted by expert), the routing weights, the dg accumulator, and the
@@ -55,6 +58,10 @@ struct rmoe_layer {
 	struct rmoe_routing own;          /* this rank's tokens: the handles above */
 	int64_t resident_bytes;
 
+	/* Where the tasks of the pass under way report failure (one pass at a
+	 * time per layer): reset as a pass begins, read as it ends. */
+	struct rmoe_task_status *tasks;
+
 	int have_forward;
 	int have_shared_weights;
 	char dispatch_reason[384];        /* why this dispatch (RMOE_DISPATCH_AUTO) */
@@ -74,7 +81,8 @@ int rmoe_write_elements(starpu_data_handle_t h, void *buf, const float *src, int
 
 /* This rank's part of the finite check (layer_io.c): the given inputs, then
  * (weights) the router, the owned experts and the shared expert. */
-int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float *dy, const float *dprobs,
+int rmoe_layer_find_nonfinite(struct rmoe_layer *L, struct rmoe_wait *w, const float *x,
+                              const float *dy, const float *dprobs,
                               int weights);
 
 #endif /* RMOE_LAYER_IMPL_H */

@@ -242,7 +242,12 @@ RMOE_API int rmoe_layer_set_shared(rmoe_layer *layer, const float *w_gate, const
 /* Forward: x [T, H] -> y [T, H]. Collective. The layer keeps a copy of x and
  * the routing (indices and weights) for backward; nothing else. Arguments
  * (and, with check_finite, x and the weights) are checked on every rank
- * before any work: one rank's bad argument fails every rank, alike. */
+ * before any work: one rank's bad argument fails every rank, alike. A task
+ * that fails during the pass (a buffer that does not match its codelet, a
+ * CUDA launch or cuBLAS error) fails the call on every rank with
+ * RMOE_ESTARPU, naming the task, its hop and the rank it failed on; the
+ * contents of y (dx, and the gradients, for the backward) are then
+ * unspecified, and the next call runs afresh. */
 RMOE_API int rmoe_layer_forward(rmoe_layer *layer, const float *x, float *y);
 
 /* Backward of the last forward: dy [T, H] -> dx [T, H]; weight gradients are

@@ -103,7 +103,7 @@ int main(int argc, char **argv)
 	int nranks;
 	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
 	if (!ctx)
-		return 77;
+		return 1;
 	rmoe_app_say("test_layer on %d rank(s)\n", nranks);
 	const struct scenario scenarios[] = {
 		/* name, H, F, E/rank, K, T, shared, chunk, norm, skew, overlap */

@@ -46,7 +46,7 @@ int main(int argc, char **argv)
 	int nranks;
 	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
 	if (!ctx)
-		return 77;
+		return 1;
 	rmoe_app_say("test_memcap on %d rank(s), cap %d bytes\n", nranks, CAP);
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 64, 48, 4 * nranks, 4, 256);

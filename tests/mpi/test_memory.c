@@ -43,9 +43,12 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+	int crc = rmoe_ctx_create(&ctx, NULL);
+	if (crc)
+		rmoe_app_error("rmoe_ctx_create failed: %s\n", rmoe_strerror(crc));
+	if (rmoe_app_agree(crc)) {
 		MPI_Finalize();
-		return 77;
+		return 1;
 	}
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 64, 16, 8 * nranks, 4, 512);

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 	int nranks;
 	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
 	if (!ctx)
-		return 77;
+		return 1;
 	void *probe = NULL;
 	int have_device = rmoe_ctx_alloc(ctx, RMOE_MEMORY_DEVICE, 64, &probe) == 0;
 	if (probe)

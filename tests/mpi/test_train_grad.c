@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 	int nranks;
 	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
 	if (!ctx)
-		return 77;
+		return 1;
 	int rc = run(ctx, RMOE_DISPATCH_RING_EXPERT, nranks);
 	if (!rc)
 		rc = run(ctx, RMOE_DISPATCH_ALLTOALL, nranks);
