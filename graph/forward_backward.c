@@ -219,7 +219,7 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 	if ((rc = rmoe_agree_first(L->ctx->comm, rc, what)))
 		return rc;
 	*t0 = starpu_timing_now();
-	return rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass->tag_base);
+	return rmoe_tags_reserve(L->ctx, RMOE_PASS_TAGS(L->N), &pass->tag_base);
 }
 
 /* The memory node of a _raw call's buffers into *node: 0, or an error
