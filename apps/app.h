@@ -122,6 +122,12 @@ int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, r
 int rmoe_problem_run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct rmoe_problem *p,
                      struct rmoe_results *r, struct rmoe_layer_stats *st);
 
+/* Routing skew as the memory model takes it (rmoe_mem_config.skew), from
+ * every rank's top-k choices topk_idx [T, K]: the busiest ring hop's pairs
+ * over the even share into *ring, the busiest rank's (all-to-all) into
+ * *a2a. Collective over MPI_COMM_WORLD. */
+void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring, double *a2a);
+
 /* Largest relative norm difference between two runs' tensors, over ranks. */
 double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
                                  const struct rmoe_problem *p, const char **worst);

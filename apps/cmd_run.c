@@ -137,34 +137,6 @@ struct outcome {
 	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
 
-/* Routing skew as the memory model takes it, from every rank's top-k
- * choices: rows[r][q] = pairs of rank r's tokens routed to partition q. */
-static void routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring,
-                         double *a2a)
-{
-	/* The ring's hops visit N*parts partitions (parts per rank, --partitions). */
-	const int N = p->nranks, parts = p->cfg.partitions > 1 ? (int)p->cfg.partitions : 1, Q = N * parts;
-	const int64_t P = p->cfg.tokens * p->cfg.topk, per = p->e_local / parts;
-	int64_t *mine = calloc((size_t)Q, sizeof(int64_t)), *all = calloc((size_t)N * Q, sizeof(int64_t));
-	for (int64_t i = 0; i < P; i++)
-		mine[topk_idx[i] / per]++;
-	MPI_Allgather(mine, Q, MPI_INT64_T, all, Q, MPI_INT64_T, MPI_COMM_WORLD);
-	int64_t hop = 0, rank = 0;
-	for (int q = 0; q < N; q++) {
-		int64_t col = 0;
-		for (int r = 0; r < N; r++)
-			for (int g = q * parts; g < (q + 1) * parts; g++) {
-				hop = all[r * Q + g] > hop ? all[r * Q + g] : hop;
-				col += all[r * Q + g];
-			}
-		rank = col > rank ? col : rank;
-	}
-	*ring = fmin((double)Q, fmax(1.0, (double)hop * Q / (double)P));
-	*a2a = fmax(1.0, (double)rank / (double)P);
-	free(mine);
-	free(all);
-}
-
 static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
 {
 	struct rmoe_mem_config mc;
@@ -309,7 +281,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	/* Simulated: no output exists, the routing is the synthetic uniform one
 	 * (skew 1) and no task sampled memory: the peaks are the model's. */
 	if (!RMOE_SIMULATED)
-		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
+		rmoe_problem_routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
 	out->skew = rmoe_dispatch_alltoall(c->d) ? skew_a2a : skew_ring;
 	model_peaks(prob, out);
 	if (RMOE_SIMULATED) {

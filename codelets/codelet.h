@@ -182,6 +182,12 @@ static inline size_t rmoe_cl_elsize(void *buffer)
  * task on every rank. */
 int rmoe_cl_fail(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A test hook: with RMOE_TEST_EXPERT_DELAY_US set in a process's
+ * environment (read at its first expert task), each expert task on a CPU
+ * sleeps that many microseconds first. One slowed rank lets its left
+ * neighbour run ahead on the ring (tests/mpi/test_flow.c). */
+void rmoe_cl_test_delay(void);
+
 /* The prologue of the row codelets (gather, scatter-add, unpermute-bwd),
  * whose buffers are, in the order roles spells them: 'T' a [T*H] token
  * matrix, 'R' the slice's [count*H] rows, 'P' the pair order [T*K] (int32),

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codelet.h"
 
@@ -18,6 +19,22 @@ int rmoe_cl_fail(const char *op, const char *fmt, ...)
 	va_end(ap);
 	struct starpu_task *t = starpu_task_get_current();
 	return rmoe_task_status_record(rmoe_cl_status(), RMOE_ESTARPU, t && t->name ? t->name : op, msg);
+}
+
+void rmoe_cl_test_delay(void)
+{
+	/* -1: not read yet; racing first reads store the same value. */
+	static long delay_us = -1;
+	long d = __atomic_load_n(&delay_us, __ATOMIC_RELAXED);
+	if (d < 0) {
+		const char *v = getenv("RMOE_TEST_EXPERT_DELAY_US");
+		char *end = NULL;
+		long parsed = v ? strtol(v, &end, 10) : 0;
+		d = v && end != v && *end == '\0' && parsed > 0 && parsed <= 10000000 ? parsed : 0;
+		__atomic_store_n(&delay_us, d, __ATOMIC_RELAXED);
+	}
+	if (d > 0)
+		usleep((useconds_t)d);
 }
 
 /* The fp32 copies of the bf16 buffers of the task running on this CPU

@@ -226,7 +226,7 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 		return rc;
 	rmoe_task_status_reset(L->tasks);
 	*t0 = starpu_timing_now();
-	return rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass->tag_base);
+	return rmoe_tags_reserve(L->ctx, RMOE_PASS_TAGS(L->N), &pass->tag_base);
 }
 
 /* A pass's end once its tasks have ended (rmoe_pass_finish): what failed

@@ -138,14 +138,16 @@ static int check_same_config(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rm
 	int same = rmoe_agree_digest(w, ctx->comm, rmoe_config_hash(cfg), "comparing layer configurations");
 	if (same != 0)
 		return same < 0 ? same : 0;
-	enum { NFIELDS = 15 };
+	enum { NFIELDS = 16 };
 	static const char *const names[NFIELDS] = {
 		"hidden", "ffn", "experts", "topk", "tokens", "norm_topk", "shared_ffn", "dispatch",
-		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite", "partitions"};
+		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite", "partitions",
+		"window"};
 	const int64_t mine[NFIELDS] = {
 		cfg->hidden, cfg->ffn, cfg->experts, cfg->topk, cfg->tokens, cfg->norm_topk,
 		cfg->shared_ffn, cfg->dispatch, cfg->dtype, cfg->chunk_rows, cfg->overlap,
-		cfg->deterministic, cfg->mem_cap, cfg->check_finite, cfg->partitions > 1 ? cfg->partitions : 1};
+		cfg->deterministic, cfg->mem_cap, cfg->check_finite, cfg->partitions > 1 ? cfg->partitions : 1,
+		rmoe_config_window(cfg)};
 	int64_t *all = malloc(sizeof(int64_t) * NFIELDS * (size_t)ctx->size);
 	int mrc;
 	if (all && (mrc = rmoe_allgather_bounded(w, mine, all, NFIELDS, MPI_INT64_T, ctx->comm,
@@ -215,6 +217,7 @@ static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_confi
 	L->cfg = *cfg;
 	L->cfg.dispatch = L->dispatch = plan->dispatch;
 	L->cfg.chunk_rows = plan->chunk_rows;
+	L->window = rmoe_config_window(cfg);
 	snprintf(L->dispatch_reason, sizeof(L->dispatch_reason), "%s", plan->dispatch_reason);
 	L->H = cfg->hidden;
 	L->F = cfg->ffn;

@@ -42,6 +42,10 @@ static void pass_release(struct rmoe_pass *pass)
 	free(pass->watched);
 	pass->watched = NULL;
 	pass->nwatched = pass->capwatched = 0;
+	/* Their handles were held, so unregistered above. */
+	free(pass->credits);
+	pass->credits = NULL;
+	pass->ncredits = pass->capcredits = 0;
 }
 
 int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *outs, int nouts)

@@ -37,6 +37,7 @@ struct rmoe_layer {
 	 * partition a rank owns carries that rank's number. */
 	int *ring;
 	int ring_pos, left, right;
+	int window;               /* the ring's slots per relayed kind (flow.c) */
 
 	/* Host memory the layer owns across calls. */
 	float *w_router, *dw_router;

@@ -22,6 +22,12 @@ struct rmoe_watch {
 	const char *what;             /* the data, in the message's words */
 };
 
+/* The StarPU-MPI tags a pass of N ranks reserves from tag_base: 8N + 8 for
+ * its data (the graphs' own layouts), then RMOE_CREDIT_KINDS * N for the
+ * credits of its ring (flow.c). */
+#define RMOE_CREDIT_KINDS 2
+#define RMOE_PASS_TAGS(N) (8 * (int64_t)(N) + 8 + RMOE_CREDIT_KINDS * (int64_t)(N))
+
 /* What a pass's graph needs to know and what it reports back. */
 struct rmoe_pass {
 	int backward;
@@ -41,6 +47,8 @@ struct rmoe_pass {
 	int nheld, capheld;
 	struct rmoe_watch *watched;   /* transfers named when the pass stalls */
 	int nwatched, capwatched;
+	int32_t *credits;             /* the words of the ring's credits (flow.c) */
+	int ncredits, capcredits;
 };
 
 /* A ring's relay buffer (weights, gradients, travelling tokens) stays

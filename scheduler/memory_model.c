@@ -13,12 +13,13 @@
  * plus the caller's y (forward) or dy and dx (backward).
  *
  * Temporaries (StarPU-allocated, the graphs in graph/):
- * - ring expert routing: two weight receive buffers (one with two ranks),
- *   backward also two gradient relay buffers and one partial gradient (the
+ * - ring expert routing: min(window, N-1) weight receive buffers (window 2
+ *   by default: two, one with two ranks), backward also min(window, N)
+ *   gradient relay buffers and one partial gradient (the
  *   gate of window.c); one hop's rows at a time (the window of window.c):
  *   forward gathered x, work [r,3F], out [r,H]; backward gathered x (consumed
  *   into dx), gathered dy, work [r,4F].
- * - ring token routing: two of each travelling buffer (x, routing, the
+ * - ring token routing: min(window, N-1) of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of window.c).
  * - all-to-all: the stages of graph/alltoall.c, each exchange ordered as a
@@ -57,6 +58,7 @@ void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_lay
 	c->shared_ffn = cfg->shared_ffn;
 	c->chunk_rows = cfg->chunk_rows;
 	c->partitions = cfg->partitions;
+	c->window = rmoe_config_window(cfg);
 	c->dtype_bytes = cfg->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
 }
 
@@ -86,6 +88,9 @@ static int check(const struct rmoe_mem_config *c)
 	if (!(c->skew >= 1.0) || c->skew > (double)(c->nranks * parts))
 		return rmoe_error(RMOE_EINVAL, "memory model: skew = %g, expected 1 <= skew <= %lld partitions",
 		                  c->skew, (long long)(c->nranks * parts));
+	if (c->window < 0 || c->window == 1)
+		return rmoe_error(RMOE_EINVAL, "memory model: window = %lld, expected 0 (default) or at least 2",
+		                  (long long)c->window);
 	if (c->chunk_rows < 0 || c->shared_ffn < 0 || c->partitions < 0)
 		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows, shared_ffn and partitions must not be negative");
 	return 0;
@@ -112,6 +117,10 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	if (c->chunk_rows > 0 && r > c->chunk_rows)
 		r = c->chunk_rows;
 	const int64_t M = (int64_t)ceil(c->skew * (double)P);
+	/* Ring slots per relayed kind (graph/flow.c): hop h is received into
+	 * slot h mod window, and a neighbour sends it only once the slot is
+	 * free, so no message waits outside them. */
+	const int64_t window = c->window > 0 ? c->window : RMOE_WINDOW_DEFAULT;
 
 	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E);
 	const int64_t weights = 2 * W * s + (Fs > 0 ? 6 * H * Fs * s : 0);
@@ -127,15 +136,14 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	int64_t fwd = 0, bwd = 0, largest = max2(Fs > 0 ? T * 3 * Fs * s : 0, T * H * s);
 	switch (d) {
 	case RMOE_DISPATCH_RING_EXPERT: {
-		/* Receive buffers: with two ranks one is ever used, otherwise two.
-		 * Backward adds the gradient relay (the accumulator being summed and
-		 * the one still leaving for the right) and one partial gradient
-		 * (window.c's gate). */
-		int64_t rbufs = N > 2 ? 2 : N - 1;
-		/* gradient buffers: the one being summed and the one leaving for
-		 * the right (with two ranks the latter is freed once its transfer
-		 * completes, which the cap cannot count on) */
-		int64_t gbufs = N > 1 ? 2 : 0;
+		/* Receive buffers: hops 1..N-1 arrive in window slots, so
+		 * min(window, N-1) of them are ever used (two by default, one with
+		 * two ranks). Backward adds the gradient relay, whose slots also
+		 * serve hop 0 (min(window, N): by default the accumulator being
+		 * summed and the one still leaving for the right), and one partial
+		 * gradient (window.c's gate). */
+		int64_t rbufs = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
+		int64_t gbufs = N > 1 ? (window < N ? window : N) : 0;
 		int64_t relay_f = rbufs * W * s;
 		int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
 		fwd = max2(shared, relay_f + r * (2 * H + 3 * F) * s);
@@ -150,7 +158,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		 * hop 1 on a hop computes into partials (forward: outputs [T,H];
 		 * backward: dx [T,H] and dg [T,K]) added into the visiting
 		 * accumulators once they arrive. */
-		int64_t sets = N > 2 ? 2 : N - 1;
+		int64_t sets = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
 		int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
 		int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
 		int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;

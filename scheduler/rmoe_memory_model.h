@@ -18,6 +18,7 @@ struct rmoe_mem_config {
 	int64_t etp;           /* expert tensor parallelism: divides F (1: none) */
 	int64_t chunk_rows;    /* 0: whole hops */
 	int64_t partitions;    /* ring: partitions of each rank's experts (hops on one device); 0 or 1: one */
+	int64_t window;        /* ring: receive buffers per relayed kind; 0: RMOE_WINDOW_DEFAULT */
 	int dtype_bytes;       /* 4 (fp32) or 2 (bf16): activations and weights */
 	double skew;           /* rows of the busiest partition over the even share
 	                          (1: even routing; at most nranks * partitions) */

@@ -201,6 +201,12 @@ struct rmoe_layer_config {
 	                        them): a hop's temporaries are about
 	                        T*K/(ranks*partitions) rows. Divides experts/ranks;
 	                        0 or 1: one partition per rank */
+	int window;          /* ring dispatch: receive buffers per relayed kind
+	                        (weights, gradients, tokens, accumulators), W >= 2;
+	                        a rank receives at most W hops ahead of what it has
+	                        consumed: its left neighbour sends hop h only once
+	                        it has released the buffer of hop h-W (a credit).
+	                        0 = default 2 (double buffering) */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16

@@ -263,13 +263,13 @@ class Layer:
     def __init__(self, ctx, *, hidden=None, ffn=None, experts=None, topk=None, tokens=None,
                  norm_topk=None, shared_ffn=None, dispatch=None, dtype=None, chunk_rows=None,
                  overlap=None, deterministic=None, mem_cap=None, check_finite=None, wait_timeout=None,
-                 partitions=None):
+                 partitions=None, window=None):
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: a relaymoe.Context is expected, not {type(ctx).__name__}")
         given = dict(hidden=hidden, ffn=ffn, experts=experts, topk=topk, tokens=tokens,
                      norm_topk=norm_topk, shared_ffn=shared_ffn, chunk_rows=chunk_rows, overlap=overlap,
                      deterministic=deterministic, mem_cap=mem_cap, check_finite=check_finite,
-                     partitions=partitions)
+                     partitions=partitions, window=window)
         L = lib()
         cfg = _capi.padded(_capi.LayerConfig)
         L.rmoe_layer_config_init(cfg)

@@ -46,6 +46,8 @@ static void test_config_rejects_bad_values(void **state)
 	c = good(); c.experts = 10; expect_invalid(c, 4, "not divisible by the 4 ranks");
 	c = good(); c.shared_ffn = -1; expect_invalid(c, 1, "shared_ffn");
 	c = good(); c.chunk_rows = -5; expect_invalid(c, 1, "chunk_rows");
+	c = good(); c.window = 1; expect_invalid(c, 4, "window = 1");
+	c = good(); c.window = -2; expect_invalid(c, 4, "window = -2");
 	c = good(); c.norm_topk = 2; expect_invalid(c, 1, "norm_topk");
 	c = good(); c.dispatch = (enum rmoe_dispatch)42; expect_invalid(c, 1, "dispatch");
 	c = good(); c.tokens = INT64_MAX / 2; expect_invalid(c, 1, "tokens x topk");

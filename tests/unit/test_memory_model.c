@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -172,6 +173,39 @@ static void test_memory_model_partitions_by_hand(void **state)
 	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), RMOE_EINVAL);
 }
 
+/* The window (graph/flow.c) at 4 ranks, a partition 1 expert * 3*H*F = 18
+ * floats = 72 bytes: hops 1..3 arrive in min(window, 3) weight slots, the
+ * gradients of hops 0..3 in min(window, 4). Window 3 adds a weight slot
+ * forward, a weight and a gradient slot backward; a window of 8 one more
+ * gradient slot (4 hops); a bad window is refused, naming it. */
+static void test_memory_model_window_counts_slots(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	c.nranks = 4;
+	struct rmoe_mem_estimate w2, w3, w8;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w2), 0);
+	c.window = 3;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w3), 0);
+	c.window = 8;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w8), 0);
+	assert_int_equal(w3.dynamic_forward - w2.dynamic_forward, 72);
+	assert_int_equal(w3.dynamic_backward - w2.dynamic_backward, 2 * 72);
+	assert_int_equal(w8.dynamic_forward, w3.dynamic_forward);
+	assert_int_equal(w8.dynamic_backward - w3.dynamic_backward, 72);
+	/* Token routing: one more set of travelling buffers (x, y, pair order,
+	 * weights: 2*T*H*4 + 2*T*K*4 = 128 bytes) forward at window 3. */
+	struct rmoe_mem_estimate t2, t3;
+	c.window = 0;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_TOKEN, &c, &t2), 0);
+	c.window = 3;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_TOKEN, &c, &t3), 0);
+	assert_int_equal(t3.dynamic_forward - t2.dynamic_forward, 128);
+	c.window = 1;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w2), RMOE_EINVAL);
+	assert_non_null(strstr(rmoe_strerror(RMOE_EINVAL), "window = 1"));
+}
+
 /* bf16 halves activations and weights, not the routing (4-byte). */
 static void test_memory_model_bf16_halves_the_tensors(void **state)
 {
@@ -193,6 +227,7 @@ int main(void)
 		cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
 		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
 		cmocka_unit_test(test_memory_model_partitions_by_hand),
+		cmocka_unit_test(test_memory_model_window_counts_slots),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
