@@ -129,7 +129,7 @@ struct outcome {
 	double resident, rss, sent;     /* bytes, max over ranks */
 	double largest_temp;
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
-	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
+	double skew;                    /* busiest hop (rings, a2a) or rank (a2a-megatron) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
 	double heap_fwd, heap_bwd;      /* the heap figure (peak_heap_*), bytes, max over ranks */
@@ -212,10 +212,10 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	cfg.dispatch = d;
 	/* The cap and the partitions shape the rings' hops; the all-to-all
 	 * builds its buffers whole. */
-	if (rmoe_dispatch_alltoall(d)) {
-		cfg.mem_cap = 0;
+	if (rmoe_dispatch_alltoall(d))
 		cfg.partitions = 1;
-	}
+	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
+		cfg.mem_cap = 0;
 	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
@@ -310,7 +310,9 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	 * (skew 1) and no task sampled memory: the peaks are the model's. */
 	if (!RMOE_SIMULATED)
 		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
-	out->skew = rmoe_dispatch_alltoall(c->d) ? skew_a2a : skew_ring;
+	/* a2a's chunks are blocks of one rank's pairs for one partition, as a
+	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
+	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
 	model_peaks(prob, out);
 	if (RMOE_SIMULATED) {
 		out->peak_fwd = out->model_fwd;
@@ -615,7 +617,7 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && !rmoe_dispatch_alltoall(out[i].d))
+		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON)
 			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
 			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, (long long)out[i].chunk_rows,
 			             fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);

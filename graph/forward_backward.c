@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_system.h"
 
@@ -219,7 +220,10 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 	if ((rc = rmoe_agree_first(L->ctx->comm, rc, what)))
 		return rc;
 	*t0 = starpu_timing_now();
-	return rmoe_tags_reserve(L->ctx, 8 * (int64_t)L->N + 8, &pass->tag_base);
+	int64_t tags = 8 * (int64_t)L->N + 8;
+	if (L->dispatch == RMOE_DISPATCH_ALLTOALL && rmoe_a2a_tags(L) > tags)
+		tags = rmoe_a2a_tags(L);
+	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
 }
 
 /* The memory node of a _raw call's buffers into *node: 0, or an error
@@ -255,7 +259,7 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		rc = dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
-		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_megatron_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_RING_TOKEN:
 		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);

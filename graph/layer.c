@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "rmoe_config.h"
+#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_plan.h"
 
@@ -100,6 +101,7 @@ static void layer_free(struct rmoe_layer *L)
 	}
 	free(L->expert_offsets);
 	free(L->iota);
+	rmoe_a2a_plan_free(L->a2a);
 	free(L->ring);
 	free(L);
 }

@@ -97,7 +97,7 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, &cfg, prob->nranks);
 	mc.chunk_rows = st.chunk_rows;
-	mc.skew = cfg.dispatch == RMOE_DISPATCH_ALLTOALL_MEGATRON || cfg.dispatch == RMOE_DISPATCH_ALLTOALL ? rank : hop;
+	mc.skew = cfg.dispatch == RMOE_DISPATCH_ALLTOALL_MEGATRON ? rank : hop;
 	struct rmoe_mem_estimate e;
 	if ((rc = rmoe_memory_model(cfg.dispatch, &mc, &e))) {
 		rmoe_app_error("%s: %s", label, rmoe_strerror(rc));
@@ -111,9 +111,26 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	const double bwd = max_ranks((double)st.peak_backward_bytes) - (double)e.resident_backward;
 	const double model[2] = {(double)e.dynamic_forward, (double)e.dynamic_backward};
 	const double got[2] = {fwd, bwd};
+	/* a2a pipelines its chunks (graph/alltoall_fwd.c): the model bounds
+	 * the chunks in flight, how many coexist is the network's timing. Its
+	 * measured peak lies between one chunk computing (rows of the busiest
+	 * block, the largest buffer's: 2H + 3F forward, 2H + 4F backward per
+	 * row) and the model. */
+	const int pipelined = cfg.dispatch == RMOE_DISPATCH_ALLTOALL;
+	const double rows = (double)e.largest_buffer / (4.0 * fmax((double)cfg.hidden, 4.0 * (double)cfg.ffn));
+	const double floor[2] = {4 * rows * (2 * cfg.hidden + 3 * cfg.ffn), 4 * rows * (2 * cfg.hidden + 4 * cfg.ffn)};
 	for (int p = 0; p < 2; p++) {
-		snprintf(what, sizeof(what), "%s %s: measured dynamic peak within %.0f%% of the model", label,
-		         p ? "backward" : "forward", 100 * MODEL_SLACK);
+		const char *pass = p ? "backward" : "forward";
+		if (pipelined) {
+			snprintf(what, sizeof(what), "%s %s: measured dynamic peak at most the model (+%.0f%%)", label, pass,
+			         100 * MODEL_SLACK);
+			expect(got[p] <= (1 + MODEL_SLACK) * model[p], what, got[p], model[p]);
+			snprintf(what, sizeof(what), "%s %s: measured dynamic peak at least one chunk computing", label, pass);
+			expect(got[p] >= floor[p], what, got[p], floor[p]);
+			continue;
+		}
+		snprintf(what, sizeof(what), "%s %s: measured dynamic peak within %.0f%% of the model", label, pass,
+		         100 * MODEL_SLACK);
 		expect(fabs(got[p] - model[p]) <= MODEL_SLACK * model[p], what, got[p], model[p]);
 	}
 	m->exec = fmax(fwd, bwd);

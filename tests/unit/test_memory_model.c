@@ -129,27 +129,43 @@ static void test_memory_model_alltoall_megatron_by_hand(void **state)
 	assert_int_equal(e.largest_buffer, 72 * 4);
 }
 
-/* The lean all-to-all, same layer: its forward is the one above (416
- * bytes). Backward, in bytes (activations 4 bytes, 2 per row):
- *   x exchanged (24 floats: 96), sorted (32 floats: 128);
- *   dy exchanged beside the sorted x (16 + 24 floats: 160), sorted (3 * 16
- *   floats: 192);
- *   g exchanged (2 * 16 floats + 12 weights: 176), sorted (128 + 2 * 8
- *   weights: 192);
- *   the expert backward: sorted x and dy, workspace [8 * 4F] (16 + 16 + 96
- *   floats: 512), g and dg (2 * 8 weights: 64): 576;
- *   the unsort (32 floats and 2 * 8 weights: 192), the dx exchange (8 + 4
- *   rows of 2 floats: 96, unsorted dg 32): 128;
- *   peak 576, and the identity pair order (8 int32: 32) throughout: 608. */
+/* The lean all-to-all, same layer (graph/alltoall_fwd.c, alltoall_bwd.c):
+ * chunks are whole blocks of P/N = 4 rows; as the owner of experts a rank
+ * has its own block and the peer's (2, the depth), one computing; as a
+ * sender one block out (N - 1 = 1). In bytes (activations 4 bytes, 2 per
+ * row):
+ * forward
+ *   computing: x (8 floats), workspace [4, 3F] (36), outputs (8): 208;
+ *   the other block received or going back: 4 rows of H: 32;
+ *   the block out: x rows sent (32) and results back (32): 64;
+ *   peak 304.
+ * backward
+ *   computing: x (its dx in place) and dy (16 floats), workspace [4, 4F]
+ *   (48 floats), g and dg (8 values): 288;
+ *   the other block: x, dy (16 floats) and g (4): 80;
+ *   the block out: x, dy and g (16 floats, 4 weights), dx and dg back (8
+ *   floats, 4 values): 128;
+ *   the identity pair order (4 int32): 16; peak 512. */
 static void test_memory_model_alltoall_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL);
-	assert_int_equal(e.dynamic_forward, 104 * 4);
-	assert_int_equal(e.dynamic_backward, 608);
-	/* The largest buffer: the workspace of the pair-weighted backward, 8
-	 * rows of 4F. */
-	assert_int_equal(e.largest_buffer, 96 * 4);
+	assert_int_equal(e.dynamic_forward, 304);
+	assert_int_equal(e.dynamic_backward, 512);
+	/* The largest buffer: the backward's workspace, 4 rows of 4F. */
+	assert_int_equal(e.largest_buffer, 48 * 4);
+	/* Chunks of 2 rows: the depth's 2 chunks in flight in each role. Per
+	 * row forward: computing 52 bytes, the other chunk in 8, the two out
+	 * 2 * 16. */
+	struct rmoe_mem_config c = tiny();
+	c.chunk_rows = 2;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL, &c, &e), 0);
+	assert_int_equal(e.dynamic_forward, 2 * (52 + 8 + 32));
+	/* a cap fits it: the chunk rows that fit a cap a little above the
+	 * 2-row chunks' peak are 2 */
+	int64_t rows = 0;
+	assert_int_equal(rmoe_memory_cap_chunk(RMOE_DISPATCH_ALLTOALL, &c, e.peak + e.peak / 32, &rows), 0);
+	assert_int_equal(rows, 2);
 }
 
 /* Two partitions per rank (a ring of 4 partitions over 2 ranks): a hop
