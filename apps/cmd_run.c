@@ -618,9 +618,10 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
 		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON)
-			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
-			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, (long long)out[i].chunk_rows,
-			             fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
+			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
+			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB,
+			             out[i].d == RMOE_DISPATCH_ALLTOALL ? "exchanged blocks" : "hops",
+			             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
 #ifdef RMOE_SIMGRID
 	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
 	             "(model), no task samples memory in a simulation; exec peak = peak above the %.1f MiB "
