@@ -43,10 +43,11 @@ static const char *usage_head =
 	"Runs one MoE layer (router, top-k, SwiGLU experts) forward and backward on N\n"
 	"ranks, with the ring dispatcher of RelayMoE and two all-to-all baselines side\n"
 	"by side, and reports time, memory and the difference between them. a2a is\n"
-	"the lean all-to-all (its backward runs the ring's pair-weighted expert\n"
-	"kernel on exchanged x and dy rows); a2a-megatron keeps Megatron-LM's buffers\n"
-	"(the backward recomputes the whole block, then unpermute backward and a\n"
-	"preweighted expert backward).\n"
+	"the lean all-to-all: pipelined per peer and chunk, rows received in expert\n"
+	"order, --chunk-rows and --mem-cap as for the ring, its backward the ring's\n"
+	"pair-weighted expert kernel on exchanged x and dy rows; a2a-megatron keeps\n"
+	"Megatron-LM's buffers (the backward recomputes the whole block, then\n"
+	"unpermute backward and a preweighted expert backward).\n"
 	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
 	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a and a2a-megatron.\n"
 	"\n";
@@ -64,7 +65,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
-		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
+		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},

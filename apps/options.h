@@ -64,7 +64,7 @@ struct rmoe_ring_opts {
 	{"ring-order", RMOE_OPT_STRING, &(o)->ring_order, 0, 0, "planned|rank",                               \
 	 "the ring: planned from the topology, or rank order", NULL},                                          \
 	{"mem-cap", RMOE_OPT_SIZE, &(o)->mem_cap, 1, 9e18, "BYTES",                                           \
-	 "keep each ring layer's peak under BYTES (e.g. 64M): hops in chunks", NULL}
+	 "keep each ring layer's and a2a's peak under BYTES (e.g. 64M): hops or blocks in chunks", NULL}
 
 /* The seed every random tensor of the command is drawn from. */
 #define RMOE_SEED_OPTION(dst)                                                                                  \
