@@ -1,25 +1,35 @@
-/* Megatron-LM's all-to-all (a2a-megatron), in the style of its dispatcher
- * (paper Fig. 2): permute and top-k-expand the tokens by destination,
- * exchange counts, then rows (all-to-all as point-to-point StarPU-MPI
- * transfers), sort by local expert, grouped SwiGLU, unsort, all-to-all
- * back, weighted unpermute. Its buffers hold all T*K routed rows at once.
+/* Megatron Core's all-to-all (a2a-megatron): MoEAlltoAllTokenDispatcher as
+ * of Megatron Core 0.13 (the release that moved the routing probabilities'
+ * multiply from the unpermute into the experts' activation), unchanged in
+ * this respect through 0.15. Stage by stage (paper Fig. 2): permute by
+ * destination with the probabilities beside the tokens, the counts, then
+ * the rows' all-to-all and the probabilities' own, both sorted by local
+ * expert; the grouped SwiGLU; its outputs scaled by their probabilities on
+ * the expert's rank and unsorted (Megatron Core scales inside the SwiGLU:
+ * the same product, the same buffers: our unsort copies the rows anyway);
+ * the all-to-all back; the unpermute without probabilities.
  *
- * The backward follows Megatron's MoE-layer recomputation: the whole block
- * is run forward again (dispatch, experts keeping their intermediates,
- * combine back to the source ranks), then the reverse path: unpermute
- * backward (dg and the weighted output gradients), all-to-all, sort,
- * preweighted expert backward (a separate dx rows buffer: 3H + 3F per row
- * live, and the kept outputs), unsort, all-to-all back, unpermute into dx.
- * It reuses the forward's plan (alltoall_plan.c): no counts again.
+ * The backward, with Megatron's recomputation of the MoE block, recomputes
+ * the dispatch (rows and probabilities) and the experts, keeping what
+ * autograd saves (the sorted input, the SwiGLU's input and output, the
+ * probabilities: the [M,4F] workspace of the pair-weighted kernel holds
+ * them and the activation gradient), but no combine outputs: the unpermute
+ * has no probabilities, so its backward needs none. Then the reverse path:
+ * dy rows per pair out (unweighted), sorted, the expert backward with the
+ * probabilities applied and their gradient produced in the kernel (the
+ * weighted SwiGLU's backward), dx rows and the probabilities' gradients
+ * back through two all-to-alls, added at their tokens and pairs. It reuses
+ * the forward's plan (alltoall_plan.c): no counts again.
  *
  * Buffers are released as soon as their last task is submitted, as a
  * caching allocator would reuse them. Everything after the counts is
  * submitted at once, the row exchanges as StarPU-MPI requests ordered by
  * data dependencies, as Megatron queues its all-to-alls on the GPU stream.
- * Each exchange is framed by two ordering tasks (exchange()) so that a
- * stage's buffers come to exist only after the previous stage's are gone:
- * the peaks are those of the stages in turn (scheduler/memory_model.c), as
- * with a collective on a stream and a caching allocator.
+ * Each exchange is framed by two ordering tasks (exchange_rows()) and each
+ * stage waits for the one before, so a stage's buffers come to exist only
+ * after the previous stage's are gone: the peaks are those of the stages in
+ * turn (scheduler/memory_model.c), as with a collective on a stream and a
+ * caching allocator.
  *
  * Release order: StarPU frees a released buffer when the release's own
  * control task, which waits for the buffer's last task, runs; that happens
@@ -34,7 +44,7 @@
 
 #include "rmoe_alltoall.h"
 
-enum { TAG_COUNTS, TAG_DISPATCH, TAG_COMBINE, TAG_DOUT, TAG_DX };
+enum { TAG_COUNTS, TAG_DISPATCH, TAG_PROBS, TAG_COMBINE, TAG_DOUT, TAG_DX, TAG_DPROBS };
 
 /* after: a task the sort waits for, or NULL. */
 static int submit_sort_rows(struct rmoe_layer *L, const struct rmoe_a2a_plan *p, enum rmoe_sort_direction direction,
@@ -44,22 +54,6 @@ static int submit_sort_rows(struct rmoe_layer *L, const struct rmoe_a2a_plan *p,
 	struct rmoe_task_opts o = rmoe_opts(L, name, 0);
 	o.after = after;
 	return rmoe_insert_sort_chunks(&o, direction, width, p->N, L->e_local, p->chunk_rows, per_peer, sorted);
-}
-
-static int submit_sort(struct rmoe_layer *L, const struct rmoe_a2a_plan *p, enum rmoe_sort_direction direction,
-                       starpu_data_handle_t *per_peer, starpu_data_handle_t sorted, const char *name,
-                       struct starpu_task *after)
-{
-	return submit_sort_rows(L, p, direction, L->H, per_peer, sorted, name, after);
-}
-
-static int submit_unpermute_bwd(struct rmoe_layer *L, starpu_data_handle_t dy, starpu_data_handle_t back,
-                                int64_t first, int64_t count, starpu_data_handle_t dout, struct starpu_task *after)
-{
-	struct rmoe_task_opts o = rmoe_opts(L, "unpermute-bwd", 0);
-	o.after = after;
-	struct rmoe_pair_slice s = {first, count, L->H, L->K};
-	return rmoe_insert_unpermute_bwd(&o, &s, dy, back, L->h_pair_order, L->h_topk_w, dout, L->h_dg);
 }
 
 /* Point-to-point all-to-all of per-peer row buffers: out[q] (rows_out[q])
@@ -123,14 +117,6 @@ static int exchange_rows(struct rmoe_layer *L, struct rmoe_pass *pass, const str
 	return rc;
 }
 
-/* Rows of H activations, every exchange of Megatron's graph. */
-static int exchange(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
-                    starpu_data_handle_t *out, const int64_t *rows_out, starpu_data_handle_t *in,
-                    const int64_t *rows_in, int phase, struct starpu_task **done)
-{
-	return exchange_rows(L, pass, p, out, rows_out, in, rows_in, L->H, L->act, phase, done);
-}
-
 /* The i-th of a block of per-peer handle arrays (N each), one allocation
  * per graph; NULL when the block is. */
 static starpu_data_handle_t *peers(starpu_data_handle_t *block, int N, int i)
@@ -149,153 +135,250 @@ static void release_all(starpu_data_handle_t *h, int n)
 		}
 }
 
-/* The forward path up to the expert outputs returned to their source ranks
- * (back[q], rows of my pairs in partition q). With keep != NULL the sorted
- * input and the expert intermediates are kept for the backward (recompute).
- * *done: the combine's completion (exchange). */
-static int dispatch_compute_combine(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
-                                    starpu_data_handle_t *back, starpu_data_handle_t *keep_sorted,
-                                    starpu_data_handle_t *keep_work, struct starpu_task **done)
+
+/* A fence kept until the pass ends that ends once h is written: the next
+ * stage's first tasks wait for it, so that its buffers come to exist only
+ * after this stage's. NULL where h is. */
+static int written(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, struct starpu_task **t)
+{
+	*t = NULL;
+	return h ? rmoe_pass_fence(L, pass, &h, 1, NULL, 0, NULL, t, "a2a-stage") : 0;
+}
+
+/* Rows (width elements each: x or dy at the pair's token, topk K; one
+ * probability, width 1, topk 1) of my pairs to the ranks of their experts,
+ * sorted there by local expert into *sorted (NULL where no row comes), the
+ * receive buffers released. The permutes wait for after; *next: the sort's
+ * end, for the next stage. */
+static int rows_to_experts(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
+                           starpu_data_handle_t src, int64_t width, int64_t topk, size_t elsize, int phase,
+                           struct starpu_task *after, struct starpu_task **done, starpu_data_handle_t *sorted,
+                           struct starpu_task **next, const char *name)
 {
 	const int N = p->N;
-	starpu_data_handle_t *block = calloc((size_t)(3 * N), sizeof(*block));
-	if (!block)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	starpu_data_handle_t *send = peers(block, N, 0), *recv = peers(block, N, 1), *ret_out = peers(block, N, 2);
-	int rc = 0;
-	/* dispatch preprocess: permute + top-k expand, one buffer per destination */
+	starpu_data_handle_t *block = calloc((size_t)(2 * N), sizeof(*block));
+	starpu_data_handle_t *send = peers(block, N, 0), *recv = peers(block, N, 1);
+	int rc = block ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+	*sorted = NULL;
+	*next = NULL;
 	for (int q = 0; q < N && !rc; q++)
 		if (p->send_rows[q] > 0) {
-			send[q] = rmoe_act_vector(pass, L, p->send_rows[q] * L->H);
-			rc = rmoe_pass_gather(L, pass, &L->own, L->h_x, p->send_first[q], p->send_rows[q], 0, send[q], 1,
-			                        "permute");
+			send[q] = rmoe_temp_vector(pass, p->send_rows[q] * width, elsize);
+			rc = rmoe_a2a_gather(L, src, width, topk, p->send_first[q], p->send_rows[q], send[q], after, 0, name);
 		}
 	if (!rc)
-		rc = exchange(L, pass, p, send, p->send_rows, recv, p->recv_rows, TAG_DISPATCH, done);
-
-	starpu_data_handle_t sorted = NULL, work = NULL, outs = NULL;
+		rc = exchange_rows(L, pass, p, send, p->send_rows, recv, p->recv_rows, width, elsize, phase, done);
 	if (!rc && p->M > 0) {
-		sorted = rmoe_act_vector(pass, L, p->M * L->H);
-		rc = submit_sort(L, p, RMOE_SORT_BY_EXPERT, recv, sorted, "sort-by-expert", *done);
+		*sorted = rmoe_temp_vector(pass, p->M * width, elsize);
+		rc = submit_sort_rows(L, p, RMOE_SORT_BY_EXPERT, width, recv, *sorted, "sort-by-expert", *done);
+		/* Released before the fence the next stage waits for is
+		 * submitted (release order, file head). */
 		release_all(recv, N);
-		work = rmoe_act_vector(pass, L, p->M * 3 * L->F);
-		outs = rmoe_act_vector(pass, L, p->M * L->H);
 		if (!rc)
-			rc = rmoe_pass_expert_ffn(L, NULL, sorted, L->h_w_part, L->e_local, L->F, p->rows_per_expert,
-			                            p->M, work, outs, 0, "expert-ffn");
-		if (keep_sorted) {
-			*keep_sorted = sorted;
-			*keep_work = work;
-		} else {
-			starpu_data_unregister_submit(sorted);
-			starpu_data_unregister_submit(work);
-		}
-		/* combine preprocess: unsort to one buffer per source rank */
-		for (int q = 0; q < N; q++)
-			if (p->recv_rows[q] > 0)
-				ret_out[q] = rmoe_act_vector(pass, L, p->recv_rows[q] * L->H);
-		if (!rc)
-			rc = submit_sort(L, p, RMOE_UNSORT_TO_PEERS, ret_out, outs, "unsort", NULL);
-		starpu_data_unregister_submit(outs);
+			rc = written(L, pass, *sorted, next);
 	}
-	release_all(recv, N);
-	if (!rc)
-		rc = exchange(L, pass, p, ret_out, p->recv_rows, back, p->send_rows, TAG_COMBINE, done);
-	release_all(ret_out, N);
+	if (block) {
+		release_all(send, N);
+		release_all(recv, N);
+	}
 	free(block);
+	return rc;
+}
+
+/* Sorted rows (width elements) back toward the ranks of their tokens,
+ * one buffer per source rank into ret: unsorted, or (weights, the sorted
+ * probabilities) scaled by them on the way, through the plan's map. */
+static int rows_to_tokens(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
+                          starpu_data_handle_t sorted, int64_t width, size_t elsize, starpu_data_handle_t weights,
+                          starpu_data_handle_t map, starpu_data_handle_t *ret, const char *name)
+{
+	if (p->M == 0)
+		return 0;
+	for (int q = 0; q < p->N; q++)
+		if (p->recv_rows[q] > 0)
+			ret[q] = rmoe_temp_vector(pass, p->recv_rows[q] * width, elsize);
+	if (!weights)
+		return submit_sort_rows(L, p, RMOE_UNSORT_TO_PEERS, width, ret, sorted, name, NULL);
+	int rc = 0;
+	for (int q = 0, first = 0; q < p->N && !rc; first += (int)p->recv_rows[q], q++)
+		if (ret[q]) {
+			struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+			struct rmoe_pair_slice s = {first, p->recv_rows[q], width, 1};
+			rc = rmoe_insert_gather(&o, &s, sorted, map, weights, ret[q]);
+		}
+	return rc;
+}
+
+/* The received rows' place among the sorted ones (the plan's map), host
+ * memory of the layer registered for this pass (counted in it). */
+static starpu_data_handle_t unsort_map(struct rmoe_pass *pass, const struct rmoe_a2a_plan *p)
+{
+	return p->M > 0 ? rmoe_host_vector(pass, p->unsort_map, p->M, sizeof(int32_t)) : NULL;
+}
+
+/* Per-peer buffers of my pairs (rows of width) added at their tokens
+ * (width H, topk K, unweighted) or pairs (width 1, topk 1). */
+static int add_at_pairs(struct rmoe_layer *L, const struct rmoe_a2a_plan *p, starpu_data_handle_t *back, int64_t width,
+                        int64_t topk, starpu_data_handle_t dst, const char *name)
+{
+	int rc = 0;
+	for (int q = 0; q < p->N && !rc; q++)
+		if (p->send_rows[q] > 0) {
+			struct rmoe_task_opts o = rmoe_opts(L, name, 0);
+			struct rmoe_pair_slice s = {p->send_first[q], p->send_rows[q], width, topk};
+			rc = rmoe_insert_scatter_add(&o, &s, back[q], L->h_pair_order, NULL, dst);
+		}
 	return rc;
 }
 
 int rmoe_alltoall_megatron_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
-	struct starpu_task *done = NULL;
 	int rc = rmoe_a2a_plan_build(L, pass);
+	if (rc)
+		return rc;
 	const struct rmoe_a2a_plan *p = L->a2a;
-	starpu_data_handle_t *back = calloc((size_t)L->N, sizeof(*back));
-	if (!rc && !back)
-		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
+	const int N = p->N;
+	starpu_data_handle_t *block = calloc((size_t)(2 * N), sizeof(*block));
+	if (!block)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	starpu_data_handle_t *ret = peers(block, N, 0), *back = peers(block, N, 1);
+	struct starpu_task *done = NULL, *next = NULL;
+	starpu_data_handle_t xs = NULL, gs = NULL, map = unsort_map(pass, p);
+	/* dispatch: the rows, then the probabilities beside them */
+	rc = rows_to_experts(L, pass, p, L->h_x, L->H, L->K, L->act, TAG_DISPATCH, NULL, &done, &xs, &next, "permute");
 	if (!rc)
-		rc = dispatch_compute_combine(L, pass, p, back, NULL, NULL, &done);
-	/* combine postprocess: weighted unpermute into y */
-	for (int q = 0; q < L->N && !rc; q++)
-		if (p->send_rows[q] > 0)
-			rc = rmoe_pass_scatter_add(L, &L->own, back[q], p->send_first[q], p->send_rows[q], 1, y, 0,
-			                             "unpermute");
-	release_all(back, L->N);
-	free(back);
-	return rc;
-}
-
-/* Megatron's backward (file head): recompute, then the reverse path. */
-int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
-                                    starpu_data_handle_t dx)
-{
-	const int N = L->N;
-	const struct rmoe_a2a_plan *p;
-	int rc = rmoe_a2a_plan_get(L, &p);
-	starpu_data_handle_t *block = calloc((size_t)(5 * N), sizeof(*block));
-	starpu_data_handle_t *back = peers(block, N, 0), *dout = peers(block, N, 1), *drecv = peers(block, N, 2);
-	starpu_data_handle_t *dxsend = peers(block, N, 3), *dxback = peers(block, N, 4);
-	if (!rc && !block)
-		rc = rmoe_error(RMOE_ENOMEM, "out of host memory");
-
-	/* Recompute of the whole block, keeping what autograd would save. */
-	starpu_data_handle_t sorted = NULL, work = NULL;
-	struct starpu_task *done = NULL;
-	if (!rc)
-		rc = dispatch_compute_combine(L, pass, p, back, &sorted, &work, &done);
-
-	/* combine postprocess backward: dg = <dy, out>, dout = g dy */
-	for (int q = 0; q < N && !rc; q++)
-		if (p->send_rows[q] > 0) {
-			dout[q] = rmoe_act_vector(pass, L, p->send_rows[q] * L->H);
-			rc = submit_unpermute_bwd(L, dy, back[q], p->send_first[q], p->send_rows[q], dout[q], done);
-		}
-	release_all(back, N);
-	if (!rc)
-		rc = exchange(L, pass, p, dout, p->send_rows, drecv, p->recv_rows, TAG_DOUT, &done);
-
+		rc = rows_to_experts(L, pass, p, L->h_topk_w, 1, 1, sizeof(float), TAG_PROBS, next, &done, &gs, &next,
+		                     "permute-probs");
 	if (!rc && p->M > 0) {
-		starpu_data_handle_t dsorted = rmoe_act_vector(pass, L, p->M * L->H);
-		rc = submit_sort(L, p, RMOE_SORT_BY_EXPERT, drecv, dsorted, "sort-by-expert", done);
-		release_all(drecv, N);
-		starpu_data_handle_t dxs = rmoe_act_vector(pass, L, p->M * L->H);
-		struct rmoe_task_opts o = rmoe_opts(L, "expert-bwd", 0);
+		starpu_data_handle_t work = rmoe_act_vector(pass, L, p->M * 3 * L->F);
+		starpu_data_handle_t outs = rmoe_act_vector(pass, L, p->M * L->H);
 		struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p->M, p->rows_per_expert};
-		if (!rc)
-			rc = rmoe_insert_expert_bwd_preweighted(&o, &es, 0, sorted, dsorted, L->h_w_part, work, dxs,
-			                                        L->h_dw_part);
-		/* Before the unsort, which waits for the expert backward too
-		 * (release order, file head). */
-		starpu_data_unregister_submit(dsorted);
-		starpu_data_unregister_submit(sorted);
+		struct rmoe_task_opts o = rmoe_opts(L, "expert-ffn", 0);
+		o.after = next;
+		rc = rmoe_insert_expert_ffn(&o, &es, xs, L->h_w_part, work, outs);
+		starpu_data_unregister_submit(xs);
 		starpu_data_unregister_submit(work);
-		sorted = work = NULL;
-		for (int q = 0; q < N; q++)
-			if (p->recv_rows[q] > 0)
-				dxsend[q] = rmoe_act_vector(pass, L, p->recv_rows[q] * L->H);
+		xs = NULL;
+		/* combine preprocess: scaled by the probabilities, unsorted */
 		if (!rc)
-			rc = submit_sort(L, p, RMOE_UNSORT_TO_PEERS, dxsend, dxs, "unsort", NULL);
-		starpu_data_unregister_submit(dxs);
-	} else if (!rc) {
-		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+			rc = rows_to_tokens(L, pass, p, outs, L->H, L->act, gs, map, ret, "unsort");
+		starpu_data_unregister_submit(outs);
 	}
-	if (sorted)
-		starpu_data_unregister_submit(sorted);
-	if (work)
-		starpu_data_unregister_submit(work);
-	release_all(drecv, N);
+	if (xs)
+		starpu_data_unregister_submit(xs);
+	if (gs)
+		starpu_data_unregister_submit(gs);
+	if (map)
+		starpu_data_unregister_submit(map);
 	if (!rc)
-		rc = exchange(L, pass, p, dxsend, p->recv_rows, dxback, p->send_rows, TAG_DX, &done);
-	/* dispatch preprocess backward: unpermute (sum over k) into dx */
-	for (int q = 0; q < N && !rc; q++)
-		if (p->send_rows[q] > 0)
-			rc = rmoe_pass_scatter_add(L, &L->own, dxback[q], p->send_first[q], p->send_rows[q], 0, dx, 0,
-			                             "unpermute-dx");
-	release_all(dxsend, N);
-	release_all(dxback, N);
+		rc = exchange_rows(L, pass, p, ret, p->recv_rows, back, p->send_rows, L->H, L->act, TAG_COMBINE, &done);
+	/* combine postprocess: the unpermute, without probabilities */
+	if (!rc)
+		rc = add_at_pairs(L, p, back, L->H, L->K, y, "unpermute");
+	release_all(ret, N);
+	release_all(back, N);
 	free(block);
 	return rc;
 }
 
+/* The weighted SwiGLU's backward on the sorted rows, after the task after:
+ * the probabilities gs applied, their gradients produced into *dgs, the
+ * rows' dx left over xs (the pair-weighted kernel, identity pair order). */
+static int expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_expert_shape *es,
+                           starpu_data_handle_t xs, starpu_data_handle_t dys, starpu_data_handle_t gs,
+                           starpu_data_handle_t work, struct starpu_task *after, starpu_data_handle_t *dgs)
+{
+	starpu_data_handle_t order = rmoe_a2a_identity(L, es->rows);
+	*dgs = rmoe_temp_vector(pass, es->rows, sizeof(float));
+	/* The kernel writes every row's dg, but StarPU reads a buffer that a
+	 * task updates (STARPU_RW): it must hold values first. */
+	struct rmoe_task_opts o = rmoe_opts(L, "zero-dg-rows", 0);
+	o.after = after;
+	int rc = rmoe_insert_zero(&o, es->rows, *dgs);
+	o = rmoe_opts(L, "expert-bwd", 0);
+	if (!rc)
+		rc = rmoe_insert_expert_bwd_pairs(&o, es, 0, 1, 0, xs, dys, L->h_w_part, order, gs, work, NULL, *dgs,
+		                                  L->h_dw_part);
+	starpu_data_unregister_submit(order);
+	return rc;
+}
 
+/* Megatron's backward (file head): the recompute, then the reverse path. */
+int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                                    starpu_data_handle_t dx)
+{
+	const struct rmoe_a2a_plan *p;
+	int rc = rmoe_a2a_plan_get(L, &p);
+	if (rc)
+		return rc;
+	const int N = p->N;
+	const size_t f32 = sizeof(float);
+	starpu_data_handle_t *block = calloc((size_t)(4 * N), sizeof(*block));
+	if (!block)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	starpu_data_handle_t *dxsend = peers(block, N, 0), *dxback = peers(block, N, 1);
+	starpu_data_handle_t *dgsend = peers(block, N, 2), *dgback = peers(block, N, 3);
+	/* dg arrives as additions at the pairs (scatter-add): from zero. */
+	rc = rmoe_pass_zero(NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
+	if (!rc && p->M == 0)
+		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+	/* The identity pair order of the sorted rows (K = 1: row i is pair i,
+	 * its probability gs[i], its gradient dgs[i]). */
+	pass->resident += 4 * p->M;
+	if (!rc)
+		rc = rmoe_a2a_identity_grow(L, p->M);
+
+	struct starpu_task *done = NULL, *next = NULL;
+	starpu_data_handle_t xs = NULL, gs = NULL, dys = NULL, work = NULL, dgs = NULL;
+	/* The recompute: dispatch of the rows and probabilities, the experts
+	 * up to the SwiGLU output (what autograd keeps); no combine. */
+	if (!rc)
+		rc = rows_to_experts(L, pass, p, L->h_x, L->H, L->K, L->act, TAG_DISPATCH, NULL, &done, &xs, &next,
+		                     "permute");
+	if (!rc)
+		rc = rows_to_experts(L, pass, p, L->h_topk_w, 1, 1, f32, TAG_PROBS, next, &done, &gs, &next,
+		                     "permute-probs");
+	struct rmoe_expert_shape es = {L->H, L->F, L->e_local, p->M, p->rows_per_expert};
+	if (!rc && p->M > 0) {
+		work = rmoe_act_vector(pass, L, p->M * 4 * L->F);
+		struct rmoe_task_opts o = rmoe_opts(L, "recompute", 0);
+		o.after = next;
+		rc = rmoe_insert_expert_ffn(&o, &es, xs, L->h_w_part, work, NULL);
+		if (!rc)
+			rc = written(L, pass, work, &next);
+	}
+	/* unpermute backward (no probabilities: dy at each pair's token),
+	 * the combine's all-to-all backward, the unsort's backward */
+	if (!rc)
+		rc = rows_to_experts(L, pass, p, dy, L->H, L->K, L->act, TAG_DOUT, next, &done, &dys, &next,
+		                     "unpermute-bwd");
+	if (!rc && p->M > 0)
+		rc = expert_backward(L, pass, &es, xs, dys, gs, work, next, &dgs);
+	for (starpu_data_handle_t *h = (starpu_data_handle_t[]){dys, gs, work}, *end = h + 3; h < end; h++)
+		if (*h)
+			starpu_data_unregister_submit(*h);
+	/* the sort's backward: dx rows and the probabilities' gradients back */
+	if (!rc)
+		rc = rows_to_tokens(L, pass, p, xs, L->H, L->act, NULL, NULL, dxsend, "unsort");
+	if (!rc)
+		rc = rows_to_tokens(L, pass, p, dgs, 1, f32, NULL, NULL, dgsend, "unsort-dprobs");
+	if (xs)
+		starpu_data_unregister_submit(xs);
+	if (dgs)
+		starpu_data_unregister_submit(dgs);
+	if (!rc)
+		rc = exchange_rows(L, pass, p, dxsend, p->recv_rows, dxback, p->send_rows, L->H, L->act, TAG_DX, &done);
+	/* the permute's backward: the rows' dx summed over k into dx */
+	if (!rc)
+		rc = add_at_pairs(L, p, dxback, L->H, L->K, dx, "unpermute-dx");
+	release_all(dxback, N);
+	if (!rc)
+		rc = exchange_rows(L, pass, p, dgsend, p->recv_rows, dgback, p->send_rows, 1, f32, TAG_DPROBS, &done);
+	if (!rc)
+		rc = add_at_pairs(L, p, dgback, 1, 1, L->h_dg, "unpermute-dprobs");
+	release_all(dxsend, N);
+	release_all(dgsend, N);
+	release_all(dgback, N);
+	free(block);
+	return rc;
+}

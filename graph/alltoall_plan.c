@@ -26,6 +26,7 @@ void rmoe_a2a_plan_free(struct rmoe_a2a_plan *p)
 	free(p->send_first);
 	free(p->peer_counts);
 	free(p->peer_offsets);
+	free(p->unsort_map);
 	free(p);
 }
 
@@ -88,6 +89,18 @@ static int plan_fill(struct rmoe_layer *L, struct rmoe_pass *pass, struct rmoe_a
 			p->M += c;
 		}
 	}
+	p->unsort_map = malloc((size_t)(p->M > 0 ? p->M : 1) * sizeof(int32_t));
+	if (!p->unsort_map)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+	int64_t j = 0;
+	for (int q = 0; q < N; q++)
+		for (int64_t e = 0, at = 0; e < el; at += p->rows_per_expert[e], e++) {
+			int64_t before = 0;
+			for (int r = 0; r < q; r++)
+				before += p->chunk_rows[r * el + e];
+			for (int64_t i = 0; i < p->chunk_rows[q * el + e]; i++)
+				p->unsort_map[j++] = (int32_t)(at + before + i);
+		}
 	return plan_chunks(L, p);
 }
 

@@ -20,6 +20,9 @@ struct rmoe_a2a_plan {
 	int64_t M;                        /* rows my experts compute */
 	int32_t *peer_counts;             /* [N * E] */
 	int64_t *peer_offsets;            /* [N * (E + 1)]: prefix sums of each rank's counts */
+	/* [M]: for the received rows in peer order (peer, local expert, row),
+	 * their place among the rows sorted by (local expert, peer). */
+	int32_t *unsort_map;
 	/* The blocks in chunks of at most the layer's chunk rows (a whole
 	 * block without): send[q] of my pairs for q (rows of my pair order),
 	 * recv[q] of q's pairs for me (rows of q's pair order: the same split

@@ -24,8 +24,9 @@
  * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
  *   number in flight (RMOE_A2A_DEPTH per role), the ring's pair-weighted
  *   kernel in the backward (2H + 4F per row).
- * - a2a-megatron: the stages of graph/alltoall_megatron.c, all T*K rows
- *   at once, ordered as collectives on a stream.
+ * - a2a-megatron (Megatron Core 0.13's alltoall dispatcher): the stages of
+ *   graph/alltoall_megatron.c, all T*K rows at once, ordered as collectives
+ *   on a stream.
  */
 #include <math.h>
 #include <string.h>
@@ -188,25 +189,36 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		break;
 	}
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON: {
-		/* Megatron-LM's (graph/alltoall_megatron.c), stage by stage, each
-		 * exchange ordered as a collective on a stream by data
-		 * dependencies (receives posted once its inputs exist, sent
-		 * buffers freed before the next stage's first task); the backward
-		 * keeps the recomputed sorted input, work and returned outputs as
-		 * autograd would. */
-		/* rows of my own tokens that stay here */
-		const int64_t own = even;
-		/* one exchange of rows: my pairs' sent, the peers' received */
-		const int64_t ex = P + M - own;
-		int64_t f1 = ex * H, f2 = 2 * M * H, f3 = M * (2 * H + 3 * F);
-		int64_t f5 = M * H + (P - own) * H;
-		fwd = s * max2(max2(f1, f2), max2(f3, f5));
-		/* recompute (f1, f2), expert backward, unsort, the dx exchange
-		 * with the kept outputs, unpermute */
-		int64_t b4 = M * (3 * H + 3 * F), b5 = M * (2 * H + 3 * F) + (P - own) * H;
-		int64_t b6 = M * (H + 3 * F) + 2 * P * H;
-		bwd = s * max2(max2(f1, f2), max2(max2(b4, b5), b6));
-		largest = max2(largest, s * max2(M * H, M * 3 * F));
+		/* Megatron Core 0.13's MoEAlltoAllTokenDispatcher (the
+		 * probabilities exchanged beside the tokens and applied in the
+		 * expert, the unpermute without them; graph/alltoall_megatron.c),
+		 * stage by stage, each exchange ordered as a collective on a
+		 * stream by data dependencies (receives posted once its inputs
+		 * exist, sent buffers freed before the next stage's first task).
+		 * One exchange of rows holds my pairs' sent and the peers'
+		 * received (my own handed over): ex rows; of probabilities, ex
+		 * 4-byte values. The unsort map (4M, host memory of the pass)
+		 * lives throughout, as the backward's identity pair order. */
+		const int64_t own = even, ex = P + M - own;
+		/* forward: x exchanged, sorted; probabilities exchanged and
+		 * sorted beside the sorted x; the experts (x, [M,3F], outputs,
+		 * probabilities); outputs scaled and unsorted; the combine
+		 * exchange */
+		int64_t f1 = s * ex * H, f2 = s * 2 * M * H, f3 = s * M * H + 4 * ex, f4 = s * M * H + 8 * M;
+		int64_t f5 = s * M * (2 * H + 3 * F) + 4 * M, f6 = s * 2 * M * H + 4 * M;
+		fwd = max2(max2(max2(f1, f2), max2(f3, f4)), max2(f5, f6)) + 4 * M;
+		/* backward: the recompute's dispatch (as f1 to f4); the
+		 * recompute into [M,4F] beside the sorted x and probabilities
+		 * (kept as autograd keeps them); dy exchanged and sorted beside
+		 * them; the expert backward adds the probabilities' gradients;
+		 * dx rows and those gradients unsorted; the dx exchange beside
+		 * the unsorted gradients; theirs */
+		int64_t kept = s * M * (H + 4 * F) + 4 * M;
+		int64_t b6 = kept + s * ex * H, b7 = kept + s * 2 * M * H, b8 = kept + s * M * H + 4 * M;
+		int64_t b9 = s * 2 * M * H + 8 * M, b10 = s * ex * H + 4 * M, b11 = 4 * ex;
+		bwd = max2(max2(max2(f1, f2), max2(f3, f4)), max2(max2(max2(kept, b6), max2(b7, b8)),
+		                                                max2(b9, max2(b10, b11)))) + 4 * M;
+		largest = max2(largest, s * max2(M * H, M * 4 * F));
 		fwd = max2(fwd, shared);
 		bwd = max2(bwd, shared);
 		o->fixed_backward = o->resident_backward + bwd;

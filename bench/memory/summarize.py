@@ -32,9 +32,10 @@ MIB = 1024.0 * 1024.0
 GIB = 1024.0 * MIB
 DISPATCHERS = ("ring", "token", "a2a", "a2a-megatron")
 RINGS = ("ring", "token")
-# The two all-to-all baselines: `a2a` with the ring's kernel discipline (the
-# strongest all-to-all the project can write), `a2a-megatron` with
-# Megatron-LM's buffers (the paper's baseline).
+# The two all-to-all baselines: `a2a`, pipelined per peer and chunk with the
+# ring's kernel discipline (the strongest all-to-all the project can write),
+# `a2a-megatron`, Megatron Core 0.13's alltoall dispatcher (the paper's
+# baseline, as Megatron runs it today).
 BASELINES = ("a2a", "a2a-megatron")
 LABEL = {"ring": "ring, expert routing", "token": "ring, token routing", "a2a": "all-to-all (lean)",
          "a2a-megatron": "all-to-all (Megatron)"}

@@ -104,29 +104,35 @@ static void test_memory_model_ring_token_by_hand(void **state)
 	assert_int_equal(e.dynamic_backward, 192 + 64 + 256);
 }
 
-/* All-to-all, 2 ranks, stage by stage (graph/alltoall.c), in floats:
+/* Megatron Core's all-to-all, 2 ranks, stage by stage
+ * (graph/alltoall_megatron.c), in bytes (activations 4 bytes, 2 per row;
+ * probabilities 4 bytes each). An exchange holds my 8 pairs' rows sent
+ * and the peer's 4 received (my own 4 handed over): 12 rows.
  * forward
- *   dispatch: the permuted rows to send, all P = 8 of them (2 floats each:
- *   16), and those received (M - own = 4 rows: 8), the own ones handed
- *   over: 24;
- *   the sort: received (8 rows: 16) and sorted (16): 32;
- *   the experts: sorted (16), workspace (8 * 3F = 72), outputs (16): 104;
- *   the combine: unsorted outputs (16) and what came back (4 rows: 8): 24;
- *   peak 104 floats = 416 bytes.
- * backward (recompute, then the reverse path, keeping sorted input and
- * workspace as autograd would)
- *   after the combine back: kept sorted (16), work (72), returned (16),
- *   back rows (16): 120; the dout stage: kept (16 + 72), returned outputs
- *   (16) and dout rows to send (8): 112; the expert backward: kept (16 +
- *   72), dout sorted (16), dx rows (16) = 120; peak 120 floats = 480 bytes. */
+ *   x exchanged: 12 rows: 96; sorted: received and sorted (2 * 8 rows): 128;
+ *   probabilities exchanged beside the sorted x: 64 + 12 * 4 = 112; sorted:
+ *   64 + 2 * 8 * 4 = 128;
+ *   the experts: sorted x, workspace [8, 3F] and outputs, 8 * (2H + 3F)
+ *   floats = 416, and the probabilities (32): 448;
+ *   scaled and unsorted: outputs and unsorted (128) and probabilities (32):
+ *   160; the combine exchange 96;
+ *   peak 448, and the unsort map (8 int32: 32) throughout: 480.
+ * backward
+ *   the recompute's dispatch as above (at most 128); the recompute keeps
+ *   sorted x (64), workspace [8, 4F] (384) and probabilities (32): 480;
+ *   dy exchanged beside them: 480 + 96 = 576; sorted: 480 + 128 = 608;
+ *   the expert backward: 480 + dy sorted (64) + dg rows (32) = 576;
+ *   dx rows and dg unsorted: 128 + 64 = 192; the dx exchange beside the
+ *   unsorted dg: 96 + 32; the dg exchange: 48;
+ *   peak 608, and the identity pair order (32) throughout: 640. */
 static void test_memory_model_alltoall_megatron_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL_MEGATRON);
-	assert_int_equal(e.dynamic_forward, 104 * 4);
-	assert_int_equal(e.dynamic_backward, 120 * 4);
-	/* The largest buffer: the experts' workspace, 8 rows of 3F. */
-	assert_int_equal(e.largest_buffer, 72 * 4);
+	assert_int_equal(e.dynamic_forward, 480);
+	assert_int_equal(e.dynamic_backward, 640);
+	/* The largest buffer: the recompute's workspace, 8 rows of 4F. */
+	assert_int_equal(e.largest_buffer, 96 * 4);
 }
 
 /* The lean all-to-all, same layer (graph/alltoall_fwd.c, alltoall_bwd.c):
