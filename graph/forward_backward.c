@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_system.h"
 
@@ -226,7 +227,10 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 		return rc;
 	rmoe_task_status_reset(L->tasks);
 	*t0 = starpu_timing_now();
-	return rmoe_tags_reserve(L->ctx, RMOE_PASS_TAGS(L->N), &pass->tag_base);
+	int64_t tags = RMOE_PASS_TAGS(L->N);
+	if (L->dispatch == RMOE_DISPATCH_ALLTOALL && rmoe_a2a_tags(L) > tags)
+		tags = rmoe_a2a_tags(L);
+	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
 }
 
 /* A pass's end once its tasks have ended (rmoe_pass_finish): what failed
@@ -281,7 +285,7 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		rc = dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
-		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_megatron_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_RING_TOKEN:
 		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);

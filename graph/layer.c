@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "rmoe_config.h"
+#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_plan.h"
 
@@ -101,6 +102,7 @@ static void layer_free(struct rmoe_layer *L)
 	free(L->expert_offsets);
 	free(L->iota);
 	free(L->tasks);
+	rmoe_a2a_plan_free(L->a2a);
 	free(L->ring);
 	free(L);
 }

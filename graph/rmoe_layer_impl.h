@@ -22,6 +22,8 @@ struct rmoe_routing {
 	const int64_t *offsets;
 };
 
+struct rmoe_a2a_plan;
+
 struct rmoe_layer {
 	rmoe_ctx *ctx;
 	struct rmoe_layer_config cfg;     /* as planned: the dispatch that runs, the chunk rows */
@@ -52,6 +54,9 @@ struct rmoe_layer {
 	 * (alltoall.c), grown to the largest row count seen, kept to the end. */
 	int32_t *iota;
 	int64_t iota_n;
+	/* The all-to-alls' plan, built by the forward from every rank's expert
+	 * counts and kept for the backward (alltoall_plan.c). */
+	struct rmoe_a2a_plan *a2a;
 
 	/* Their handles (home node: main memory), registered once. */
 	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;

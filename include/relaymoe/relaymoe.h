@@ -148,13 +148,15 @@ RMOE_API int rmoe_ctx_ring_order(const rmoe_ctx *ctx, int *order);
 typedef struct rmoe_layer rmoe_layer;
 
 enum rmoe_dispatch {
-	RMOE_DISPATCH_ALLTOALL = 0,    /* permute / all-to-all / unpermute, backward with the ring's
-	                                * pair-weighted expert kernel (lean buffers) */
+	RMOE_DISPATCH_ALLTOALL = 0,    /* permute / all-to-all / unpermute pipelined per peer and
+	                                * chunk, backward with the ring's pair-weighted expert kernel
+	                                * (lean buffers; chunk_rows and mem_cap apply) */
 	RMOE_DISPATCH_RING_EXPERT = 1, /* expert weights circulate (paper §3.1) */
 	RMOE_DISPATCH_RING_TOKEN = 2,  /* token activations circulate (paper §3.2) */
 	RMOE_DISPATCH_AUTO = 3,        /* chosen at creation from per-hop volumes (Table 2) */
-	RMOE_DISPATCH_ALLTOALL_MEGATRON = 4, /* the all-to-all with Megatron-LM's buffers: backward
-	                                      * recomputes the whole block, preweighted expert backward */
+	RMOE_DISPATCH_ALLTOALL_MEGATRON = 4, /* Megatron Core 0.13's alltoall dispatcher: probabilities
+	                                      * exchanged and applied in the expert, unpermute without
+	                                      * them; backward recomputes dispatch and experts */
 };
 
 enum rmoe_dtype {
