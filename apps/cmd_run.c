@@ -43,10 +43,13 @@ static const char *usage_head =
 	"Runs one MoE layer (router, top-k, SwiGLU experts) forward and backward on N\n"
 	"ranks, with the ring dispatcher of RelayMoE and two all-to-all baselines side\n"
 	"by side, and reports time, memory and the difference between them. a2a is\n"
-	"the lean all-to-all (its backward runs the ring's pair-weighted expert\n"
-	"kernel on exchanged x and dy rows); a2a-megatron keeps Megatron-LM's buffers\n"
-	"(the backward recomputes the whole block, then unpermute backward and a\n"
-	"preweighted expert backward).\n"
+	"the lean all-to-all: pipelined per peer and chunk, rows received in expert\n"
+	"order, --chunk-rows and --mem-cap as for the ring, its backward the ring's\n"
+	"pair-weighted expert kernel on exchanged x and dy rows; a2a-megatron is\n"
+	"Megatron Core 0.13's alltoall token dispatcher (through 0.15): routing\n"
+	"probabilities exchanged beside the tokens and applied in the expert, the\n"
+	"unpermute without them, the backward recomputing dispatch and experts, no\n"
+	"combine outputs kept.\n"
 	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
 	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a and a2a-megatron.\n"
 	"\n";
@@ -67,7 +70,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
-		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
+		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 		{"norm-topk", RMOE_OPT_FLAG, &r->norm_topk, 0, 0, NULL, "renormalise the top-k probabilities (the default, unless the preset's model does not)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
@@ -145,41 +148,13 @@ struct outcome {
 	double resident, rss, sent;     /* bytes, max over ranks */
 	double largest_temp;
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
-	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
+	double skew;                    /* busiest hop (rings, a2a) or rank (a2a-megatron) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
 	double heap_fwd, heap_bwd;      /* the heap figure (peak_heap_*), bytes, max over ranks */
 	double fb_med, fb_min, fb_max;  /* forward+backward per repetition: median and range, ms */
 	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
-
-/* Routing skew as the memory model takes it, from every rank's top-k
- * choices: rows[r][q] = pairs of rank r's tokens routed to partition q. */
-static void routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring,
-                         double *a2a)
-{
-	/* The ring's hops visit N*parts partitions (parts per rank, --partitions). */
-	const int N = p->nranks, parts = p->cfg.partitions > 1 ? (int)p->cfg.partitions : 1, Q = N * parts;
-	const int64_t P = p->cfg.tokens * p->cfg.topk, per = p->e_local / parts;
-	int64_t *mine = calloc((size_t)Q, sizeof(int64_t)), *all = calloc((size_t)N * Q, sizeof(int64_t));
-	for (int64_t i = 0; i < P; i++)
-		mine[topk_idx[i] / per]++;
-	MPI_Allgather(mine, Q, MPI_INT64_T, all, Q, MPI_INT64_T, MPI_COMM_WORLD);
-	int64_t hop = 0, rank = 0;
-	for (int q = 0; q < N; q++) {
-		int64_t col = 0;
-		for (int r = 0; r < N; r++)
-			for (int g = q * parts; g < (q + 1) * parts; g++) {
-				hop = all[r * Q + g] > hop ? all[r * Q + g] : hop;
-				col += all[r * Q + g];
-			}
-		rank = col > rank ? col : rank;
-	}
-	*ring = fmin((double)Q, fmax(1.0, (double)hop * Q / (double)P));
-	*a2a = fmax(1.0, (double)rank / (double)P);
-	free(mine);
-	free(all);
-}
 
 static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
 {
@@ -228,10 +203,10 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	cfg.dispatch = d;
 	/* The cap and the partitions shape the rings' hops; the all-to-all
 	 * builds its buffers whole. */
-	if (rmoe_dispatch_alltoall(d)) {
-		cfg.mem_cap = 0;
+	if (rmoe_dispatch_alltoall(d))
 		cfg.partitions = 1;
-	}
+	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
+		cfg.mem_cap = 0;
 	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
@@ -325,8 +300,10 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	/* Simulated: no output exists, the routing is the synthetic uniform one
 	 * (skew 1) and no task sampled memory: the peaks are the model's. */
 	if (!RMOE_SIMULATED)
-		routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
-	out->skew = rmoe_dispatch_alltoall(c->d) ? skew_a2a : skew_ring;
+		rmoe_problem_routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
+	/* a2a's chunks are blocks of one rank's pairs for one partition, as a
+	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
+	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
 	model_peaks(prob, out);
 	if (RMOE_SIMULATED) {
 		out->peak_fwd = out->model_fwd;
@@ -631,10 +608,11 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && !rmoe_dispatch_alltoall(out[i].d))
-			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
-			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, (long long)out[i].chunk_rows,
-			             fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
+		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON)
+			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
+			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB,
+			             out[i].d == RMOE_DISPATCH_ALLTOALL ? "exchanged blocks" : "hops",
+			             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
 #ifdef RMOE_SIMGRID
 	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
 	             "(model), no task samples memory in a simulation; exec peak = peak above the %.1f MiB "

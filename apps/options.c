@@ -64,5 +64,6 @@ int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_confi
 		return RMOE_EINVAL;
 	}
 	cfg->mem_cap = o->mem_cap;
+	cfg->window = (int)o->window;
 	return 0;
 }

@@ -64,6 +64,7 @@ struct rmoe_ring_opts {
 	const char *dtype;         /* f32 | bf16 */
 	const char *ring_order;    /* planned | rank */
 	int64_t mem_cap;           /* bytes; 0: none */
+	int64_t window;            /* the rings' receive buffers per relayed kind; 0: default */
 };
 #define RMOE_RING_OPTIONS(o)                                                                                   \
 	{"dtype", RMOE_OPT_STRING, &(o)->dtype, 0, 0, "f32|bf16",                                              \
@@ -71,7 +72,9 @@ struct rmoe_ring_opts {
 	{"ring-order", RMOE_OPT_STRING, &(o)->ring_order, 0, 0, "planned|rank",                               \
 	 "the ring: planned from the topology, or rank order", NULL},                                          \
 	{"mem-cap", RMOE_OPT_SIZE, &(o)->mem_cap, 1, 9e18, "BYTES",                                           \
-	 "keep each ring layer's peak under BYTES (e.g. 64M): hops in chunks", NULL}
+	 "keep each ring layer's and a2a's peak under BYTES (e.g. 64M): hops or blocks in chunks", NULL},      \
+	{"window", RMOE_OPT_INT, &(o)->window, 0, 1e6, "W",                                                   \
+	 "rings: receive at most W hops ahead of what was consumed (W >= 2; 0: default 2)", NULL}
 
 /* The seed every random tensor of the command is drawn from. */
 #define RMOE_SEED_OPTION(dst)                                                                                  \
@@ -89,7 +92,8 @@ int rmoe_app_options(const struct rmoe_opt_set *sets, size_t nsets, int argc, ch
 int rmoe_app_shape_config(const struct rmoe_preset_opts *p, const struct rmoe_shape_opts *s,
                           struct rmoe_layer_config *cfg, char *msg, size_t len);
 
-/* The element type and the memory cap into cfg, the ring order checked;
+/* The element type, the memory cap and the window into cfg, the ring
+ * order checked (the window by rmoe_config_check);
  * 0 or RMOE_EINVAL with msg naming the value. */
 int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_config *cfg, char *msg, size_t len);
 

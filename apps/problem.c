@@ -298,6 +298,34 @@ int rmoe_problem_run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const s
 	return rc;
 }
 
+/* Routing skew as the memory model takes it, from every rank's top-k
+ * choices: rows[r][q] = pairs of rank r's tokens routed to partition q. */
+void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring,
+                         double *a2a)
+{
+	/* The ring's hops visit N*parts partitions (parts per rank, --partitions). */
+	const int N = p->nranks, parts = p->cfg.partitions > 1 ? (int)p->cfg.partitions : 1, Q = N * parts;
+	const int64_t P = p->cfg.tokens * p->cfg.topk, per = p->e_local / parts;
+	int64_t *mine = calloc((size_t)Q, sizeof(int64_t)), *all = calloc((size_t)N * Q, sizeof(int64_t));
+	for (int64_t i = 0; i < P; i++)
+		mine[topk_idx[i] / per]++;
+	MPI_Allgather(mine, Q, MPI_INT64_T, all, Q, MPI_INT64_T, MPI_COMM_WORLD);
+	int64_t hop = 0, rank = 0;
+	for (int q = 0; q < N; q++) {
+		int64_t col = 0;
+		for (int r = 0; r < N; r++)
+			for (int g = q * parts; g < (q + 1) * parts; g++) {
+				hop = all[r * Q + g] > hop ? all[r * Q + g] : hop;
+				col += all[r * Q + g];
+			}
+		rank = col > rank ? col : rank;
+	}
+	*ring = fmin((double)Q, fmax(1.0, (double)hop * Q / (double)P));
+	*a2a = fmax(1.0, (double)rank / (double)P);
+	free(mine);
+	free(all);
+}
+
 void rmoe_results_free(struct rmoe_results *r)
 {
 	free(r->y);

@@ -58,6 +58,7 @@ static void rmoe_expert_bwd_cpu(void *buffers[], void *cl_arg)
 {
 	const struct rmoe_expert_args *a = cl_arg;
 	void *p[10];
+	rmoe_cl_test_delay();
 	if (expert_bwd_unpack(buffers, a, p))
 		return;
 	if (a->mode == RMOE_BWD_PREWEIGHTED) {

@@ -21,6 +21,7 @@ static int expert_ffn_unpack(const char *op, void *buffers[], const struct rmoe_
 static void expert_ffn_cpu(const char *op, void *buffers[], const struct rmoe_expert_args *a, int with_down)
 {
 	void *p[4] = {NULL};
+	rmoe_cl_test_delay();
 	if (!expert_ffn_unpack(op, buffers, a, with_down, p))
 		rmoe_kernel_expert_ffn(a->hidden, a->ffn, a->n_experts, a->rows_per_expert, a->rows, p[0], p[1], p[2], p[3]);
 }

@@ -80,6 +80,7 @@ module relaymoe
     integer(c_int) :: check_finite
     real(c_double) :: wait_timeout
     integer(c_int64_t) :: partitions
+    integer(c_int) :: window
   end type
 
   type, bind(c), public :: rmoe_layer_stats

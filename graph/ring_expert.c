@@ -3,11 +3,12 @@
  * N ranks on a ring (order from the plan); rank r owns partition P_r (its
  * experts). At hop h the rank at ring position i holds the partition of the
  * rank at position i - h, arrived from its left neighbour, and computes the
- * pairs of its own tokens routed to that partition. Weights are double
- * buffered: while hop h computes on one buffer, that buffer is sent right and
- * the next partition is received into the other; StarPU orders the receive
- * into a buffer after the previous hop's readers of it (write after read),
- * which is exactly the double buffering. No buffer of T*K rows exists: the
+ * pairs of its own tokens routed to that partition. Weights arrive in the
+ * window's slots (double buffering by default): while hop h computes on one
+ * buffer, that buffer is sent right and the next partition is received into
+ * another; StarPU orders the receive into a slot after the readers of the
+ * hop it held (write after read), and the left neighbour sends only once
+ * that has happened (the credits of flow.c). No buffer of T*K rows exists: the
  * largest temporaries are one hop's (or one chunk's) matched rows.
  *
  * Backward: the weights circulate again; each hop reconstructs the visiting
@@ -47,38 +48,90 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 	return rc;
 }
 
+/* The ring's slots of one relayed kind: hop h in slot h mod window
+ * (flow.c), at most N of them ever used. NULL when out of memory. */
+static starpu_data_handle_t *slots_alloc(struct rmoe_layer *L, struct rmoe_pass *pass, int *n)
+{
+	*n = L->window < L->N ? L->window : L->N;
+	starpu_data_handle_t *s = calloc((size_t)*n, sizeof(*s));
+	for (int i = 0; s && i < *n; i++)
+		s[i] = rmoe_act_vector(pass, L, L->part_floats);
+	return s;
+}
+
+/* Held to the pass's end (rmoe_pass_hold), then the array freed. */
+static void slots_hold(struct rmoe_pass *pass, starpu_data_handle_t *s, int n)
+{
+	for (int i = 0; s && i < n; i++)
+		rmoe_pass_hold(pass, s[i]);
+	free(s);
+}
+
+/* Sends h, which the right neighbour receives as its hop rh into a slot of
+ * credit kind kind first used at hop first: after its credit when the slot
+ * is reused (flow.c). */
+static int send_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int kind, int rh,
+                    int first, int64_t tag, int prio)
+{
+	int rc = 0;
+	if (rmoe_flow_needed(L, rh, first)) {
+		starpu_data_handle_t credit;
+		rc = rmoe_flow_await(L, pass, rmoe_flow_tag(L, pass, kind, rh), &credit);
+		if (!rc)
+			rc = rmoe_flow_gate(L, pass, credit, h);
+	}
+	return rc ? rc : rmoe_send(L, pass, h, L->right, tag, prio, NULL, NULL);
+}
+
+/* Receives this rank's hop h into slot: granted first when the slot is
+ * reused (flow.c). */
+static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t slot, int kind, int h,
+                    int first, int64_t tag)
+{
+	int rc = 0;
+	if (rmoe_flow_needed(L, h, first))
+		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, kind, h), &slot, 1);
+	return rc ? rc : rmoe_recv(L, slot, L->left, tag);
+}
+
+/* Credit kinds and the hop at which their slots are first used: weights
+ * from hop 1 (hop 0 holds the owner's), gradients from hop 0. */
+enum { CREDIT_WEIGHTS, CREDIT_GRADIENTS };
+enum { FIRST_WEIGHTS = 1, FIRST_GRADIENTS = 0 };
+
+/* The weights' relay of hop h: hold leaves for the right, the next
+ * partition arrives into next. */
+static int relay_weights(struct rmoe_layer *L, struct rmoe_pass *pass, int h, starpu_data_handle_t hold,
+                         starpu_data_handle_t next, int64_t tag)
+{
+	int rc = send_hop(L, pass, hold, CREDIT_WEIGHTS, h + 1, FIRST_WEIGHTS, tag, rmoe_prio_hop(h, L->N) + 1);
+	return rc ? rc : recv_hop(L, pass, next, CREDIT_WEIGHTS, h + 1, FIRST_WEIGHTS, tag);
+}
+
 int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
 	const int N = L->N, overlap = L->cfg.overlap;
-	starpu_data_handle_t rb[2] = {NULL, NULL};
-	if (N > 1) {
-		rb[0] = rmoe_act_vector(pass, L, L->part_floats);
-		rb[1] = rmoe_act_vector(pass, L, L->part_floats);
-	}
+	int W = 0;
+	starpu_data_handle_t *rb = N > 1 ? slots_alloc(L, pass, &W) : NULL;
+	if (N > 1 && !rb)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
 	int rc = 0;
 	for (int h = 0; h < N && !rc; h++) {
-		starpu_data_handle_t hold = h == 0 ? L->h_w_part : rb[h % 2];
-		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % 2] : NULL;
+		starpu_data_handle_t hold = h == 0 ? L->h_w_part : rb[h % L->window];
+		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % L->window] : NULL;
 		int64_t tag = pass->tag_base + h;
-		if (next && overlap) {
-			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1, NULL, NULL);
-			if (!rc)
-				rc = rmoe_recv(L, next, L->left, tag);
-		}
+		if (next && overlap)
+			rc = relay_weights(L, pass, h, hold, next, tag);
 		if (!rc)
 			rc = forward_hop(L, pass, h, hold, y);
 		if (!rc && next && !overlap) {
 			starpu_task_wait_for_all();
-			rc = rmoe_send(L, pass, hold, L->right, tag, rmoe_prio_hop(h, N) + 1, NULL, NULL);
+			rc = relay_weights(L, pass, h, hold, next, tag);
 			if (!rc)
-				rc = rmoe_recv(L, next, L->left, tag);
-			if (!rc)
-				rc = rmoe_wait_data(next);
+				rc = rmoe_wait_data(pass->wait, next);
 		}
 	}
-	for (int i = 0; i < 2; i++)
-		if (rb[i])
-			rmoe_pass_hold(pass, rb[i]);
+	slots_hold(pass, rb, W);
 	return rc;
 }
 
@@ -105,29 +158,31 @@ static int64_t backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                               starpu_data_handle_t dx)
 {
-	const int N = L->N, overlap = L->cfg.overlap;
+	const int N = L->N, overlap = L->cfg.overlap, W = L->window;
 	const int64_t tag_w = pass->tag_base, tag_g = pass->tag_base + N, tag_final = pass->tag_base + 2 * N;
-	starpu_data_handle_t rb[2] = {NULL, NULL}, gb[2] = {NULL, NULL};
-	if (N > 1)
-		for (int i = 0; i < 2; i++) {
-			rb[i] = rmoe_act_vector(pass, L, L->part_floats);
-			gb[i] = rmoe_act_vector(pass, L, L->part_floats);
+	int nrb = 0, ngb = 0;
+	starpu_data_handle_t *rb = NULL, *gb = NULL;
+	if (N > 1) {
+		rb = slots_alloc(L, pass, &nrb);
+		gb = slots_alloc(L, pass, &ngb);
+		if (!rb || !gb) {
+			slots_hold(pass, rb, nrb);
+			slots_hold(pass, gb, ngb);
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
 		}
+	}
 	int rc = 0;
 	for (int h = 0; h < N && !rc; h++) {
 		int prio = rmoe_prio_hop(h, N);
-		starpu_data_handle_t hold = h == 0 ? L->h_w_part : rb[h % 2];
-		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % 2] : NULL;
+		starpu_data_handle_t hold = h == 0 ? L->h_w_part : rb[h % W];
+		starpu_data_handle_t next = h < N - 1 ? rb[(h + 1) % W] : NULL;
 		/* G of the visiting partition; with one rank, the owner's gradient. */
-		starpu_data_handle_t acc = N == 1 ? L->h_dw_part : gb[h % 2];
-		if (next && overlap) {
-			rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1, NULL, NULL);
-			if (!rc)
-				rc = rmoe_recv(L, next, L->left, tag_w + h);
-		}
+		starpu_data_handle_t acc = N == 1 ? L->h_dw_part : gb[h % W];
+		if (next && overlap)
+			rc = relay_weights(L, pass, h, hold, next, tag_w + h);
 		/* Posted before the hop's compute: it arrives while we compute. */
 		if (!rc && h >= 1 && overlap)
-			rc = rmoe_recv(L, acc, L->left, tag_g + h);
+			rc = recv_hop(L, pass, acc, CREDIT_GRADIENTS, h, FIRST_GRADIENTS, tag_g + h);
 		if (rc)
 			break;
 
@@ -136,9 +191,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		starpu_data_handle_t partial = h == 0 ? acc : rmoe_act_vector(pass, L, L->part_floats);
 		int64_t nchunks = backward_hop(L, pass, h, hold, dy, dx, partial, &rc);
 		if (!rc && nchunks == 0 && h == 0)
-			rc = rmoe_pass_zero(NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
+			rc = rmoe_pass_zero(L, NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
 		if (!rc && nchunks > 0 && h >= 1)
-			rc = rmoe_pass_accumulate(pass, partial, acc, L->part_floats, prio,
+			rc = rmoe_pass_accumulate(L, pass, partial, acc, L->part_floats, prio,
 			                            rmoe_task_name("grad-accumulate", h));
 		if (h >= 1)
 			starpu_data_unregister_submit(partial);
@@ -147,16 +202,14 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 
 		if (!overlap) {
 			starpu_task_wait_for_all();
-			if (next) {
-				rc = rmoe_send(L, pass, hold, L->right, tag_w + h, prio + 1, NULL, NULL);
-				if (!rc)
-					rc = rmoe_recv(L, next, L->left, tag_w + h);
-			}
+			if (next)
+				rc = relay_weights(L, pass, h, hold, next, tag_w + h);
 		}
 		if (!rc && h < N - 1) {
-			rc = rmoe_send(L, pass, acc, L->right, tag_g + h + 1, prio + 1, NULL, NULL);
+			rc = send_hop(L, pass, acc, CREDIT_GRADIENTS, h + 1, FIRST_GRADIENTS, tag_g + h + 1, prio + 1);
 			if (!rc && !overlap)
-				rc = rmoe_recv(L, gb[(h + 1) % 2], L->left, tag_g + h + 1);
+				rc = recv_hop(L, pass, gb[(h + 1) % W], CREDIT_GRADIENTS, h + 1, FIRST_GRADIENTS,
+				              tag_g + h + 1);
 		} else if (!rc) {
 			/* The gradient-only return: rank at position i finishes the G of
 			 * position i+1's partition and hands it to its owner. */
@@ -165,16 +218,12 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 				rc = rmoe_recv(L, L->h_dw_part, L->left, tag_final);
 		}
 		if (!rc && !overlap && next) {
-			rc = rmoe_wait_data(next);
+			rc = rmoe_wait_data(pass->wait, next);
 			if (!rc)
-				rc = rmoe_wait_data(gb[(h + 1) % 2]);
+				rc = rmoe_wait_data(pass->wait, gb[(h + 1) % W]);
 		}
 	}
-	for (int i = 0; i < 2; i++) {
-		if (rb[i])
-			rmoe_pass_hold(pass, rb[i]);
-		if (gb[i])
-			rmoe_pass_hold(pass, gb[i]);
-	}
+	slots_hold(pass, rb, nrb);
+	slots_hold(pass, gb, ngb);
 	return rc;
 }

@@ -8,7 +8,8 @@
  * partition has met every expert: the rank at position i then holds the
  * finished Y of position i+1, and one transfer returns it to its owner.
  *
- * Buffers are double-buffered per kind as in expert routing. The inputs (x,
+ * Buffers are in the window's slots per kind, credited, as in expert
+ * routing (flow.c). The inputs (x,
  * routing) leave for the right as soon as the hop starts, since they are only
  * read. The accumulators travel a hop behind them, like the gradients of
  * expert routing (§3.1): a hop computes into a local partial without waiting
@@ -31,7 +32,8 @@ enum kind { X, DY, ORDER, WEIGHTS, ACC, DG, NKINDS };
 struct token_ring {
 	int32_t *counts;                  /* [N * E] every rank's expert counts */
 	int64_t *offsets;                 /* [N * (E+1)] their prefix sums */
-	starpu_data_handle_t buf[NKINDS][2];
+	int nslots;                       /* min(window, N): hop h in slot h mod window */
+	starpu_data_handle_t *buf[NKINDS];  /* [nslots] per kind; NULL: a kind not relayed */
 };
 
 static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R, int backward)
@@ -56,10 +58,14 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 	const int64_t n[NKINDS] = {TH, TH, TK, TK, TH, TK};
 	/* Activations in the layer's element type; routing stays 4-byte. */
 	const size_t el[NKINDS] = {L->act, L->act, sizeof(int32_t), sizeof(float), L->act, sizeof(float)};
+	R->nslots = L->window < N ? L->window : N;
 	for (int k = 0; k < NKINDS; k++) {
 		if (!backward && (k == DY || k == DG))
 			continue;
-		for (int b = 0; b < 2; b++)
+		R->buf[k] = calloc((size_t)R->nslots, sizeof(starpu_data_handle_t));
+		if (!R->buf[k])
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
+		for (int b = 0; b < R->nslots; b++)
 			R->buf[k][b] = rmoe_temp_vector(pass, n[k], el[k]);
 	}
 	return 0;
@@ -67,10 +73,11 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 
 static void ring_free(struct rmoe_pass *pass, struct token_ring *R)
 {
-	for (int k = 0; k < NKINDS; k++)
-		for (int b = 0; b < 2; b++)
-			if (R->buf[k][b])
-				rmoe_pass_hold(pass, R->buf[k][b]);
+	for (int k = 0; k < NKINDS; k++) {
+		for (int b = 0; R->buf[k] && b < R->nslots; b++)
+			rmoe_pass_hold(pass, R->buf[k][b]);
+		free(R->buf[k]);
+	}
 	free(R->counts);
 	free(R->offsets);
 }
@@ -80,6 +87,45 @@ static void ring_free(struct rmoe_pass *pass, struct token_ring *R)
  * its end. compute_hop submits the hop's tasks on the held handles. */
 typedef int (*hop_fn)(struct rmoe_layer *L, struct rmoe_pass *pass, int h, starpu_data_handle_t *held,
                       const struct rmoe_routing *rt, int *dw_written);
+
+/* The receives of hop rh (inputs and accumulators) into their slots, after
+ * its credit to the left when the slots are reused (flow.c). */
+static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R, int rh, const int *inputs,
+                    int ninputs, const int *accs, int naccs, int64_t tag)
+{
+	const int slot = rh % L->window;
+	int rc = 0;
+	if (rmoe_flow_needed(L, rh, 1)) {
+		starpu_data_handle_t s[NKINDS];
+		for (int i = 0; i < ninputs; i++)
+			s[i] = R->buf[inputs[i]][slot];
+		for (int i = 0; i < naccs; i++)
+			s[ninputs + i] = R->buf[accs[i]][slot];
+		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, 0, rh), s, ninputs + naccs);
+	}
+	for (int i = 0; i < ninputs && !rc; i++)
+		rc = rmoe_recv(L, R->buf[inputs[i]][slot], L->left, tag + inputs[i]);
+	for (int i = 0; i < naccs && !rc; i++)
+		rc = rmoe_recv(L, R->buf[accs[i]][slot], L->left, tag + accs[i]);
+	return rc;
+}
+
+/* Sends held[kinds[i]] right as the right neighbour's hop rh, after the
+ * credit of that hop (*credit, received at the first send that needs it). */
+static int send_kinds(struct rmoe_layer *L, struct rmoe_pass *pass, int rh, starpu_data_handle_t *held,
+                      const int *kinds, int n, int64_t tag, int prio, starpu_data_handle_t *credit)
+{
+	int rc = 0;
+	if (rmoe_flow_needed(L, rh, 1) && !*credit)
+		rc = rmoe_flow_await(L, pass, rmoe_flow_tag(L, pass, 0, rh), credit);
+	for (int i = 0; i < n && !rc; i++) {
+		if (*credit)
+			rc = rmoe_flow_gate(L, pass, *credit, held[kinds[i]]);
+		if (!rc)
+			rc = rmoe_send(L, pass, held[kinds[i]], L->right, tag + kinds[i], prio, NULL, NULL);
+	}
+	return rc;
+}
 
 static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R,
                     starpu_data_handle_t own[NKINDS], const int *inputs, int ninputs, const int *accs,
@@ -93,52 +139,42 @@ static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 		int src = L->ring[(L->ring_pos - h + N) % N];    /* whose tokens we hold */
 		int prio = rmoe_prio_hop(h, N);
 		int last = h == N - 1;
-		starpu_data_handle_t held[NKINDS];
+		starpu_data_handle_t held[NKINDS], credit = NULL;
 		for (int k = 0; k < NKINDS; k++)
-			held[k] = h == 0 ? own[k] : R->buf[k][h % 2];
+			held[k] = h == 0 || !R->buf[k] ? own[k] : R->buf[k][h % L->window];
 		struct rmoe_routing rt = {held[ORDER], held[WEIGHTS], held[DG],
 		                          R->offsets + (int64_t)src * (L->E + 1)};
 		int64_t tag = tag0 + (int64_t)h * NKINDS;
-		if (!last && overlap)
-			for (int i = 0; i < ninputs && !rc; i++) {
-				int k = inputs[i];
-				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1, NULL, NULL);
-				if (!rc)
-					rc = rmoe_recv(L, R->buf[k][(h + 1) % 2], L->left, tag + k);
-			}
-		for (int i = 0; i < naccs && !rc && !last && overlap; i++)
-			rc = rmoe_recv(L, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
+		if (!last && overlap) {
+			rc = send_kinds(L, pass, h + 1, held, inputs, ninputs, tag, prio + 1, &credit);
+			if (!rc)
+				rc = recv_hop(L, pass, R, h + 1, inputs, ninputs, accs, naccs, tag);
+		}
 		if (!rc)
 			rc = compute_hop(L, pass, h, held, &rt, dw_written);
 		if (rc || N == 1)
 			break;
 		if (!overlap)
 			starpu_task_wait_for_all();
-		for (int i = 0; i < naccs && !rc; i++) {
+		if (!last)
+			rc = send_kinds(L, pass, h + 1, held, accs, naccs, tag, prio + 1, &credit);
+		for (int i = 0; i < naccs && !rc && last; i++) {
+			/* The finished accumulators of position i+1 go home. */
 			int k = accs[i];
-			if (!last)
-				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1, NULL, NULL);
-			else {
-				/* The finished accumulators of position i+1 go home. */
-				int64_t ret_tag = tag0 + (int64_t)N * NKINDS + k;
-				rc = rmoe_send(L, pass, held[k], L->right, ret_tag, prio + 1, NULL, NULL);
-				if (!rc)
-					rc = rmoe_recv(L, own[k], L->left, ret_tag);
-			}
+			int64_t ret_tag = tag0 + (int64_t)N * NKINDS + k;
+			rc = rmoe_send(L, pass, held[k], L->right, ret_tag, prio + 1, NULL, NULL);
+			if (!rc)
+				rc = rmoe_recv(L, own[k], L->left, ret_tag);
 		}
 		if (!last && !overlap) {
-			for (int i = 0; i < ninputs && !rc; i++) {
-				int k = inputs[i];
-				rc = rmoe_send(L, pass, held[k], L->right, tag + k, prio + 1, NULL, NULL);
-				if (!rc)
-					rc = rmoe_recv(L, R->buf[k][(h + 1) % 2], L->left, tag + k);
-			}
-			for (int i = 0; i < naccs && !rc; i++)
-				rc = rmoe_recv(L, R->buf[accs[i]][(h + 1) % 2], L->left, tag + accs[i]);
+			rc = rc ? rc : send_kinds(L, pass, h + 1, held, inputs, ninputs, tag, prio + 1, &credit);
+			if (!rc)
+				rc = recv_hop(L, pass, R, h + 1, inputs, ninputs, accs, naccs, tag);
+			const int slot = (h + 1) % L->window;
 			for (int i = 0; i < ninputs && !rc; i++)
-				rc = rmoe_wait_data(R->buf[inputs[i]][(h + 1) % 2]);
+				rc = rmoe_wait_data(pass->wait, R->buf[inputs[i]][slot]);
 			for (int i = 0; i < naccs && !rc; i++)
-				rc = rmoe_wait_data(R->buf[accs[i]][(h + 1) % 2]);
+				rc = rmoe_wait_data(pass->wait, R->buf[accs[i]][slot]);
 		}
 	}
 	return rc;
@@ -160,13 +196,13 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 	const int64_t TH = L->T * L->H;
 	if (h > 0 && n > 0) {
 		acc = rmoe_act_vector(pass, L, TH);
-		rc = rmoe_pass_zero(pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
+		rc = rmoe_pass_zero(L, pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
 	}
 	for (int64_t c = 0; c < n && !rc; c++)
 		rc = rmoe_chunk_forward(L, pass, rt, held[X], L->h_w_part, &chunks[c], acc, prio, h);
 	if (acc != held[ACC]) {
 		if (!rc)
-			rc = rmoe_pass_accumulate(pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+			rc = rmoe_pass_accumulate(L, pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
 		starpu_data_unregister_submit(acc);
 	}
 	rmoe_chunks_free(chunks, n);
@@ -203,9 +239,9 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	if (h > 0 && n > 0) {
 		dx = rmoe_act_vector(pass, L, TH);
 		part.dg = rmoe_temp_vector(pass, TK, sizeof(float));
-		rc = rmoe_pass_zero(pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
+		rc = rmoe_pass_zero(L, pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
 		if (!rc)
-			rc = rmoe_pass_zero(pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
+			rc = rmoe_pass_zero(L, pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
 		rt = &part;
 	}
 	for (int64_t c = 0; c < n && !rc; c++) {
@@ -216,9 +252,9 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	if (dx != held[ACC]) {
 		/* dg first: the gate goes to the larger dx addition. */
 		if (!rc)
-			rc = rmoe_pass_accumulate(NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
+			rc = rmoe_pass_accumulate(L, NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
 		if (!rc)
-			rc = rmoe_pass_accumulate(pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+			rc = rmoe_pass_accumulate(L, pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
 		starpu_data_unregister_submit(dx);
 		starpu_data_unregister_submit(part.dg);
 	}
@@ -236,12 +272,12 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int dw_written = 0;
 	/* Partials add into dg (dx starts zeroed by the layer): clear it. */
 	if (!rc)
-		rc = rmoe_pass_zero(NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
+		rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
-		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	ring_free(pass, &R);
 	return rc;
 }

@@ -10,6 +10,7 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#include "rmoe_collective.h"
 #include "rmoe_layer_impl.h"
 
 /* A transfer of a pass watched for the message of a stalled pass
@@ -21,6 +22,12 @@ struct rmoe_watch {
 	const char *what;             /* the data, in the message's words */
 };
 
+/* The StarPU-MPI tags a pass of N ranks reserves from tag_base: 8N + 8 for
+ * its data (the graphs' own layouts), then RMOE_CREDIT_KINDS * N for the
+ * credits of its ring (flow.c). */
+#define RMOE_CREDIT_KINDS 2
+#define RMOE_PASS_TAGS(N) (8 * (int64_t)(N) + 8 + RMOE_CREDIT_KINDS * (int64_t)(N))
+
 /* What a pass's graph needs to know and what it reports back. */
 struct rmoe_pass {
 	int backward;
@@ -28,7 +35,10 @@ struct rmoe_pass {
 	int64_t bytes_sent;
 	int64_t largest_temporary;
 	int64_t resident;         /* bytes registered from host memory for this pass */
+	struct rmoe_wait *wait;   /* the call's waits (rmoe_collective.h) */
 	int host_waits;           /* made while the dispatch graph was submitted */
+	int agreed;               /* its failure is already agreed on every rank */
+	int64_t oversized;        /* an element count no StarPU vector holds (buffers.c); 0: none */
 	struct starpu_task *window;   /* see window.c */
 	struct starpu_task *gate;     /* the next expert backward waits for it (window.c) */
 	struct starpu_task **anchors;
@@ -37,6 +47,8 @@ struct rmoe_pass {
 	int nheld, capheld;
 	struct rmoe_watch *watched;   /* transfers named when the pass stalls */
 	int nwatched, capwatched;
+	int32_t *credits;             /* the words of the ring's credits (flow.c) */
+	int ncredits, capcredits;
 };
 
 /* A ring's relay buffer (weights, gradients, travelling tokens) stays

@@ -25,6 +25,41 @@ int rmoe_recv(struct rmoe_layer *L, starpu_data_handle_t h, int src, int64_t tag
 int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
                     int received, const char *what);
 
+/* Flow control of a ring's relay (flow.c). A ring of L->window slots per
+ * relayed kind receives hop h into slot h mod window. StarPU-MPI 1.3 takes a
+ * message whose receive is not yet posted into a buffer of its own, outside
+ * StarPU's accounting (_starpu_mpi_receive_early_data); so a sender waits
+ * for a credit before it sends hop h, which the receiver sends once the
+ * slot's earlier hop, h - window, has released it.
+ *
+ * rmoe_flow_needed: whether the receive of hop h into a ring whose slots
+ * are first used at hop first waits for a credit. */
+static inline int rmoe_flow_needed(const struct rmoe_layer *L, int h, int first)
+{
+	return h - L->window >= first;
+}
+
+/* The credit tag of hop h of kind kind (0 .. RMOE_CREDIT_KINDS-1). */
+static inline int64_t rmoe_flow_tag(const struct rmoe_layer *L, const struct rmoe_pass *pass, int kind, int h)
+{
+	return pass->tag_base + 8 * (int64_t)L->N + 8 + (int64_t)kind * L->N + h;
+}
+
+/* Receiver: after every earlier access of slots (n of them, NULL ignored),
+ * a credit to the left neighbour on tag. Call before the receives into the
+ * slots are submitted, which then wait for the same accesses. */
+int rmoe_flow_grant(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, const starpu_data_handle_t *slots,
+                    int n);
+
+/* Sender: the receive of the right neighbour's credit on tag, into
+ * *credit, for rmoe_flow_gate. */
+int rmoe_flow_await(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, starpu_data_handle_t *credit);
+
+/* Sender: every later access of h (its send) waits for credit. Call just
+ * before the send of h. */
+int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t credit,
+                   starpu_data_handle_t h);
+
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
  * [N * E], rank order; blocks until they are here: the host sizes buffers
  * from them. */

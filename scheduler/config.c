@@ -31,6 +31,12 @@ void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg)
 	cfg->deterministic = 0;
 	cfg->check_finite = 0;
 	cfg->wait_timeout = 0;
+	cfg->window = 0;
+}
+
+int rmoe_config_window(const struct rmoe_layer_config *cfg)
+{
+	return cfg->window > 0 ? cfg->window : RMOE_WINDOW_DEFAULT;
 }
 
 static const char *const dispatch_names[] = {
@@ -122,6 +128,14 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 	if (c->chunk_rows < 0)
 		return rmoe_error(RMOE_EINVAL, "chunk_rows = %lld: expected 0 (whole hop) or a row count",
 		                  (long long)c->chunk_rows);
+	/* A relay forwards hop h out of the buffer it received it in while
+	 * hop h+1 arrives: with one buffer per rank, every rank would wait for
+	 * its right neighbour to free the buffer it is itself sending from. */
+	if (c->window < 0 || c->window == 1)
+		return rmoe_error(RMOE_EINVAL,
+		                  "window = %d: expected 0 (default %d) or at least 2 receive buffers per relayed "
+		                  "kind (a ring relays hop h from one buffer while hop h+1 arrives in another)",
+		                  c->window, RMOE_WINDOW_DEFAULT);
 	if (c->norm_topk != 0 && c->norm_topk != 1)
 		return rmoe_error(RMOE_EINVAL, "norm_topk = %d: expected 0 or 1", c->norm_topk);
 	if (c->overlap != 0 && c->overlap != 1)
@@ -200,6 +214,7 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = rmoe_hash_i64(h, c->dtype);
 	h = rmoe_hash_i64(h, c->chunk_rows);
 	h = rmoe_hash_i64(h, c->partitions > 1 ? c->partitions : 1);
+	h = rmoe_hash_i64(h, rmoe_config_window(c));
 	h = rmoe_hash_i64(h, c->overlap);
 	h = rmoe_hash_i64(h, c->deterministic);
 	h = rmoe_hash_i64(h, c->mem_cap);

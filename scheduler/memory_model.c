@@ -2,8 +2,8 @@
  *
  * Notation (one rank): T tokens, P = T*K pairs, N ranks, W the floats of one
  * partition's weights (E/N experts of 3*H*F/ETP), r the rows of the busiest
- * hop (skew * P/N, or the chunk size), M the rows the busiest rank's experts
- * compute in the all-to-all (skew * P). s is the element size of activations
+ * hop or of a2a's busiest exchanged block (skew * P/N, or the chunk size), M
+ * the rows the busiest rank's experts compute in a2a-megatron (skew * P). s is the element size of activations
  * and weights; routing (indices, weights, probabilities) stays 4-byte.
  *
  * Resident, every dispatcher (graph/layer.c, forward_backward.c): router and its gradient (H*E),
@@ -13,21 +13,21 @@
  * plus the caller's y (forward) or dy and dx (backward).
  *
  * Temporaries (StarPU-allocated, the graphs in graph/):
- * - ring expert routing: two weight receive buffers (one with two ranks),
- *   backward also two gradient relay buffers and one partial gradient (the
+ * - ring expert routing: min(window, N-1) weight receive buffers (window 2
+ *   by default: two, one with two ranks), backward also min(window, N)
+ *   gradient relay buffers and one partial gradient (the
  *   gate of window.c); one hop's rows at a time (the window of window.c):
  *   forward gathered x, work [r,3F], out [r,H]; backward gathered x (consumed
  *   into dx), gathered dy, work [r,4F].
- * - ring token routing: two of each travelling buffer (x, routing, the
+ * - ring token routing: min(window, N-1) of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of window.c).
- * - all-to-all: the stages of graph/alltoall.c, each exchange ordered as a
- *   collective on a stream by data dependencies, not by host waits
- *   (receives posted once its inputs exist, sent buffers freed before the
- *   next stage's first task). The lean backward (a2a) exchanges x, dy and
- *   g rows one kind after the other and runs the ring's pair-weighted
- *   kernel on them (2H + 4F per row); Megatron's (a2a-megatron) keeps the
- *   recomputed sorted input, work and returned outputs as autograd would.
+ * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
+ *   number in flight (RMOE_A2A_DEPTH per role), the ring's pair-weighted
+ *   kernel in the backward (2H + 4F per row).
+ * - a2a-megatron (Megatron Core 0.13's alltoall dispatcher): the stages of
+ *   graph/alltoall_megatron.c, all T*K rows at once, ordered as collectives
+ *   on a stream.
  */
 #include <math.h>
 #include <string.h>
@@ -58,6 +58,7 @@ void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_lay
 	c->shared_gated = cfg->shared_gated;
 	c->chunk_rows = cfg->chunk_rows;
 	c->partitions = cfg->partitions;
+	c->window = rmoe_config_window(cfg);
 	c->dtype_bytes = cfg->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
 }
 
@@ -87,6 +88,9 @@ static int check(const struct rmoe_mem_config *c)
 	if (!(c->skew >= 1.0) || c->skew > (double)(c->nranks * parts))
 		return rmoe_error(RMOE_EINVAL, "memory model: skew = %g, expected 1 <= skew <= %lld partitions",
 		                  c->skew, (long long)(c->nranks * parts));
+	if (c->window < 0 || c->window == 1)
+		return rmoe_error(RMOE_EINVAL, "memory model: window = %lld, expected 0 (default) or at least 2",
+		                  (long long)c->window);
 	if (c->chunk_rows < 0 || c->shared_ffn < 0 || c->partitions < 0)
 		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows, shared_ffn and partitions must not be negative");
 	return 0;
@@ -113,6 +117,10 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	if (c->chunk_rows > 0 && r > c->chunk_rows)
 		r = c->chunk_rows;
 	const int64_t M = (int64_t)ceil(c->skew * (double)P);
+	/* Ring slots per relayed kind (graph/flow.c): hop h is received into
+	 * slot h mod window, and a neighbour sends it only once the slot is
+	 * free, so no message waits outside them. */
+	const int64_t window = c->window > 0 ? c->window : RMOE_WINDOW_DEFAULT;
 
 	/* The router and the gated shared expert's gate [H] (Qwen2-MoE), with
 	 * their gradients, are 4-byte. */
@@ -134,15 +142,14 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	int64_t fwd = 0, bwd = 0, largest = max2(Fs > 0 ? T * 3 * Fs * s : 0, T * H * s);
 	switch (d) {
 	case RMOE_DISPATCH_RING_EXPERT: {
-		/* Receive buffers: with two ranks one is ever used, otherwise two.
-		 * Backward adds the gradient relay (the accumulator being summed and
-		 * the one still leaving for the right) and one partial gradient
-		 * (window.c's gate). */
-		int64_t rbufs = N > 2 ? 2 : N - 1;
-		/* gradient buffers: the one being summed and the one leaving for
-		 * the right (with two ranks the latter is freed once its transfer
-		 * completes, which the cap cannot count on) */
-		int64_t gbufs = N > 1 ? 2 : 0;
+		/* Receive buffers: hops 1..N-1 arrive in window slots, so
+		 * min(window, N-1) of them are ever used (two by default, one with
+		 * two ranks). Backward adds the gradient relay, whose slots also
+		 * serve hop 0 (min(window, N): by default the accumulator being
+		 * summed and the one still leaving for the right), and one partial
+		 * gradient (window.c's gate). */
+		int64_t rbufs = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
+		int64_t gbufs = N > 1 ? (window < N ? window : N) : 0;
 		int64_t relay_f = rbufs * W * s;
 		int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
 		fwd = max2(shared, relay_f + r * (2 * H + 3 * F) * s);
@@ -157,7 +164,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		 * hop 1 on a hop computes into partials (forward: outputs [T,H];
 		 * backward: dx [T,H] and dg [T,K]) added into the visiting
 		 * accumulators once they arrive. */
-		int64_t sets = N > 2 ? 2 : N - 1;
+		int64_t sets = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
 		int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
 		int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
 		int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
@@ -168,36 +175,65 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		largest = max2(largest, r * max2(H, 4 * F) * s);
 		break;
 	}
-	case RMOE_DISPATCH_ALLTOALL:
+	case RMOE_DISPATCH_ALLTOALL: {
+		/* The lean all-to-all (graph/alltoall_fwd.c, alltoall_bwd.c):
+		 * chunks of at most r rows (a block of one rank's pairs for one
+		 * partition, as a ring hop, or the chunk rows), at most
+		 * RMOE_A2A_DEPTH of them in flight in each role (fewer where there
+		 * are fewer chunks: unchunked, N blocks in, N - 1 out).
+		 * As the owner of experts, one chunk computing at a time (forward
+		 * x, [r,3F], outputs: 2H + 3F per row; backward x (its dx in
+		 * place), dy, [r,4F]: 2H + 4F, g and dg) and the others received
+		 * or waiting to go back (forward H; backward x and dy, 2H, and g).
+		 * As a sender of tokens: the permuted rows until sent and the
+		 * results until added (forward x and outputs, 2H; backward x, dy
+		 * and g out, dx and dg back, 3H and 2 routing values). The
+		 * backward's identity pair order (4r, host memory of the pass)
+		 * lives throughout. */
+		const int64_t D = RMOE_A2A_DEPTH;
+		const int64_t block = N == 1 ? P : (int64_t)ceil(c->skew * (double)P / (double)N);
+		const int chunked = c->chunk_rows > 0 && c->chunk_rows < block;
+		const int64_t in_exp = chunked ? D : (N < D ? N : D);
+		const int64_t in_tok = N == 1 ? 0 : chunked ? D : (N - 1 < D ? N - 1 : D);
+		fwd = max2(shared, r * ((2 * H + 3 * F) * s + (in_exp - 1) * H * s + in_tok * 2 * H * s));
+		bwd = max2(shared, r * ((2 * H + 4 * F) * s + 8 + (in_exp - 1) * (2 * H * s + 4) +
+		                        in_tok * (3 * H * s + 8) + 4));
+		o->fixed_backward = o->resident_backward;
+		o->per_row_backward = (2 * H + 4 * F) * s + 12 + (in_exp - 1) * (2 * H * s + 4) + in_tok * (3 * H * s + 8);
+		largest = max2(largest, r * max2(H, 4 * F) * s);
+		break;
+	}
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON: {
-		/* rows of my own tokens that stay here */
-		const int64_t own = even;
-		/* one exchange of rows: my pairs' sent, the peers' received */
-		const int64_t ex = P + M - own;
-		int64_t f1 = ex * H, f2 = 2 * M * H, f3 = M * (2 * H + 3 * F);
-		int64_t f5 = M * H + (P - own) * H;
-		fwd = s * max2(max2(f1, f2), max2(f3, f5));
-		if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON) {
-			/* recompute (f1, f2), expert backward, unsort, the dx
-			 * exchange with the kept outputs, unpermute */
-			int64_t b4 = M * (3 * H + 3 * F), b5 = M * (2 * H + 3 * F) + (P - own) * H;
-			int64_t b6 = M * (H + 3 * F) + 2 * P * H;
-			bwd = s * max2(max2(f1, f2), max2(max2(b4, b5), b6));
-			largest = max2(largest, s * max2(M * H, M * 3 * F));
-		} else {
-			/* The lean graph's stages (graph/alltoall.c), in order: x
-			 * exchanged (f1) and sorted (f2); dy exchanged and sorted
-			 * beside the sorted x; g (4-byte) exchanged and sorted; the
-			 * pair-weighted expert backward on x, dy, work [M,4F], g and
-			 * dg [M]; dx rows and dg unsorted to the peers; the dx
-			 * exchange beside the unsorted dg. The identity pair order
-			 * (4M, host memory of the pass) lives throughout. */
-			int64_t b3 = s * (M * H + ex * H), b4 = s * 3 * M * H;
-			int64_t b5 = s * 2 * M * H + 4 * ex, b6 = s * 2 * M * H + 8 * M;
-			int64_t b7 = s * M * (2 * H + 4 * F) + 8 * M, b9 = s * (M + P - own) * H + 4 * M;
-			bwd = max2(s * max2(f1, f2), max2(max2(b3, b4), max2(max2(b5, b6), max2(b7, b9)))) + 4 * M;
-			largest = max2(largest, s * max2(M * H, M * 4 * F));
-		}
+		/* Megatron Core 0.13's MoEAlltoAllTokenDispatcher (the
+		 * probabilities exchanged beside the tokens and applied in the
+		 * expert, the unpermute without them; graph/alltoall_megatron.c),
+		 * stage by stage, each exchange ordered as a collective on a
+		 * stream by data dependencies (receives posted once its inputs
+		 * exist, sent buffers freed before the next stage's first task).
+		 * One exchange of rows holds my pairs' sent and the peers'
+		 * received (my own handed over): ex rows; of probabilities, ex
+		 * 4-byte values. The unsort map (4M, host memory of the pass)
+		 * lives throughout, as the backward's identity pair order. */
+		const int64_t own = even, ex = P + M - own;
+		/* forward: x exchanged, sorted; probabilities exchanged and
+		 * sorted beside the sorted x; the experts (x, [M,3F], outputs,
+		 * probabilities); outputs scaled and unsorted; the combine
+		 * exchange */
+		int64_t f1 = s * ex * H, f2 = s * 2 * M * H, f3 = s * M * H + 4 * ex, f4 = s * M * H + 8 * M;
+		int64_t f5 = s * M * (2 * H + 3 * F) + 4 * M, f6 = s * 2 * M * H + 4 * M;
+		fwd = max2(max2(max2(f1, f2), max2(f3, f4)), max2(f5, f6)) + 4 * M;
+		/* backward: the recompute's dispatch (as f1 to f4); the
+		 * recompute into [M,4F] beside the sorted x and probabilities
+		 * (kept as autograd keeps them); dy exchanged and sorted beside
+		 * them; the expert backward adds the probabilities' gradients;
+		 * dx rows and those gradients unsorted; the dx exchange beside
+		 * the unsorted gradients; theirs */
+		int64_t kept = s * M * (H + 4 * F) + 4 * M;
+		int64_t b6 = kept + s * ex * H, b7 = kept + s * 2 * M * H, b8 = kept + s * M * H + 4 * M;
+		int64_t b9 = s * 2 * M * H + 8 * M, b10 = s * ex * H + 4 * M, b11 = 4 * ex;
+		bwd = max2(max2(max2(f1, f2), max2(f3, f4)), max2(max2(max2(kept, b6), max2(b7, b8)),
+		                                                max2(b9, max2(b10, b11)))) + 4 * M;
+		largest = max2(largest, s * max2(M * H, M * 4 * F));
 		fwd = max2(fwd, shared);
 		bwd = max2(bwd, shared_b);
 		o->fixed_backward = o->resident_backward + bwd;
@@ -219,9 +255,9 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows)
 {
-	if (rmoe_dispatch_alltoall(d))
+	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
 		return rmoe_error(RMOE_ENOTSUP,
-		                  "a memory cap applies to the ring dispatchers; the all-to-all builds its "
+		                  "a memory cap applies to the ring dispatchers and a2a; a2a-megatron builds its "
 		                  "top-k-expanded buffers whole");
 	/* The chunks are planned against the cap less 1/RMOE_CAP_HEADROOM of
 	 * it: the model orders the buffers as the graphs submit them, but a

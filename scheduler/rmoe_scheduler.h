@@ -37,6 +37,11 @@ void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg);
  * RMOE_ENOTSUP with a message naming the value and what was expected. */
 int rmoe_config_check(const struct rmoe_layer_config *cfg, int nranks);
 
+/* The ring's receive buffers per relayed kind: cfg->window, 0 giving
+ * RMOE_WINDOW_DEFAULT (double buffering). */
+#define RMOE_WINDOW_DEFAULT 2
+int rmoe_config_window(const struct rmoe_layer_config *cfg);
+
 /* A 64-bit digest of every field that must agree across ranks. */
 uint64_t rmoe_config_hash(const struct rmoe_layer_config *cfg);
 

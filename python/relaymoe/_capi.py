@@ -89,6 +89,7 @@ class LayerConfig(ctypes.Structure):
         ("check_finite", ctypes.c_int),
         ("wait_timeout", ctypes.c_double),
         ("partitions", ctypes.c_int64),
+        ("window", ctypes.c_int),
     ]
 
 

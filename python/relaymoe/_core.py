@@ -253,8 +253,8 @@ class Layer:
 
     Keywords are the fields of rmoe_layer_config; None keeps the library's
     default (rmoe_layer_config_init). dispatch: 'ring' (expert routing),
-    'token', 'a2a' (the lean all-to-all), 'a2a-megatron' (the all-to-all
-    with Megatron-LM's buffers) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
+    'token', 'a2a' (the lean all-to-all, pipelined per peer and chunk),
+    'a2a-megatron' (Megatron Core 0.13's alltoall dispatcher) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
     weights, activations and transfers, fp32 accumulation): arrays stay
     float32 at this interface either way, as the C API's are.
     """
@@ -264,13 +264,13 @@ class Layer:
     def __init__(self, ctx, *, hidden=None, ffn=None, experts=None, topk=None, tokens=None,
                  norm_topk=None, shared_ffn=None, shared_gated=None, dispatch=None, dtype=None, chunk_rows=None,
                  overlap=None, deterministic=None, mem_cap=None, check_finite=None, wait_timeout=None,
-                 partitions=None):
+                 partitions=None, window=None):
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: a relaymoe.Context is expected, not {type(ctx).__name__}")
         given = dict(hidden=hidden, ffn=ffn, experts=experts, topk=topk, tokens=tokens,
                      norm_topk=norm_topk, shared_ffn=shared_ffn, shared_gated=shared_gated, chunk_rows=chunk_rows, overlap=overlap,
                      deterministic=deterministic, mem_cap=mem_cap, check_finite=check_finite,
-                     partitions=partitions)
+                     partitions=partitions, window=window)
         L = lib()
         cfg = _capi.padded(_capi.LayerConfig)
         L.rmoe_layer_config_init(cfg)

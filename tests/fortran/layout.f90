@@ -47,6 +47,7 @@ program layout
   call field('rmoe_layer_config', 'wait_timeout', c_loc(l), c_loc(l%wait_timeout), c_sizeof(l%wait_timeout), &
              'float')
   call field('rmoe_layer_config', 'partitions', c_loc(l), c_loc(l%partitions), c_sizeof(l%partitions), 'int')
+  call field('rmoe_layer_config', 'window', c_loc(l), c_loc(l%window), c_sizeof(l%window), 'int')
 
   call struct('rmoe_layer_stats', c_sizeof(s))
   call field('rmoe_layer_stats', 'forward_seconds', c_loc(s), c_loc(s%forward_seconds), &

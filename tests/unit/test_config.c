@@ -48,6 +48,8 @@ static void test_config_rejects_bad_values(void **state)
 	c = good(); c.shared_gated = 1; expect_invalid(c, 1, "shared_gated = 1 but shared_ffn = 0");
 	c = good(); c.shared_ffn = 8; c.shared_gated = 2; expect_invalid(c, 1, "shared_gated = 2");
 	c = good(); c.chunk_rows = -5; expect_invalid(c, 1, "chunk_rows");
+	c = good(); c.window = 1; expect_invalid(c, 4, "window = 1");
+	c = good(); c.window = -2; expect_invalid(c, 4, "window = -2");
 	c = good(); c.norm_topk = 2; expect_invalid(c, 1, "norm_topk");
 	c = good(); c.dispatch = (enum rmoe_dispatch)42; expect_invalid(c, 1, "dispatch");
 	c = good(); c.tokens = INT64_MAX / 2; expect_invalid(c, 1, "tokens x topk");

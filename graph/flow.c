@@ -1,0 +1,76 @@
+/* Flow control of a ring's relay: credits through StarPU data dependencies.
+ *
+ * A rank that runs ahead of its right neighbour sends hop h while the
+ * neighbour's slot for it still holds hop h - window: the receive cannot be
+ * posted, and StarPU-MPI 1.3 keeps the arriving message in a buffer it
+ * mallocs for it (_starpu_mpi_receive_early_data), outside StarPU's
+ * accounting and the memory model. Without a bound a rank can run N - 2
+ * hops ahead, every one a partition's weights (or a token partition) held
+ * twice. So the receiver grants each hop: an ordering task after the slot's
+ * last access (the readers of hop h - window) precedes both its receive and
+ * a 4-byte credit to the left, and the left's send of hop h waits for that
+ * credit by an ordering task of its own. Nothing waits on the host, no
+ * synchronous send is used (StarPU-MPI 1.3.10's crashes under the suite),
+ * and no rank receives more than window hops ahead of what it has consumed.
+ *
+ * The credit words are host memory of the pass, registered one per credit
+ * (a detached request needs a valid copy to send) and held to its end. */
+#include <stdlib.h>
+
+#include "rmoe_buffers.h"
+#include "rmoe_tasks.h"
+#include "rmoe_transfers.h"
+
+/* A credit handle of the pass: a word of pass->credits (room for every
+ * credit a ring pass exchanges, allocated at its first). */
+static int credit_handle(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h)
+{
+	if (!pass->credits) {
+		pass->capcredits = 2 * RMOE_CREDIT_KINDS * L->N;
+		pass->credits = calloc((size_t)pass->capcredits, sizeof(int32_t));
+		if (!pass->credits)
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	}
+	if (pass->ncredits == pass->capcredits)
+		return rmoe_error(RMOE_EINVAL, "a ring pass asked for more than %d credits", pass->capcredits);
+	int32_t *word = &pass->credits[pass->ncredits++];
+	*word = (int32_t)pass->ncredits;
+	*h = rmoe_host_vector(NULL, word, 1, sizeof(int32_t));
+	return rmoe_pass_hold(pass, *h);
+}
+
+int rmoe_flow_grant(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, const starpu_data_handle_t *slots,
+                    int n)
+{
+	starpu_data_handle_t credit, next[8];
+	if (n + 1 > (int)(sizeof(next) / sizeof(next[0])))
+		return rmoe_error(RMOE_EINVAL, "a credit covers at most 7 slots, not %d", n);
+	int rc = credit_handle(L, pass, &credit);
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++)
+		next[i] = slots[i];
+	next[n] = credit;
+	/* Write accesses on no node: after every earlier access of the slots,
+	 * before their receives, contents untouched. */
+	rc = rmoe_pass_fence(L, pass, NULL, 0, next, n + 1, NULL, NULL, "credit");
+	if (!rc)
+		rc = rmoe_send(L, pass, credit, L->left, tag, rmoe_prio_hop(0, L->N) + 1, NULL, NULL);
+	return rc;
+}
+
+int rmoe_flow_await(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, starpu_data_handle_t *credit)
+{
+	int rc = credit_handle(L, pass, credit);
+	if (!rc)
+		rc = rmoe_recv(L, *credit, L->right, tag);
+	if (!rc)
+		rc = rmoe_pass_watch(L, pass, *credit, L->right, tag, 1, "a credit of the ring");
+	return rc;
+}
+
+int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t credit,
+                   starpu_data_handle_t h)
+{
+	return rmoe_pass_fence(L, pass, &credit, 1, &h, 1, NULL, NULL, "credit-wait");
+}
