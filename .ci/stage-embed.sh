@@ -9,8 +9,10 @@
 # package (CMake and pkg-config) and checked against its reference at 1 and
 # 2 ranks, with the API test and the struct mirrors against relaymoe.h; the
 # Python package pip-installed into a virtual environment, pytest at 1 and 2
-# ranks (NumPy reference, autograd, a PyTorch training step, bad input) and
-# the package without mpi4py. Nothing may be skipped (RMOE_EMBED_REQUIRE=1).
+# ranks (NumPy reference, autograd, a PyTorch training step, bad input), the
+# package without mpi4py, and relaymoe.hf against Hugging Face transformers
+# (pinned below: the newest release checked to import with Debian 12's
+# PyTorch 1.13). Nothing may be skipped (RMOE_EMBED_REQUIRE=1).
 #   RMOE_BUILD_DIR   the main build tree (default build/)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +22,11 @@ since() { echo "$(( $(date +%s) - start )) s"; }
 
 RMOE_SETUP_EXTRA="gfortran python3-mpi4py python3-pytest python3-torch python3-venv ${RMOE_SETUP_EXTRA:-}" \
   "$here/scripts/setup.sh"
+# transformers from PyPI for Debian's python3 (its torch): relaymoe.hf's tests.
+RMOE_TRANSFORMERS=${RMOE_TRANSFORMERS:-transformers==4.47.1}
+/usr/bin/python3 -c "import transformers" 2> /dev/null ||
+  /usr/bin/python3 -m pip install -q --break-system-packages "$RMOE_TRANSFORMERS"
+/usr/bin/python3 -c "import torch, transformers; print('stage-embed: torch', torch.__version__, 'transformers', transformers.__version__)"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE="${RMOE_BUILD_TYPE:-RelWithDebInfo}" -DRMOE_FORTRAN=ON > /dev/null
 grep -q '^CMAKE_Fortran_COMPILER:[A-Z]*=/' "$build/CMakeCache.txt" ||
   { echo "stage-embed: the build did not find gfortran" >&2; exit 1; }

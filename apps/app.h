@@ -86,6 +86,7 @@ struct rmoe_problem {
 	float *w_gate, *w_up;        /* [e_local, H, F] */
 	float *w_down;               /* [e_local, F, H] */
 	float *ws_gate, *ws_up, *ws_down; /* shared expert, when shared_ffn > 0 */
+	float *w_sgate;              /* [H] its gate, when shared_gated (Qwen2-MoE) */
 };
 
 /* Skews the router so that experts [0, hot) take nearly every token: most
@@ -112,6 +113,7 @@ struct rmoe_results {
 	float *dw_router;            /* [H, E], this rank's part */
 	float *dw_gate, *dw_up, *dw_down; /* owned experts */
 	float *dws_gate, *dws_up, *dws_down;
+	float *dw_sgate;             /* [H], this rank's part, when shared_gated */
 	int32_t *topk_idx;           /* [T, K] */
 };
 int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p);

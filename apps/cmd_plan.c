@@ -23,6 +23,7 @@ struct plan_opts {
 	int64_t seq, micro_batch, sp, cp, etp, ranks, budget;
 	int64_t layers, heads, kv_heads, head_dim, model_state, dp;
 	int attention;
+	int shared_gated;
 	const char *cluster;
 	int json;
 	int g_seq, g_mb, g_sp, g_cp, g_ranks;
@@ -53,6 +54,7 @@ static int parse_options(struct plan_opts *r, int argc, char **argv, int first, 
 	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
+		{"shared-gated", RMOE_OPT_FLAG, &r->shared_gated, 0, 0, NULL, "the shared expert is gated, as Qwen2-MoE's (a preset's model decides otherwise)", NULL},
 		{"budget", RMOE_OPT_SIZE, &r->budget, 1, 9e18, "BYTES", "memory for the layer (device memory)", NULL},
 	};
 	const struct rmoe_opt parallel[] = {
@@ -96,6 +98,12 @@ static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_layer
 		rc = rmoe_app_ring_config(&r->ring, cfg, msg, len);
 	if (rc)
 		return rc;
+	if (r->shared_gated && cfg->shared_ffn == 0) {
+		snprintf(msg, len, "--shared-gated needs a shared expert: expected --shared-ffn FS with FS > 0");
+		return RMOE_EINVAL;
+	}
+	if (r->shared_gated)
+		cfg->shared_gated = 1;
 	if (r->shape.g_tokens && r->g_seq) {
 		snprintf(msg, len, "--tokens and --seq both given: expected one way to say tokens per rank");
 		return RMOE_EINVAL;
@@ -193,6 +201,7 @@ struct plan_view {
 	const struct rmoe_topology *t;
 	const struct rmoe_plan *plan;
 	int live;
+	const struct rmoe_layer_config *cfg; /* the layer: its routing */
 };
 
 /* What the memory cap's chunking costs: chunks per hop and the tasks they
@@ -294,6 +303,9 @@ static void print_text(struct text *o, const struct plan_view *v)
 	    (long long)p->etp, dt);
 	if (v->opts->preset.preset && v->opts->preset.scale != 1.0)
 		put(o, "  (H, F and tokens of %s divided by %g)\n", v->opts->preset.preset, v->opts->preset.scale);
+	char routing[160];
+	rmoe_app_routing_line(v->cfg, routing, sizeof(routing));
+	put(o, "routing: %s\n", routing);
 	if (v->opts->cluster)
 		put(o, "cluster: %s (%s)\n", t->cluster, v->opts->cluster);
 	else
@@ -429,8 +441,10 @@ static void print_json(struct text *o, const struct plan_view *v)
 		put_json_string(o, v->opts->preset.preset);
 	else
 		put(o, "null");
-	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld},\n",
-	    v->opts->preset.scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk);
+	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld, "
+	    "\"norm_topk\": %s, \"shared_ffn\": %lld, \"shared_gated\": %s},\n",
+	    v->opts->preset.scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk,
+	    v->cfg->norm_topk ? "true" : "false", (long long)v->cfg->shared_ffn, v->cfg->shared_gated ? "true" : "false");
 	put(o, "  \"tokens_per_rank\": %lld,\n  \"ranks\": %lld,\n  \"etp\": %lld,\n  \"dtype\": \"%s\",\n",
 	    (long long)p->tokens, (long long)p->ep, (long long)p->etp,
 	    p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32");
@@ -611,7 +625,7 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 		code = rc == RMOE_EINVAL || rc == RMOE_EFORMAT ? 2 : 1;
 	} else {
 		struct text out = {0};
-		struct plan_view v = {&r, &prob, &topo, &plan, live};
+		struct plan_view v = {&r, &prob, &topo, &plan, live, &cfg};
 		if (r.json)
 			print_json(&out, &v);
 		else

@@ -32,7 +32,7 @@ struct run_opts {
 	const char *dispatch, *load, *dump, *csv, *io, *routing;
 	const char *trace, *sched;      /* traces and scheduler experiments */
 	int no_prio;
-	int check, no_norm_topk, no_overlap, quiet;
+	int check, norm_topk, no_norm_topk, shared_gated, no_overlap, quiet;
 	int check_finite;
 	int deterministic;
 };
@@ -58,7 +58,10 @@ static const char *usage_tail =
 	"\n"
 	".npy layout (float32, C order): x.npy, dy.npy [N*T, H] (rank r: rows r*T..);\n"
 	"w_router.npy [H, E]; w_gate.npy, w_up.npy [E, H, F]; w_down.npy [E, F, H];\n"
-	"outputs y, dx, dw_router (summed over ranks), dw_gate, dw_up, dw_down alike.\n"
+	"with --shared-ffn FS w_shared_gate.npy, w_shared_up.npy [H, FS], w_shared_down.npy\n"
+	"[FS, H], and with --shared-gated w_shared_expert_gate.npy [H];\n"
+	"outputs y, dx, dw_router (summed over ranks), dw_gate, dw_up, dw_down alike,\n"
+	"dw_shared_* and dw_shared_expert_gate (summed over ranks).\n"
 	"--dump writes the inputs too, and the outputs of the first dispatcher run.\n";
 
 /* The options of relaymoe run, set by set, into r: as rmoe_app_options. */
@@ -69,7 +72,9 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 		RMOE_RING_OPTIONS(&r->ring),
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
+		{"norm-topk", RMOE_OPT_FLAG, &r->norm_topk, 0, 0, NULL, "renormalise the top-k probabilities (the default, unless the preset's model does not)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
+		{"shared-gated", RMOE_OPT_FLAG, &r->shared_gated, 0, 0, NULL, "scale the shared expert by sigmoid(x w_shared_expert_gate), as Qwen2-MoE (default: ungated, DeepSeek-style)", NULL},
 		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},
 		{"check-finite", RMOE_OPT_FLAG, &r->check_finite, 0, 0, NULL, "refuse NaN or infinity in inputs and weights", NULL},
 		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
@@ -112,7 +117,18 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 		rc = rmoe_app_ring_config(&r->ring, cfg, msg, len);
 	if (rc)
 		return rc;
-	cfg->norm_topk = !r->no_norm_topk;
+	if (r->norm_topk && r->no_norm_topk) {
+		snprintf(msg, len, "--norm-topk and --no-norm-topk: expected one of them");
+		return RMOE_EINVAL;
+	}
+	if (r->norm_topk || r->no_norm_topk)
+		cfg->norm_topk = r->norm_topk;
+	if (r->shared_gated && cfg->shared_ffn == 0) {
+		snprintf(msg, len, "--shared-gated needs a shared expert: expected --shared-ffn FS with FS > 0");
+		return RMOE_EINVAL;
+	}
+	if (r->shared_gated)
+		cfg->shared_gated = 1;
 	cfg->overlap = !r->no_overlap;
 	cfg->chunk_rows = r->chunk_rows;
 	cfg->check_finite = r->check_finite;
@@ -685,11 +701,14 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		rmoe_ctx_destroy(ctx);
 		return 1;
 	}
-	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, shared FFN "
-	             "%lld, seed %lld, %lld timed repetition(s)\n",
+	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, seed %lld, "
+	             "%lld timed repetition(s)\n",
 	             nranks, (long long)cfg.hidden, (long long)cfg.ffn, (long long)cfg.experts, (long long)cfg.topk,
 	             (long long)cfg.tokens, r.preset.preset ? ", preset " : "", r.preset.preset ? r.preset.preset : "",
-	             (long long)cfg.shared_ffn, (long long)r.seed, (long long)r.repeat);
+	             (long long)r.seed, (long long)r.repeat);
+	char routing[160];
+	rmoe_app_routing_line(&cfg, routing, sizeof(routing));
+	rmoe_app_say("  routing: %s\n", routing);
 	if (r.preset.preset && r.preset.scale != 1.0)
 		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset.preset, r.preset.scale);
 	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call "

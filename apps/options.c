@@ -35,7 +35,18 @@ int rmoe_app_shape_config(const struct rmoe_preset_opts *p, const struct rmoe_sh
 	if (s->g_topk) cfg->topk = s->topk;
 	if (s->g_tokens) cfg->tokens = s->tokens;
 	if (s->g_shared) cfg->shared_ffn = s->shared_ffn;
+	if (cfg->shared_ffn == 0) cfg->shared_gated = 0;
 	return 0;
+}
+
+void rmoe_app_routing_line(const struct rmoe_layer_config *cfg, char *line, size_t len)
+{
+	const char *norm = cfg->norm_topk ? "top-k renormalised" : "top-k not renormalised";
+	if (cfg->shared_ffn <= 0)
+		snprintf(line, len, "%s, no shared expert", norm);
+	else
+		snprintf(line, len, "%s, %s shared expert of %lld", norm,
+		         cfg->shared_gated ? "gated (Qwen2-MoE)" : "ungated (DeepSeek-style)", (long long)cfg->shared_ffn);
 }
 
 int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_config *cfg, char *msg, size_t len)

@@ -50,7 +50,14 @@ struct rmoe_preset_opts {
 #define RMOE_PRESET_NOTE                                                                                       \
 	"  --preset takes a Table 3 shape (Qwen3-30B-A3B, Qwen3.5-35B-A3B, Qwen2-57B-A14B,\n"                   \
 	"  MoE-E64/E128/E384, MoE-K4/K8/K12/K16, MoE-H512/H768/H2048) with 49152 tokens\n"                     \
-	"  per rank (the paper's §2 profile); --hidden, --ffn, --tokens etc. win over it.\n"
+	"  per rank (the paper's §2 profile) and its model's routing: Qwen2-57B-A14B does not\n"               \
+	"  renormalise the top-k and gates its shared expert of 20480, Qwen3.5-35B-A3B gates\n"                \
+	"  one of 512, the others are Qwen3-style (renormalised, no shared expert);\n"                          \
+	"  --hidden, --ffn, --tokens etc. win over it.\n"
+
+/* The layer's routing as one line ("top-k renormalised, gated shared expert
+ * of 1280 (Qwen2-MoE)"), for run and plan. */
+void rmoe_app_routing_line(const struct rmoe_layer_config *cfg, char *line, size_t len);
 
 /* The element type, the ring and its memory cap. */
 struct rmoe_ring_opts {

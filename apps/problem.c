@@ -124,8 +124,11 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		p->ws_up = falloc(H * Fs);
 		p->ws_down = falloc(H * Fs);
 	}
+	const int gated = Fs > 0 && cfg->shared_gated;
+	if (gated)
+		p->w_sgate = falloc(H);
 	int rc = (!p->x || !p->dy || !p->w_router || !p->w_gate || !p->w_up || !p->w_down ||
-	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)))
+	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)) || (gated && !p->w_sgate))
 	                 ? RMOE_ENOMEM
 	                 : 0;
 	if (rc)
@@ -153,6 +156,8 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		rmoe_seeded_uniform(p->ws_up, H * Fs, seed, RMOE_STREAM_WS_UP, 0, sh);
 		rmoe_seeded_uniform(p->ws_down, H * Fs, seed, RMOE_STREAM_WS_DOWN, 0, ss);
 	}
+	if (gated)
+		rmoe_seeded_uniform(p->w_sgate, H, seed, RMOE_STREAM_W_SHARED_EXPERT_GATE, 0, sh);
 	if (!load_dir)
 		return 0;
 
@@ -163,7 +168,7 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	}
 	const int64_t N = p->nranks;
 	int64_t sx[2] = {N * T, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
-	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H};
+	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H}, sgate[1] = {H};
 	struct {
 		const char *name;
 		int ndim;
@@ -180,8 +185,9 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		{"w_shared_gate.npy", 2, ssg, 0, -1, p->ws_gate},
 		{"w_shared_up.npy", 2, ssg, 0, -1, p->ws_up},
 		{"w_shared_down.npy", 2, ssd, 0, -1, p->ws_down},
+		{"w_shared_expert_gate.npy", 1, sgate, 0, -1, p->w_sgate},
 	};
-	int nfiles = Fs > 0 ? 9 : 6;
+	int nfiles = gated ? 10 : Fs > 0 ? 9 : 6;
 	for (int i = 0; i < nfiles && !rc; i++) {
 		int r = load_one(load_dir, files[i].name, files[i].ndim, files[i].shape, files[i].row0,
 		                 files[i].nrows, files[i].dst);
@@ -189,6 +195,30 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 			rc = r;
 	}
 	return rmoe_app_agree(rc);
+}
+
+/* The reference of a problem on rank 0: its outputs and gradients for the
+ * routing the layer chose (near-ties followed, rmoe_ref_route). Kept for
+ * the next check of the same problem: every dispatcher of a run routes
+ * alike, so `relaymoe run --check` computes it once, not once per
+ * dispatcher (the double-precision loops dominate a checked run). */
+struct reference {
+	const struct rmoe_problem *p;
+	int32_t *hint;              /* the routing it was computed for [TT, K] */
+	uint64_t inputs;            /* digest of the inputs and weights it was computed from */
+	int64_t near_ties;          /* -1: the hint was wrong */
+	float *y;
+	struct rmoe_ref_grads rg;
+};
+static struct reference cached;
+
+static void reference_free(struct reference *c)
+{
+	void *all[] = {c->hint, c->y, c->rg.dx, c->rg.dw_router, c->rg.dw_gate, c->rg.dw_up, c->rg.dw_down,
+	               c->rg.dws_gate, c->rg.dws_up, c->rg.dws_down, c->rg.dw_shared_expert_gate};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		free(all[i]);
+	memset(c, 0, sizeof(*c));
 }
 
 void rmoe_problem_free(struct rmoe_problem *p)
@@ -202,6 +232,9 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	free(p->ws_gate);
 	free(p->ws_up);
 	free(p->ws_down);
+	free(p->w_sgate);
+	if (cached.p == p)
+		reference_free(&cached);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -214,6 +247,8 @@ int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer)
 		                           p->w_down + e * HF);
 	if (!rc && p->cfg.shared_ffn > 0)
 		rc = rmoe_layer_set_shared(layer, p->ws_gate, p->ws_up, p->ws_down);
+	if (!rc && p->w_sgate)
+		rc = rmoe_layer_set_shared_expert_gate(layer, p->w_sgate);
 	return rc;
 }
 
@@ -233,8 +268,10 @@ int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
 		r->dws_up = falloc(H * Fs);
 		r->dws_down = falloc(H * Fs);
 	}
+	if (p->w_sgate)
+		r->dw_sgate = falloc(H);
 	if (!r->y || !r->dx || !r->dw_router || !r->dw_gate || !r->dw_up || !r->dw_down || !r->topk_idx ||
-	    (Fs > 0 && (!r->dws_gate || !r->dws_up || !r->dws_down)))
+	    (Fs > 0 && (!r->dws_gate || !r->dws_up || !r->dws_down)) || (p->w_sgate && !r->dw_sgate))
 		return RMOE_ENOMEM;
 	return 0;
 }
@@ -300,6 +337,7 @@ void rmoe_results_free(struct rmoe_results *r)
 	free(r->dws_gate);
 	free(r->dws_up);
 	free(r->dws_down);
+	free(r->dw_sgate);
 	free(r->topk_idx);
 	memset(r, 0, sizeof(*r));
 }
@@ -313,6 +351,8 @@ int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, r
 		                                r->dw_up + e * HF, r->dw_down + e * HF);
 	if (!rc && p->cfg.shared_ffn > 0)
 		rc = rmoe_layer_get_grad_shared(layer, r->dws_gate, r->dws_up, r->dws_down);
+	if (!rc && p->w_sgate)
+		rc = rmoe_layer_get_grad_shared_expert_gate(layer, r->dw_sgate);
 	if (!rc)
 		rc = rmoe_layer_get_routing(layer, r->topk_idx, NULL, NULL);
 	return rc;
@@ -340,13 +380,15 @@ static int views(const struct rmoe_results *r, const struct rmoe_problem *p, str
 		v[n++] = (struct tensor_view){"dw_shared_up", r->dws_up, H * Fs};
 		v[n++] = (struct tensor_view){"dw_shared_down", r->dws_down, H * Fs};
 	}
+	if (p->w_sgate)
+		v[n++] = (struct tensor_view){"dw_shared_expert_gate", r->dw_sgate, H};
 	return n;
 }
 
 double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
                                  const struct rmoe_problem *p, const char **worst)
 {
-	struct tensor_view va[9], vb[9];
+	struct tensor_view va[10], vb[10];
 	int n = views(a, p, va);
 	views(b, p, vb);
 	double maxerr = 0;
@@ -380,13 +422,14 @@ static void gather(const float *src, int64_t count, float *dst)
 struct global {
 	float *x, *dy, *y, *dx, *w_gate, *w_up, *w_down, *dw_gate, *dw_up, *dw_down, *dw_router;
 	float *dws[3];            /* shared-expert gradients summed over ranks */
+	float *dw_sgate;          /* its gate's, summed over ranks */
 	int32_t *idx;
 };
 
 static void global_free(struct global *g)
 {
 	void *all[] = {g->x,      g->dy,     g->y,       g->dx,     g->w_gate, g->w_up,   g->w_down, g->dw_gate,
-	               g->dw_up,  g->dw_down, g->dw_router, g->dws[0], g->dws[1], g->dws[2], g->idx};
+	               g->dw_up,  g->dw_down, g->dw_router, g->dws[0], g->dws[1], g->dws[2], g->dw_sgate, g->idx};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		free(all[i]);
 }
@@ -413,6 +456,8 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 		for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
 			if (!(g->dws[i] = falloc(H * p->cfg.shared_ffn)))
 				rc = RMOE_ENOMEM;
+		if (p->w_sgate && !(g->dw_sgate = falloc(p->cfg.hidden)))
+			rc = RMOE_ENOMEM;
 		if (!g->x || !g->dy || !g->y || !g->dx || !g->w_gate || !g->w_up || !g->w_down ||
 		    !g->dw_gate || !g->dw_up || !g->dw_down || !g->dw_router || !g->idx)
 			rc = RMOE_ENOMEM;
@@ -438,7 +483,85 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 	for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
 		MPI_Reduce(dws[i], g->dws[i], (int)(H * p->cfg.shared_ffn), MPI_FLOAT, MPI_SUM, 0,
 		           MPI_COMM_WORLD);
+	if (p->w_sgate)
+		MPI_Reduce(r->dw_sgate, g->dw_sgate, (int)H, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
 	return 0;
+}
+
+/* FNV-1a over n floats' bytes, continuing h. */
+static uint64_t digest(uint64_t h, const float *v, int64_t n)
+{
+	const unsigned char *b = (const unsigned char *)v;
+	for (size_t i = 0; v && i < (size_t)n * sizeof(float); i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* The reference for the gathered g (its inputs rounded in place to the
+ * layer's element type), from the cache when p and the routing match. */
+static const struct reference *reference_for(const struct rmoe_problem *p, struct global *g)
+{
+	const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts, K = p->cfg.topk,
+	              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+	/* The reference of a bf16 layer is the layer's definition on the
+	 * values it stores: inputs and expert weights rounded to bf16 (the
+	 * router and the shared expert's gate stay fp32). */
+	const enum rmoe_dtype dt = p->cfg.dtype;
+	float *rounded[] = {g->x, g->dy, g->w_gate, g->w_up, g->w_down};
+	const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
+	for (int i = 0; i < 5; i++)
+		rmoe_round_to_dtype(rounded[i], sizes[i], dt);
+	const size_t idx_bytes = (size_t)(TT * K) * sizeof(int32_t);
+	uint64_t h = 14695981039346656037ull;
+	const float *in[] = {g->x, g->dy, p->w_router, g->w_gate, g->w_up, g->w_down, p->ws_gate, p->ws_up, p->ws_down,
+	                     p->w_sgate};
+	const int64_t n_in[] = {TT * H, TT * H, H * E, E * HF, E * HF, E * HF, H * Fs, H * Fs, H * Fs, H};
+	for (int i = 0; i < 10; i++)
+		h = digest(h, in[i], n_in[i]);
+	if (cached.p == p && cached.inputs == h && cached.hint && memcmp(cached.hint, g->idx, idx_bytes) == 0)
+		return &cached;
+	reference_free(&cached);
+	float *ws[3] = {NULL, NULL, NULL};
+	const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
+	for (int i = 0; i < 3 && Fs > 0; i++)
+		if ((ws[i] = falloc(H * Fs))) {
+			memcpy(ws[i], ws_src[i], (size_t)(H * Fs) * sizeof(float));
+			rmoe_round_to_dtype(ws[i], H * Fs, dt);
+		}
+	struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
+	                           g->w_gate, g->w_up, g->w_down, ws[0], ws[1], ws[2],
+	                           p->w_sgate != NULL, p->w_sgate};
+	float *probs = falloc(TT * E), *tw = falloc(TT * K);
+	int32_t *idx = malloc(idx_bytes);
+	cached = (struct reference){p, malloc(idx_bytes), h, 0, falloc(TT * H),
+	                            {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF), falloc(E * HF),
+	                             Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL,
+	                             p->w_sgate ? falloc(H) : NULL}};
+	if (!cached.hint || !cached.y || !cached.rg.dx) {
+		reference_free(&cached);
+		cached.near_ties = -1;
+		free(probs);
+		free(tw);
+		free(idx);
+		for (int i = 0; i < 3; i++)
+			free(ws[i]);
+		return &cached;
+	}
+	memcpy(cached.hint, g->idx, idx_bytes);
+	/* A float32 near-tie in the router may pick another expert than the
+	 * double-precision reference; the reference then follows the layer's
+	 * choice, but only where it is within tie_tol of the K-th best. */
+	cached.near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
+	if (cached.near_ties >= 0) {
+		rmoe_ref_forward(&L, TT, g->x, idx, tw, cached.y);
+		rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &cached.rg);
+	}
+	free(probs);
+	free(tw);
+	free(idx);
+	for (int i = 0; i < 3; i++)
+		free(ws[i]);
+	return &cached;
 }
 
 double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
@@ -452,55 +575,31 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 	double maxerr = 0;
 	if (p->rank == 0) {
 		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-		              K = p->cfg.topk, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
-		/* The reference of a bf16 layer is the layer's definition on the
-		 * values it stores: inputs and expert weights rounded to bf16 (the
-		 * router stays fp32). */
-		const enum rmoe_dtype dt = p->cfg.dtype;
-		float *ws[3] = {NULL, NULL, NULL};
-		const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
-		for (int i = 0; i < 3 && Fs > 0; i++)
-			if ((ws[i] = falloc(H * Fs))) {
-				memcpy(ws[i], ws_src[i], (size_t)(H * Fs) * sizeof(float));
-				rmoe_round_to_dtype(ws[i], H * Fs, dt);
-			}
-		float *rounded[] = {g.x, g.dy, g.w_gate, g.w_up, g.w_down};
-		const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
-		for (int i = 0; i < 5; i++)
-			rmoe_round_to_dtype(rounded[i], sizes[i], dt);
-		struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
-		                           g.w_gate, g.w_up, g.w_down, ws[0], ws[1], ws[2]};
-		float *probs = falloc(TT * E), *tw = falloc(TT * K), *y = falloc(TT * H);
-		int32_t *idx = malloc((size_t)(TT * K) * sizeof(int32_t));
-		struct rmoe_ref_grads rg = {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF),
-		                            falloc(E * HF), Fs ? falloc(H * Fs) : NULL,
-		                            Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL};
-		/* A float32 near-tie in the router may pick another expert than the
-		 * double-precision reference; the reference then follows the layer's
-		 * choice, but only where it is within tie_tol of the K-th best. */
-		*near_ties = rmoe_ref_route(&L, TT, g.x, probs, idx, tw, g.idx, 1e-5);
+		              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+		const struct reference *ref = reference_for(p, &g);
+		const struct rmoe_ref_grads *rg = &ref->rg;
+		*near_ties = ref->near_ties;
 		if (*near_ties < 0) {
 			maxerr = INFINITY;
 			*worst = "routing";
 		} else {
-			rmoe_ref_forward(&L, TT, g.x, idx, tw, y);
-			rmoe_ref_backward(&L, TT, g.x, probs, idx, tw, g.dy, &rg);
 			struct {
 				const char *name;
 				const float *got, *want;
 				int64_t n;
 			} cmp[] = {
-				{"y", g.y, y, TT * H},
-				{"dx", g.dx, rg.dx, TT * H},
-				{"dw_router", g.dw_router, rg.dw_router, H * E},
-				{"dw_gate", g.dw_gate, rg.dw_gate, E * HF},
-				{"dw_up", g.dw_up, rg.dw_up, E * HF},
-				{"dw_down", g.dw_down, rg.dw_down, E * HF},
-				{"dw_shared_gate", g.dws[0], rg.dws_gate, H * Fs},
-				{"dw_shared_up", g.dws[1], rg.dws_up, H * Fs},
-				{"dw_shared_down", g.dws[2], rg.dws_down, H * Fs},
+				{"y", g.y, ref->y, TT * H},
+				{"dx", g.dx, rg->dx, TT * H},
+				{"dw_router", g.dw_router, rg->dw_router, H * E},
+				{"dw_gate", g.dw_gate, rg->dw_gate, E * HF},
+				{"dw_up", g.dw_up, rg->dw_up, E * HF},
+				{"dw_down", g.dw_down, rg->dw_down, E * HF},
+				{"dw_shared_gate", g.dws[0], rg->dws_gate, H * Fs},
+				{"dw_shared_up", g.dws[1], rg->dws_up, H * Fs},
+				{"dw_shared_down", g.dws[2], rg->dws_down, H * Fs},
+				{"dw_shared_expert_gate", g.dw_sgate, rg->dw_shared_expert_gate, H},
 			};
-			int ncmp = Fs > 0 ? 9 : 6;
+			int ncmp = p->w_sgate ? 10 : Fs > 0 ? 9 : 6;
 			for (int i = 0; i < ncmp; i++) {
 				double e = rmoe_ref_rel_err(cmp[i].got, cmp[i].want, cmp[i].n);
 				if (i == 0 || !(e <= maxerr)) {
@@ -509,20 +608,6 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 				}
 			}
 		}
-		free(probs);
-		free(tw);
-		free(y);
-		free(idx);
-		free(rg.dx);
-		free(rg.dw_router);
-		free(rg.dw_gate);
-		free(rg.dw_up);
-		free(rg.dw_down);
-		free(rg.dws_gate);
-		free(rg.dws_up);
-		free(rg.dws_down);
-		for (int i = 0; i < 3; i++)
-			free(ws[i]);
 	}
 	global_free(&g);
 	MPI_Bcast(&maxerr, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -556,7 +641,7 @@ int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p
 		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
 		              F = p->cfg.ffn;
 		int64_t sx[2] = {TT, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
-		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H};
+		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H}, sgate[1] = {H};
 		struct {
 			const char *name;
 			int ndim;
@@ -572,8 +657,9 @@ int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p
 			{"w_shared_gate.npy", 2, ssg, p->ws_gate}, {"w_shared_up.npy", 2, ssg, p->ws_up},
 			{"w_shared_down.npy", 2, ssd, p->ws_down}, {"dw_shared_gate.npy", 2, ssg, g.dws[0]},
 			{"dw_shared_up.npy", 2, ssg, g.dws[1]},  {"dw_shared_down.npy", 2, ssd, g.dws[2]},
+			{"w_shared_expert_gate.npy", 1, sgate, p->w_sgate}, {"dw_shared_expert_gate.npy", 1, sgate, g.dw_sgate},
 		};
-		unsigned nout = p->cfg.shared_ffn > 0 ? 18 : 12;
+		unsigned nout = p->w_sgate ? 20 : p->cfg.shared_ffn > 0 ? 18 : 12;
 		for (unsigned i = 0; i < nout && !rc; i++)
 			rc = write_npy(dir, out[i].name, out[i].ndim, out[i].shape, out[i].data);
 	}

@@ -127,6 +127,12 @@ struct rmoe_expert_args {
 	int64_t rows_per_expert[];      /* n_experts entries, summing to rows */
 };
 
+/* shared-gate-fwd, shared-gate-bwd */
+struct rmoe_shared_gate_args {
+	int64_t tokens, hidden;
+	int64_t scratch;
+};
+
 /* accumulate, zero */
 struct rmoe_accumulate_args {
 	int64_t count;

@@ -354,6 +354,14 @@ double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmode
 	return cost(task, arch, rmoe_flops_expert_bwd(a->rows, a->hidden, a->ffn), bytes);
 }
 
+/* shared-gate: a few passes over its [T,H] buffers. */
+double rmoe_sim_cost_shared_gate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
+{
+	(void)nimpl;
+	const struct rmoe_shared_gate_args *a = task->cl_arg;
+	return cost(task, arch, 8.0 * (double)a->tokens * (double)a->hidden, task_bytes(task));
+}
+
 /* accumulate reads src and reads and writes dst; zero writes dst. */
 double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {

@@ -22,6 +22,7 @@ double rmoe_sim_cost_scatter_add(struct starpu_task *task, struct starpu_perfmod
 double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_shared_gate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);

@@ -70,6 +70,7 @@ module relaymoe
     integer(c_int64_t) :: tokens
     integer(c_int) :: norm_topk
     integer(c_int64_t) :: shared_ffn
+    integer(c_int) :: shared_gated
     integer(c_int) :: dispatch
     integer(c_int) :: dtype
     integer(c_int64_t) :: chunk_rows
@@ -140,7 +141,8 @@ module relaymoe
     rmoe_layer_set_shared, rmoe_layer_forward, rmoe_layer_backward, rmoe_layer_get_grad_router, &
     rmoe_layer_get_grad_expert, rmoe_layer_get_grad_shared, rmoe_layer_check_finite, rmoe_layer_get_routing, &
     rmoe_layer_get_stats, rmoe_dispatch_name, rmoe_dispatch_parse, rmoe_layer_forward_raw, &
-    rmoe_layer_backward_raw
+    rmoe_layer_backward_raw, rmoe_layer_set_shared_expert_gate, rmoe_layer_get_shared_expert_gate, &
+    rmoe_layer_get_grad_shared_expert_gate
 
   ! The last error raised by a check of this module (0: none, defer to C).
   integer(c_int) :: f_code = 0
@@ -240,6 +242,25 @@ module relaymoe
       integer(c_int) :: rc
     end function
     function c_layer_get_grad_router(layer, w) bind(c, name='rmoe_layer_get_grad_router') result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, w
+      integer(c_int) :: rc
+    end function
+    ! the gated shared expert's gate, set/get and gradient: (layer, w)
+    function c_layer_set_shared_expert_gate(layer, w) bind(c, name='rmoe_layer_set_shared_expert_gate') &
+        result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, w
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_shared_expert_gate(layer, w) bind(c, name='rmoe_layer_get_shared_expert_gate') &
+        result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: layer, w
+      integer(c_int) :: rc
+    end function
+    function c_layer_get_grad_shared_expert_gate(layer, w) &
+        bind(c, name='rmoe_layer_get_grad_shared_expert_gate') result(rc)
       import :: c_ptr, c_int
       type(c_ptr), value :: layer, w
       integer(c_int) :: rc
@@ -819,6 +840,44 @@ contains
     real(c_float), intent(out), target, contiguous :: dw_gate(:, :), dw_up(:, :), dw_down(:, :)
     integer(c_int) :: rc
     rc = expert_call(layer, e, dw_gate, dw_up, dw_down, c_layer_get_grad_expert)
+  end function
+
+  ! The gated shared expert's gate, w(hidden), through fn(layer, w).
+  function shared_gate_call(layer, name, w, fn) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    character(len=*), intent(in) :: name
+    real(c_float), target, contiguous :: w(:)
+    procedure(c_layer_set_router) :: fn
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc == 0 .and. int(size(w), c_int64_t) /= layer%hidden) &
+      rc = fail(RMOE_EINVAL, name // ' has ' // itoa(int(size(w), c_int64_t)) // ' elements: expected hidden=' // &
+                itoa(layer%hidden) // ', the library''s [H]')
+    if (rc == 0) rc = from_c(fn(layer%ptr, c_loc(w)))
+  end function
+
+  !> w(hidden): the gate of a gated shared expert (shared_gated = 1, Qwen2-MoE's
+  !> shared_expert_gate). The same on every rank.
+  function rmoe_layer_set_shared_expert_gate(layer, w) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    real(c_float), intent(in), target, contiguous :: w(:)
+    integer(c_int) :: rc
+    rc = shared_gate_call(layer, 'w_shared_expert_gate', w, c_layer_set_shared_expert_gate)
+  end function
+
+  function rmoe_layer_get_shared_expert_gate(layer, w) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    real(c_float), intent(out), target, contiguous :: w(:)
+    integer(c_int) :: rc
+    rc = shared_gate_call(layer, 'w_shared_expert_gate', w, c_layer_get_shared_expert_gate)
+  end function
+
+  !> dw(hidden) of the shared expert's gate from this rank's tokens: sum it over ranks.
+  function rmoe_layer_get_grad_shared_expert_gate(layer, dw) result(rc)
+    type(rmoe_layer), intent(in) :: layer
+    real(c_float), intent(out), target, contiguous :: dw(:)
+    integer(c_int) :: rc
+    rc = shared_gate_call(layer, 'dw_shared_expert_gate', dw, c_layer_get_grad_shared_expert_gate)
   end function
 
   function rmoe_layer_get_grad_shared(layer, dw_gate, dw_up, dw_down) result(rc)

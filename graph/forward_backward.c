@@ -75,6 +75,9 @@ static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	starpu_data_handle_t work = rmoe_act_vector(pass, L, rows * 3 * L->Fs);
 	starpu_data_handle_t out = rmoe_act_vector(pass, L, rows * L->H);
 	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0, "shared-ffn");
+	struct rmoe_task_opts o = rmoe_opts(L, "shared-gate-fwd", 0);
+	if (!rc && L->cfg.shared_gated)
+		rc = rmoe_insert_shared_gate_fwd(&o, rows, L->H, L->h_x, L->h_w_sgate, out);
 	if (!rc)
 		/* The pass waits for the shared expert before the dispatch starts
 		 * (rmoe_layer_forward): the two never hold buffers at once. */
@@ -88,18 +91,28 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
                              starpu_data_handle_t dx)
 {
 	int64_t rows = L->T;
+	const int gated = L->cfg.shared_gated;
 	starpu_data_handle_t work = rmoe_act_vector(pass, L, rows * 3 * L->Fs);
 	starpu_data_handle_t dxs = rmoe_act_vector(pass, L, rows * L->H);
-	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, NULL, 0,
+	/* Gated (Qwen2-MoE): the gate's gradient reads the ungated output, so
+	 * the recompute runs the whole FFN; the gate's backward then turns that
+	 * output into the gated dy the expert's backward takes. */
+	starpu_data_handle_t out = gated ? rmoe_act_vector(pass, L, rows * L->H) : NULL;
+	int rc = rmoe_pass_expert_ffn(L, NULL, L->h_x, L->h_ws, 1, L->Fs, &rows, rows, work, out, 0,
 	                              "shared-recompute");
-	struct rmoe_task_opts o = rmoe_opts(L, "shared-bwd", 0);
+	struct rmoe_task_opts o = rmoe_opts(L, "shared-gate-bwd", 0);
+	if (!rc && gated)
+		rc = rmoe_insert_shared_gate_bwd(&o, rows, L->H, L->h_x, L->h_w_sgate, dy, out, dx, L->h_dw_sgate);
+	o = rmoe_opts(L, "shared-bwd", 0);
 	struct rmoe_expert_shape s = {L->H, L->Fs, 1, rows, &rows};
 	if (!rc)
-		rc = rmoe_insert_expert_bwd_preweighted(&o, &s, 0, L->h_x, dy, L->h_ws, work, dxs, L->h_dws);
+		rc = rmoe_insert_expert_bwd_preweighted(&o, &s, 0, L->h_x, gated ? out : dy, L->h_ws, work, dxs, L->h_dws);
 	if (!rc)
 		rc = rmoe_pass_accumulate(L, pass, dxs, dx, rows * L->H, 0, "shared-dx");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(dxs);
+	if (out)
+		starpu_data_unregister_submit(out);
 	return rc;
 }
 
@@ -321,6 +334,9 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	else if (!rc && L->Fs > 0 && !L->have_shared_weights)
 		rc = rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
 		                "(rmoe_layer_set_shared)", (long long)L->Fs);
+	else if (!rc && L->Fs > 0 && L->cfg.shared_gated && !L->have_shared_gate)
+		rc = rmoe_error(RMOE_ESTATE, "shared_gated = 1 but no shared expert gate was set "
+		                "(rmoe_layer_set_shared_expert_gate)");
 	else if (!rc && L->cfg.check_finite && !raw)
 		rc = rmoe_layer_find_nonfinite(L, &w, x, NULL, NULL, 1);
 	double t0;
@@ -423,10 +439,10 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 		rc = dispatch(L, &pass, edy.h, edx.h);
 	if (!rc)
 		rc = submit_router_bwd(L, edx.h, edp.h);
-	starpu_data_handle_t outs[] = {edx.h, L->h_dw_part, L->h_dw_router, L->h_dws};
+	starpu_data_handle_t outs[] = {edx.h, L->h_dw_part, L->h_dw_router, L->h_dws, L->h_dw_sgate};
 	/* After RMOE_EPEER tasks may still hold dy and dx: nothing more is waited for. */
 	if (rc != RMOE_EPEER) {
-		int frc = rmoe_pass_finish(L, &pass, outs, 4);
+		int frc = rmoe_pass_finish(L, &pass, outs, L->h_dw_sgate ? 5 : 4);
 		if (frc == RMOE_EPEER) {
 			measure_stop(&m);
 			return rmoe_pass_peer_named(L, &pass, frc);

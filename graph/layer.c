@@ -77,6 +77,11 @@ static int kept_list(struct rmoe_layer *L, struct kept *k)
 		KEEP(L->ws, L->h_ws, WS, L->act, 1);
 		KEEP(L->dws, L->h_dws, WS, L->act, 1);
 	}
+	/* The shared expert's gate is replicated like the router: 4-byte. */
+	if (shared && L->cfg.shared_gated) {
+		KEEP(L->w_sgate, L->h_w_sgate, L->H, sizeof(float), 1);
+		KEEP(L->dw_sgate, L->h_dw_sgate, L->H, sizeof(float), 1);
+	}
 	KEEP(L->x_saved, L->h_x, L->T * L->H, L->act, 0);
 	KEEP(L->probs, L->h_probs, L->T * L->E, sizeof(float), 0);
 	KEEP(L->topk_idx, L->h_topk_idx, TK, sizeof(int32_t), 0);
@@ -140,14 +145,14 @@ static int check_same_config(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rm
 	int same = rmoe_agree_digest(w, ctx->comm, rmoe_config_hash(cfg), "comparing layer configurations");
 	if (same != 0)
 		return same < 0 ? same : 0;
-	enum { NFIELDS = 16 };
+	enum { NFIELDS = 17 };
 	static const char *const names[NFIELDS] = {
-		"hidden", "ffn", "experts", "topk", "tokens", "norm_topk", "shared_ffn", "dispatch",
+		"hidden", "ffn", "experts", "topk", "tokens", "norm_topk", "shared_ffn", "shared_gated", "dispatch",
 		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite", "partitions",
 		"window"};
 	const int64_t mine[NFIELDS] = {
 		cfg->hidden, cfg->ffn, cfg->experts, cfg->topk, cfg->tokens, cfg->norm_topk,
-		cfg->shared_ffn, cfg->dispatch, cfg->dtype, cfg->chunk_rows, cfg->overlap,
+		cfg->shared_ffn, cfg->shared_gated, cfg->dispatch, cfg->dtype, cfg->chunk_rows, cfg->overlap,
 		cfg->deterministic, cfg->mem_cap, cfg->check_finite, cfg->partitions > 1 ? cfg->partitions : 1,
 		rmoe_config_window(cfg)};
 	int64_t *all = malloc(sizeof(int64_t) * NFIELDS * (size_t)ctx->size);

@@ -159,6 +159,42 @@ int rmoe_layer_get_grad_shared(const rmoe_layer *L, float *g, float *u, float *d
 	return shared_io(L, L->h_dws, L->dws, g, u, d, 0);
 }
 
+/* The gated shared expert's gate [H] (w) or its gradient (dw), to or from
+ * the application's array. */
+static int shared_gate_io(const rmoe_layer *L, starpu_data_handle_t h, float *buf, float *v, int write,
+                          const char *call)
+{
+	if (!L || !v)
+		return rmoe_error(RMOE_EINVAL, "%s: layer and array must not be NULL", call);
+	if (L->Fs <= 0 || !L->cfg.shared_gated)
+		return rmoe_error(RMOE_ESTATE, "%s: the layer's shared expert is not gated (shared_ffn = %lld, "
+		                  "shared_gated = %d): expected shared_ffn > 0 and shared_gated = 1", call,
+		                  (long long)L->Fs, L->cfg.shared_gated);
+	return write ? rmoe_copy_handle(h, buf, v, (size_t)L->H * sizeof(float), 1)
+	             : rmoe_copy_handle(h, v, buf, (size_t)L->H * sizeof(float), 0);
+}
+
+int rmoe_layer_set_shared_expert_gate(rmoe_layer *L, const float *w)
+{
+	int rc = shared_gate_io(L, L ? L->h_w_sgate : NULL, L ? L->w_sgate : NULL, (float *)w, 1,
+	                        "rmoe_layer_set_shared_expert_gate");
+	if (!rc)
+		L->have_shared_gate = 1;
+	return rc;
+}
+
+int rmoe_layer_get_shared_expert_gate(const rmoe_layer *L, float *w)
+{
+	return shared_gate_io(L, L ? L->h_w_sgate : NULL, L ? L->w_sgate : NULL, w, 0,
+	                      "rmoe_layer_get_shared_expert_gate");
+}
+
+int rmoe_layer_get_grad_shared_expert_gate(const rmoe_layer *L, float *dw)
+{
+	return shared_gate_io(L, L ? L->h_dw_sgate : NULL, L ? L->dw_sgate : NULL, dw, 0,
+	                      "rmoe_layer_get_grad_shared_expert_gate");
+}
+
 int rmoe_layer_get_grad_router(const rmoe_layer *L, float *dw)
 {
 	if (!L || !dw)
@@ -273,6 +309,11 @@ int rmoe_layer_find_nonfinite(struct rmoe_layer *L, struct rmoe_wait *w, const f
 		return rc;
 	rc = scan_triple(L->ws, L->act, 1, 0, L->H, L->Fs, -1);
 	starpu_data_release(L->h_ws);
+	if (rc || !L->cfg.shared_gated || !L->have_shared_gate ||
+	    (rc = rmoe_acquire_bounded(w, L->h_w_sgate, STARPU_MAIN_RAM, STARPU_R, "the shared expert's gate")))
+		return rc;
+	rc = scan_finite(L->w_sgate, 1, L->H, "w_shared_expert_gate", "");
+	starpu_data_release(L->h_w_sgate);
 	return rc;
 }
 

@@ -46,6 +46,7 @@ struct rmoe_layer {
 	/* In the layer's element type (act): */
 	void *w_part, *dw_part;           /* owned partition: weights and gradient */
 	void *ws, *dws;                   /* shared expert: gate | up | down */
+	float *w_sgate, *dw_sgate;        /* its gate [H] when shared_gated (Qwen2-MoE) */
 	void *x_saved;                    /* §3.3: forward saves x and the routing only */
 	float *probs, *topk_w, *dg;
 	int32_t *topk_idx, *pair_order, *expert_counts;
@@ -59,7 +60,7 @@ struct rmoe_layer {
 	struct rmoe_a2a_plan *a2a;
 
 	/* Their handles (home node: main memory), registered once. */
-	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;
+	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws, h_w_sgate, h_dw_sgate;
 	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts;
 	struct rmoe_routing own;          /* this rank's tokens: the handles above */
 	int64_t resident_bytes;
@@ -70,6 +71,7 @@ struct rmoe_layer {
 
 	int have_forward;
 	int have_shared_weights;
+	int have_shared_gate;
 	char dispatch_reason[384];        /* why this dispatch (RMOE_DISPATCH_AUTO) */
 	struct rmoe_layer_stats stats;
 };

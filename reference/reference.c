@@ -362,6 +362,18 @@ static struct swiglu routed_expert(const struct rmoe_ref_layer *L, int64_t e)
 	                        L->w_down + e * HF, NULL, NULL, NULL };
 }
 
+/* The shared expert's scale for the token row x: 1 (DeepSeek-style), or
+ * Qwen2-MoE's sigmoid(x . w_shared_expert_gate). */
+static double shared_gate(const struct rmoe_ref_layer *L, const double *x)
+{
+	if (!L->shared_gated)
+		return 1.0;
+	double z = 0.0;
+	for (int64_t h = 0; h < L->hidden; h++)
+		z += x[h] * L->w_shared_expert_gate[h];
+	return sigmoid(z);
+}
+
 void rmoe_ref_forward(const struct rmoe_ref_layer *L, int64_t tokens, const float *x,
                       const int32_t *topk_idx, const float *topk_w, float *y)
 {
@@ -386,7 +398,7 @@ void rmoe_ref_forward(const struct rmoe_ref_layer *L, int64_t tokens, const floa
 		for (int64_t t = 0; t < tokens; t++) {
 			load_row(s.x, x + t * H, H);
 			swiglu_hidden(&w, &s);
-			swiglu_output(&w, &s, 1.0, acc + t * H);
+			swiglu_output(&w, &s, shared_gate(L, s.x), acc + t * H);
 		}
 	}
 	store_float(y, acc, tokens * H);
@@ -483,12 +495,25 @@ void rmoe_ref_backward(const struct rmoe_ref_layer *L, int64_t tokens, const flo
 		swiglu_transposes(&w, scratch);
 		struct swiglu_grads dw = grads_alloc(H * Fs, g->dws_gate != NULL, g->dws_up != NULL,
 		                                     g->dws_down != NULL);
+		double *dwsg = L->shared_gated ? xcalloc(H, sizeof(double)) : NULL;
 		for (int64_t t = 0; t < tokens; t++) {
 			load_row(s.x, x + t * H, H);
 			load_row(s.dy, dy + t * H, H);
-			swiglu_backward(&w, &s, 1.0, &dw, dx + t * H);
+			/* d/dscale of scale * shared(x) is <dy, shared(x)>; through the
+			 * sigmoid, dz = that g (1 - g); z = x . w. */
+			const double gate = shared_gate(L, s.x);
+			const double dscale = swiglu_backward(&w, &s, gate, &dw, dx + t * H);
+			if (dwsg) {
+				const double dz = dscale * gate * (1.0 - gate);
+				axpy_d(H, dz, s.x, dwsg);
+				for (int64_t h = 0; h < H; h++)
+					dx[t * H + h] += dz * L->w_shared_expert_gate[h];
+			}
 		}
 		grads_store(&dw, H * Fs, g->dws_gate, g->dws_up, g->dws_down);
+		if (dwsg && g->dw_shared_expert_gate)
+			store_float(g->dw_shared_expert_gate, dwsg, H);
+		free(dwsg);
 	}
 
 	free(scratch);

@@ -18,6 +18,8 @@ struct rmoe_ref_layer {
 	const float *w_down;           /* [E, F, H] */
 	const float *ws_gate, *ws_up;  /* [H, Fs] shared expert, when shared_ffn > 0 */
 	const float *ws_down;          /* [Fs, H] */
+	int shared_gated;              /* Qwen2-MoE: shared(x) scaled by sigmoid(x w_shared_expert_gate) */
+	const float *w_shared_expert_gate; /* [H], when shared_gated */
 };
 
 struct rmoe_ref_grads {
@@ -26,6 +28,7 @@ struct rmoe_ref_grads {
 	float *dw_gate, *dw_up;        /* [E, H, F] */
 	float *dw_down;                /* [E, F, H] */
 	float *dws_gate, *dws_up, *dws_down; /* shared expert, may be NULL when none */
+	float *dw_shared_expert_gate;  /* [H], when shared_gated (may be NULL) */
 };
 
 /* Routing of T tokens: probs [T, E] (softmax, double inside), topk_idx

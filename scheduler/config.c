@@ -22,6 +22,7 @@ void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg)
 	cfg->tokens = 3072;
 	cfg->norm_topk = 1;
 	cfg->shared_ffn = 0;
+	cfg->shared_gated = 0;
 	cfg->dispatch = RMOE_DISPATCH_RING_EXPERT;
 	cfg->dtype = RMOE_DTYPE_F32;
 	cfg->chunk_rows = 0;
@@ -105,6 +106,11 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 		return rmoe_error(RMOE_EINVAL,
 		                  "shared_ffn = %lld: expected 0 (no shared expert) or a width of at most %lld",
 		                  (long long)c->shared_ffn, RMOE_MAX_HANDLE_ELEMS);
+	if (c->shared_gated != 0 && c->shared_gated != 1)
+		return rmoe_error(RMOE_EINVAL, "shared_gated = %d: expected 0 (ungated) or 1 (gated)", c->shared_gated);
+	if (c->shared_gated && c->shared_ffn == 0)
+		return rmoe_error(RMOE_EINVAL, "shared_gated = 1 but shared_ffn = 0: a gated shared expert needs a "
+		                  "width (shared_ffn > 0)");
 	if (c->mem_cap < 0)
 		return rmoe_error(RMOE_EINVAL, "mem_cap = %lld: expected 0 (no cap) or a byte count",
 		                  (long long)c->mem_cap);
@@ -203,6 +209,7 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = rmoe_hash_i64(h, c->tokens);
 	h = rmoe_hash_i64(h, c->norm_topk);
 	h = rmoe_hash_i64(h, c->shared_ffn);
+	h = rmoe_hash_i64(h, c->shared_gated);
 	h = rmoe_hash_i64(h, c->dispatch);
 	h = rmoe_hash_i64(h, c->dtype);
 	h = rmoe_hash_i64(h, c->chunk_rows);

@@ -55,6 +55,7 @@ void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_lay
 	c->topk = cfg->topk;
 	c->nranks = nranks;
 	c->shared_ffn = cfg->shared_ffn;
+	c->shared_gated = cfg->shared_gated;
 	c->chunk_rows = cfg->chunk_rows;
 	c->partitions = cfg->partitions;
 	c->window = rmoe_config_window(cfg);
@@ -121,17 +122,23 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	 * free, so no message waits outside them. */
 	const int64_t window = c->window > 0 ? c->window : RMOE_WINDOW_DEFAULT;
 
-	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E);
+	/* The router and the gated shared expert's gate [H] (Qwen2-MoE), with
+	 * their gradients, are 4-byte. */
+	const int64_t gate = Fs > 0 && c->shared_gated ? 4 * H : 0;
+	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E) + 2 * gate;
 	const int64_t weights = 2 * W * s + (Fs > 0 ? 6 * H * Fs * s : 0);
 	const int64_t resident = routing + weights + T * H * s;
 	o->resident_forward = resident + T * H * s;
 	o->resident_backward = resident + 2 * T * H * s;
-	o->weights_and_inputs = 4 * H * E + W * s + (Fs > 0 ? 3 * H * Fs * s : 0) + T * H * s;
+	o->weights_and_inputs = 4 * H * E + gate + W * s + (Fs > 0 ? 3 * H * Fs * s : 0) + T * H * s;
 
 	/* The shared expert runs first, alone (forward_backward.c waits for it before the
-	 * dispatch posts anything): work [T,3Fs], out or dx [T,H]. Its phase
+	 * dispatch posts anything): work [T,3Fs], out or dx [T,H]; gated, the
+	 * backward recomputes the output too (the gate's gradient reads it),
+	 * then turns it into the gated dy. Its phase
 	 * and the dispatch's never overlap: the peak is the larger. */
 	const int64_t shared = Fs > 0 ? T * (3 * Fs + H) * s : 0;
+	const int64_t shared_b = shared + (Fs > 0 && c->shared_gated ? T * H * s : 0);
 	int64_t fwd = 0, bwd = 0, largest = max2(Fs > 0 ? T * 3 * Fs * s : 0, T * H * s);
 	switch (d) {
 	case RMOE_DISPATCH_RING_EXPERT: {
@@ -146,7 +153,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		int64_t relay_f = rbufs * W * s;
 		int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
 		fwd = max2(shared, relay_f + r * (2 * H + 3 * F) * s);
-		bwd = max2(shared, relay_b + r * (2 * H + 4 * F) * s);
+		bwd = max2(shared_b, relay_b + r * (2 * H + 4 * F) * s);
 		o->fixed_backward = o->resident_backward + relay_b;
 		o->per_row_backward = (2 * H + 4 * F) * s;
 		largest = max2(largest, max2(N > 1 ? W * s : 0, r * max2(H, 4 * F) * s));
@@ -162,7 +169,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
 		int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
 		fwd = max2(shared, travel_f + part_f + r * (2 * H + 3 * F) * s);
-		bwd = max2(shared, travel_b + part_b + r * (2 * H + 4 * F) * s);
+		bwd = max2(shared_b, travel_b + part_b + r * (2 * H + 4 * F) * s);
 		o->fixed_backward = o->resident_backward + travel_b + part_b;
 		o->per_row_backward = (2 * H + 4 * F) * s;
 		largest = max2(largest, r * max2(H, 4 * F) * s);
@@ -228,7 +235,7 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		                                                max2(b9, max2(b10, b11)))) + 4 * M;
 		largest = max2(largest, s * max2(M * H, M * 4 * F));
 		fwd = max2(fwd, shared);
-		bwd = max2(bwd, shared);
+		bwd = max2(bwd, shared_b);
 		o->fixed_backward = o->resident_backward + bwd;
 		o->per_row_backward = 0;
 		break;

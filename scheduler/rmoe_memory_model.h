@@ -15,6 +15,7 @@ struct rmoe_mem_config {
 	int64_t hidden, ffn, experts, topk;
 	int64_t nranks;        /* expert-parallel group */
 	int64_t shared_ffn;
+	int shared_gated;      /* Qwen2-MoE's gate on the shared expert (backward: one more [T,H]) */
 	int64_t etp;           /* expert tensor parallelism: divides F (1: none) */
 	int64_t chunk_rows;    /* 0: whole hops */
 	int64_t partitions;    /* ring: partitions of each rank's experts (hops on one device); 0 or 1: one */

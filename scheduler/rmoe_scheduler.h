@@ -45,12 +45,17 @@ int rmoe_config_window(const struct rmoe_layer_config *cfg);
 /* A 64-bit digest of every field that must agree across ranks. */
 uint64_t rmoe_config_hash(const struct rmoe_layer_config *cfg);
 
-/* Table 3 of the paper (and ../shared/notes/targets.md). */
+/* Table 3 of the paper (and ../shared/notes/targets.md), each model's MoE
+ * block as its published configuration has it: whether the top-k
+ * probabilities are renormalised (norm_topk_prob), the shared expert's
+ * width and whether a sigmoid gate scales it. */
 struct rmoe_preset {
 	const char *name;
 	int layers;
 	int64_t hidden, ffn, experts, topk;
+	int norm_topk;
 	int64_t shared_ffn;
+	int shared_gated;
 	int64_t heads, kv_heads, head_dim;  /* attention, for the recompute planner */
 };
 const struct rmoe_preset *rmoe_preset_find(const char *name);
@@ -61,7 +66,8 @@ const struct rmoe_preset *rmoe_preset_list(size_t *count);
 #define RMOE_PRESET_TOKENS 49152
 
 /* A preset's shape into cfg: hidden, ffn, tokens (RMOE_PRESET_TOKENS) and
- * shared_ffn divided by scale, experts and topk as they are. 0, or
+ * shared_ffn divided by scale, experts and topk as they are, and its
+ * routing (norm_topk, shared_gated). 0, or
  * RMOE_EINVAL with msg naming an unknown preset (and the known ones) or a
  * scale that leaves a size below 1. */
 int rmoe_preset_apply(const char *name, double scale, struct rmoe_layer_config *cfg, char *msg, size_t len);

@@ -17,6 +17,7 @@ enum rmoe_stream {
 	RMOE_STREAM_WS_GATE = 7,
 	RMOE_STREAM_WS_UP = 8,
 	RMOE_STREAM_WS_DOWN = 9,
+	RMOE_STREAM_W_SHARED_EXPERT_GATE = 10,
 	RMOE_STREAM_USER = 64,         /* first stream free for other uses */
 };
 

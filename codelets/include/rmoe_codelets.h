@@ -141,6 +141,18 @@ int rmoe_insert_expert_bwd_preweighted(const struct rmoe_task_opts *o, const str
                                        starpu_data_handle_t weights, starpu_data_handle_t work,
                                        starpu_data_handle_t dxrows, starpu_data_handle_t dweights);
 
+/* ---- the shared expert's gate (Qwen2-MoE) ------------------------------------------ */
+
+/* shared_out [T*H] *= sigmoid(x [T*H] w [H]) per token. */
+int rmoe_insert_shared_gate_fwd(const struct rmoe_task_opts *o, int64_t tokens, int64_t hidden,
+                                starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t shared_out);
+/* Backward: shared_out (the ungated output, recomputed) becomes the gated
+ * dy that the shared expert's backward takes; dx [T*H] added to (an
+ * accumulator, as the router's); dw [H] overwritten. */
+int rmoe_insert_shared_gate_bwd(const struct rmoe_task_opts *o, int64_t tokens, int64_t hidden,
+                                starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t dy,
+                                starpu_data_handle_t shared_out, starpu_data_handle_t dx, starpu_data_handle_t dw);
+
 /* ---- small ops -------------------------------------------------------------------- */
 
 /* dst += src (count floats): the ring's G_j += S. */

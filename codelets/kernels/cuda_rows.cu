@@ -408,6 +408,106 @@ extern "C" int rmoe_cuda_unpermute_bwd(cudaStream_t s, int bf16, int64_t H, int6
 	return rmoe_cuda_check("unpermute-bwd");
 }
 
+/* ---- the shared expert's gate ------------------------------------------------------------ */
+
+/* One block per token, as unpermute_bwd_k: the logit's dot product over the
+ * block, then the row scaled. */
+template <typename T> __global__ void shared_gate_fwd_k(int64_t T_, int64_t H, const T *x, const float *w, T *sh)
+{
+	for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
+		const T *xt = x + t * H;
+		T *st = sh + t * H;
+		float z = 0.0f;
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+			z += rmoe_ld(xt, j) * w[j];
+		const float g = 1.0f / (1.0f + expf(-rmoe_block_sum(z)));
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+			rmoe_st(st, j, g * rmoe_ld(st, j));
+	}
+}
+
+/* One block per token: g and dz, the gated dy over sh, dx += dz w (a row
+ * per block: no atomics); dz kept for dw. */
+template <typename T>
+__global__ void shared_gate_bwd_k(int64_t T_, int64_t H, const T *x, const float *w, const T *dy, T *sh, T *dx,
+                                  float *dz)
+{
+	for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
+		const T *xt = x + t * H, *dyt = dy + t * H;
+		T *st = sh + t * H, *dxt = dx + t * H;
+		float z = 0.0f, q = 0.0f;
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+			z += rmoe_ld(xt, j) * w[j];
+			q += rmoe_ld(dyt, j) * rmoe_ld(st, j);
+		}
+		z = rmoe_block_sum(z);
+		q = rmoe_block_sum(q);
+		const float g = 1.0f / (1.0f + expf(-z)), d = q * g * (1.0f - g);
+		for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+			rmoe_st(st, j, g * rmoe_ld(dyt, j));
+			rmoe_st(dxt, j, rmoe_ld(dxt, j) + d * w[j]);
+		}
+		if (threadIdx.x == 0)
+			dz[t] = d;
+	}
+}
+
+/* dw[j] = sum_t dz[t] x[t, j], in token order: one thread per column. */
+template <typename T> __global__ void shared_gate_dw_k(int64_t T_, int64_t H, const T *x, const float *dz, float *dw)
+{
+	for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < H; j += (int64_t)gridDim.x * blockDim.x) {
+		float acc = 0.0f;
+		for (int64_t t = 0; t < T_; t++)
+			acc += dz[t] * rmoe_ld(x, t * H + j);
+		dw[j] = acc;
+	}
+}
+
+extern "C" size_t rmoe_cuda_shared_gate_bwd_scratch(int64_t T)
+{
+	return T > 0 ? (size_t)T * sizeof(float) : 0;
+}
+
+extern "C" int rmoe_cuda_shared_gate_fwd(cudaStream_t s, int bf16, int64_t T, int64_t H, const void *x, const float *w,
+                                         void *sh)
+{
+	if (T == 0)
+		return 0;
+	if (bf16)
+		RMOE_LAUNCH(shared_gate_fwd_k, rmoe_cuda_rows(T), RMOE_CUDA_THREADS, 0, s, T, H, (const rmoe_bf16_t *)x, w,
+		            (rmoe_bf16_t *)sh);
+	else
+		RMOE_LAUNCH(shared_gate_fwd_k, rmoe_cuda_rows(T), RMOE_CUDA_THREADS, 0, s, T, H, (const float *)x, w,
+		            (float *)sh);
+	return rmoe_cuda_check("shared-gate-fwd");
+}
+
+extern "C" int rmoe_cuda_shared_gate_bwd(cudaStream_t s, int bf16, int64_t T, int64_t H, const void *x, const float *w,
+                                         const void *dy, void *sh, void *dx, float *dw, struct rmoe_cuda_scratch scratch)
+{
+	if (T == 0)
+		return rmoe_cuda_ok(cudaMemsetAsync(dw, 0, (size_t)H * sizeof(float), s), "memset");
+	struct rmoe_arena a = rmoe_arena_of(scratch, s);
+	float *dz = NULL;
+	int rc = rmoe_arena_take(&a, (size_t)T * sizeof(float), (void **)&dz);
+	if (!rc) {
+		if (bf16) {
+			RMOE_LAUNCH(shared_gate_bwd_k, rmoe_cuda_rows(T), RMOE_CUDA_THREADS, 0, s, T, H, (const rmoe_bf16_t *)x,
+			            w, (const rmoe_bf16_t *)dy, (rmoe_bf16_t *)sh, (rmoe_bf16_t *)dx, dz);
+			RMOE_LAUNCH(shared_gate_dw_k, rmoe_cuda_blocks(H), RMOE_CUDA_THREADS, 0, s, T, H, (const rmoe_bf16_t *)x,
+			            (const float *)dz, dw);
+		} else {
+			RMOE_LAUNCH(shared_gate_bwd_k, rmoe_cuda_rows(T), RMOE_CUDA_THREADS, 0, s, T, H, (const float *)x, w,
+			            (const float *)dy, (float *)sh, (float *)dx, dz);
+			RMOE_LAUNCH(shared_gate_dw_k, rmoe_cuda_blocks(H), RMOE_CUDA_THREADS, 0, s, T, H, (const float *)x,
+			            (const float *)dz, dw);
+		}
+		rc = rmoe_cuda_check("shared-gate-bwd");
+	}
+	const int released = rmoe_arena_release(&a);
+	return rc ? rc : released;
+}
+
 /* ---- small ops -------------------------------------------------------------------------- */
 
 extern "C" int rmoe_cuda_accumulate(cudaStream_t s, int bf16, int64_t n, const void *src, void *dst)

@@ -47,6 +47,19 @@ int rmoe_kernel_router_bwd(int64_t tokens, int64_t hidden, int64_t experts, int6
                            const int32_t *topk_idx, const float *topk_w, const float *dg,
                            const float *dprobs, float *dx, float *dw_router);
 
+/* ---- the shared expert's gate (Qwen2-MoE) --------------------------------------- */
+
+/* A one-logit router: s[t] *= sigmoid(<x[t], w>), s the shared expert's
+ * output [T*H], w [H]. */
+void rmoe_kernel_shared_gate_fwd(int64_t tokens, int64_t hidden, const float *x, const float *w, float *s);
+
+/* Its backward, s the ungated output (recomputed): with g = sigmoid(<x, w>)
+ * and dz = <dy, s> g (1 - g) per token, s becomes g dy (the shared
+ * expert's dout), dx += dz w, dw = x^T dz (overwritten). dz [tokens]
+ * scratch. */
+void rmoe_kernel_shared_gate_bwd(int64_t tokens, int64_t hidden, const float *x, const float *w,
+                                 const float *dy, float *s, float *dx, float *dw, float *dz);
+
 /* ---- dispatch map --------------------------------------------------------------- */
 
 /* Counting sort of the pairs by expert: pair_order (pairs) and per-expert

@@ -93,6 +93,16 @@ int rmoe_cuda_expert_bwd_preweighted(cudaStream_t s, cublasHandle_t b, int bf16,
                                      int accumulate, const void *x, const void *dout, const void *w, void *work,
                                      void *dx, void *dweights);
 
+/* The shared expert's gate (rmoe_kernel_shared_gate_*): x, s, dy, dx in
+ * the element type, w and dw float32; the backward's dz in scratch of
+ * rmoe_cuda_shared_gate_bwd_scratch bytes. */
+size_t rmoe_cuda_shared_gate_bwd_scratch(int64_t tokens);
+int rmoe_cuda_shared_gate_fwd(cudaStream_t s, int bf16, int64_t tokens, int64_t hidden, const void *x,
+                              const float *w, void *sh);
+int rmoe_cuda_shared_gate_bwd(cudaStream_t s, int bf16, int64_t tokens, int64_t hidden, const void *x,
+                              const float *w, const void *dy, void *sh, void *dx, float *dw,
+                              struct rmoe_cuda_scratch scratch);
+
 int rmoe_cuda_accumulate(cudaStream_t s, int bf16, int64_t n, const void *src, void *dst);
 int rmoe_cuda_zero(cudaStream_t s, size_t elsize, int64_t n, void *dst);
 int rmoe_cuda_sort_chunks(cudaStream_t s, size_t elsize, int64_t hidden, int64_t n_peers, int64_t n_experts,

@@ -1,5 +1,7 @@
 /* Router kernels (CPU): softmax over the experts, top-k choice, and the
- * backward through the renormalisation and the softmax. */
+ * backward through the renormalisation and the softmax; the gate of a
+ * gated shared expert, a router of one sigmoid logit. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,4 +50,28 @@ int rmoe_kernel_router_bwd(int64_t T, int64_t H, int64_t E, int64_t K, int norm_
 	}
 	free(dlogits);
 	return 0;
+}
+
+void rmoe_kernel_shared_gate_fwd(int64_t T, int64_t H, const float *x, const float *w, float *s)
+{
+	for (int64_t t = 0; t < T; t++) {
+		const float z = cblas_sdot((int)H, x + t * H, 1, w, 1);
+		cblas_sscal((int)H, 1.0f / (1.0f + expf(-z)), s + t * H, 1);
+	}
+}
+
+void rmoe_kernel_shared_gate_bwd(int64_t T, int64_t H, const float *x, const float *w, const float *dy, float *s,
+                                 float *dx, float *dw, float *dz)
+{
+	for (int64_t t = 0; t < T; t++) {
+		const float g = 1.0f / (1.0f + expf(-cblas_sdot((int)H, x + t * H, 1, w, 1)));
+		dz[t] = cblas_sdot((int)H, dy + t * H, 1, s + t * H, 1) * g * (1.0f - g);
+		for (int64_t j = 0; j < H; j++)
+			s[t * H + j] = g * dy[t * H + j];
+		cblas_saxpy((int)H, dz[t], w, 1, dx + t * H, 1);
+	}
+	if (T == 0)
+		memset(dw, 0, (size_t)H * sizeof(float));
+	else
+		cblas_sgemv(CblasRowMajor, CblasTrans, (int)T, (int)H, 1.0f, x, (int)H, dz, 1, 0.0f, dw, 1);
 }

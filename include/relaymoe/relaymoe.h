@@ -14,6 +14,9 @@
  *   w_down (e)         [F, H]
  * expert_e(x) = (silu(x w_gate[e]) * (x w_up[e])) w_down[e]
  * y = sum_k g_k expert_{i_k}(x) (+ shared(x) when a shared expert is set).
+ * The shared expert is added ungated (DeepSeek-style), or gated as in
+ * Qwen2-MoE: + sigmoid(x w_shared_expert_gate) shared(x), with
+ *   w_shared_expert_gate [H]   replicated, as the router.
  */
 #ifndef RELAYMOE_H
 #define RELAYMOE_H
@@ -172,7 +175,11 @@ struct rmoe_layer_config {
 	int64_t topk;        /* K, 1 <= K <= E */
 	int64_t tokens;      /* T, tokens of this rank (same on every rank) */
 	int norm_topk;       /* divide the top-k probabilities by their sum (Qwen3: 1) */
-	int64_t shared_ffn;  /* width of the shared expert (Qwen2-MoE style); 0 = none */
+	int64_t shared_ffn;  /* width of the shared expert; 0 = none */
+	int shared_gated;    /* 1: the shared expert's output is scaled per token by
+	                        sigmoid(x w_shared_expert_gate) (Qwen2-MoE's
+	                        shared_expert_gate); 0 (default): added as it is
+	                        (DeepSeek-style). Needs shared_ffn > 0 */
 	enum rmoe_dispatch dispatch;
 	enum rmoe_dtype dtype;
 	int64_t chunk_rows;  /* split each hop's matched pairs into chunks of at most
@@ -246,6 +253,9 @@ RMOE_API int rmoe_layer_get_expert(const rmoe_layer *layer, int64_t e, float *w_
                           float *w_down);
 RMOE_API int rmoe_layer_set_shared(rmoe_layer *layer, const float *w_gate, const float *w_up,
                           const float *w_down);
+/* The gate of a gated shared expert (shared_gated = 1): w [H], replicated. */
+RMOE_API int rmoe_layer_set_shared_expert_gate(rmoe_layer *layer, const float *w);
+RMOE_API int rmoe_layer_get_shared_expert_gate(const rmoe_layer *layer, float *w);
 
 /* Forward: x [T, H] -> y [T, H]. Collective. The layer keeps a copy of x and
  * the routing (indices and weights) for backward; nothing else. Arguments
@@ -311,6 +321,9 @@ RMOE_API int rmoe_layer_get_grad_expert(const rmoe_layer *layer, int64_t e, floa
                                float *dw_down);
 RMOE_API int rmoe_layer_get_grad_shared(const rmoe_layer *layer, float *dw_gate, float *dw_up,
                                float *dw_down);
+/* dw [H] of the shared expert's gate: this rank's part, as dw_router (sum it
+ * over ranks). */
+RMOE_API int rmoe_layer_get_grad_shared_expert_gate(const rmoe_layer *layer, float *dw);
 
 /* Collective. Looks for NaN and infinity in the layer's weights (router,
  * the experts this rank owns, the shared expert) and, when not NULL, in x

@@ -10,7 +10,8 @@ with the ring dispatch, through the installed C library (ctypes).
         dx = layer.backward(dy)
 
 relaymoe.autograd (with PyTorch) wraps a layer as a torch.autograd.Function
-and a torch.nn.Module. The library is found through RELAYMOE_LIBRARY,
+and a torch.nn.Module; relaymoe.hf swaps a Hugging Face model's sparse MoE
+blocks (Qwen2-MoE, Mixtral, Qwen3-MoE) for blocks that run on relaymoe. The library is found through RELAYMOE_LIBRARY,
 RELAYMOE_PREFIX, pkg-config or the loader's path (relaymoe._capi).
 """
 from ._capi import (ENUMS, LibraryNotFound, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON,

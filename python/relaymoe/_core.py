@@ -187,6 +187,7 @@ class Context:
         self._h = handle
         self._cfg = cfg  # its strings: StarPU may read the policy name after creation
         self._layers = weakref.WeakSet()
+        self.comm = comm  # the mpi4py communicator given, or None (MPI_COMM_WORLD)
         self.rank = L.rmoe_ctx_rank(handle)
         self.size = L.rmoe_ctx_size(handle)
         _open_contexts.append(self)
@@ -258,16 +259,16 @@ class Layer:
     float32 at this interface either way, as the C API's are.
     """
 
-    _FLAG_FIELDS = ("norm_topk", "overlap", "deterministic", "check_finite")
+    _FLAG_FIELDS = ("norm_topk", "shared_gated", "overlap", "deterministic", "check_finite")
 
     def __init__(self, ctx, *, hidden=None, ffn=None, experts=None, topk=None, tokens=None,
-                 norm_topk=None, shared_ffn=None, dispatch=None, dtype=None, chunk_rows=None,
+                 norm_topk=None, shared_ffn=None, shared_gated=None, dispatch=None, dtype=None, chunk_rows=None,
                  overlap=None, deterministic=None, mem_cap=None, check_finite=None, wait_timeout=None,
                  partitions=None, window=None):
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: a relaymoe.Context is expected, not {type(ctx).__name__}")
         given = dict(hidden=hidden, ffn=ffn, experts=experts, topk=topk, tokens=tokens,
-                     norm_topk=norm_topk, shared_ffn=shared_ffn, chunk_rows=chunk_rows, overlap=overlap,
+                     norm_topk=norm_topk, shared_ffn=shared_ffn, shared_gated=shared_gated, chunk_rows=chunk_rows, overlap=overlap,
                      deterministic=deterministic, mem_cap=mem_cap, check_finite=check_finite,
                      partitions=partitions, window=window)
         L = lib()
@@ -295,6 +296,7 @@ class Layer:
         c = self.config
         self.hidden, self.ffn, self.experts, self.topk, self.tokens, self.shared_ffn = (
             c["hidden"], c["ffn"], c["experts"], c["topk"], c["tokens"], c["shared_ffn"])
+        self.shared_gated = bool(c["shared_gated"])
         first, count = ctypes.c_int64(), ctypes.c_int64()
         _check(L.rmoe_layer_owned_experts(handle, ctypes.byref(first), ctypes.byref(count)))
         self.owned_experts = range(first.value, first.value + count.value)
@@ -403,6 +405,19 @@ class Layer:
         u = _array("w_up", w_up, (H, FS), ("H", "FS"))
         d = _array("w_down", w_down, (FS, H), ("FS", "H"))
         _check(lib().rmoe_layer_set_shared(h, _ptr(g), _ptr(u), _ptr(d)))
+
+    def set_shared_expert_gate(self, w):
+        """The gate of a gated shared expert (shared_gated): w [H], the same on
+        every rank (Qwen2-MoE's shared_expert_gate, a Linear(H, 1) weight)."""
+        h = self._handle()
+        w = _array("w", w, (self.hidden,), ("H",))
+        _check(lib().rmoe_layer_set_shared_expert_gate(h, _ptr(w)))
+
+    def get_shared_expert_gate(self, out=None):
+        h = self._handle()
+        w = _out("out", out, (self.hidden,), ("H",))
+        _check(lib().rmoe_layer_get_shared_expert_gate(h, _ptr(w)))
+        return w
 
     def set_weights(self, w_router, w_gate, w_up, w_down):
         """The router [H, E] and the experts this rank owns, picked from the
@@ -514,6 +529,13 @@ class Layer:
         g, u, d = np.empty(sg, np.float32), np.empty(su, np.float32), np.empty(sd, np.float32)
         _check(lib().rmoe_layer_get_grad_shared(h, _ptr(g), _ptr(u), _ptr(d)))
         return g, u, d
+
+    def grad_shared_expert_gate(self, out=None):
+        """dw [H] of the shared expert's gate from this rank's tokens: sum it over ranks."""
+        h = self._handle()
+        w = _out("out", out, (self.hidden,), ("H",))
+        _check(lib().rmoe_layer_get_grad_shared_expert_gate(h, _ptr(w)))
+        return w
 
     def grads(self):
         """dw_router [H, E] (this rank's part) and the owned experts'

@@ -3,12 +3,19 @@
 checking `relaymoe run --load/--dump` against files.
 
   moe_numpy.py make DIR --ranks N --tokens T --hidden H --ffn F --experts E --seed S
-      writes x, dy, w_router, w_gate, w_up, w_down (.npy, float32) into DIR
+                    [--shared-ffn FS [--shared-gated]]
+      writes x, dy, w_router, w_gate, w_up, w_down (.npy, float32) into DIR, and
+      with a shared expert w_shared_gate, w_shared_up, w_shared_down (and its
+      gate w_shared_expert_gate)
   moe_numpy.py check IN OUT --topk K [--no-norm-topk] [--tol auto|T]
       computes y, dx and every gradient from IN/*.npy and compares them with
-      OUT/*.npy (relative norm error); exits 1 past the tolerance
+      OUT/*.npy (relative norm error); exits 1 past the tolerance. A shared
+      expert is added where IN has its weights: ungated (DeepSeek-style), or,
+      with w_shared_expert_gate.npy, as Qwen2-MoE's block adds it:
+      sigmoid(x w_shared_expert_gate) * shared(x)
 """
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -30,7 +37,37 @@ def route(x, w_router, k, norm):
     return p, idx, (g / s if norm else g), s
 
 
-def layer(x, dy, w_router, w_gate, w_up, w_down, k, norm):
+def swiglu(x, dy, wg, wu, wd):
+    """out = (silu(x wg) * (x wu)) wd, and for an output gradient dy the
+    weights' gradients and dx."""
+    a, b = x @ wg, x @ wu
+    act = silu(a) * b
+    dact = dy @ wd.T
+    sig = 1.0 / (1.0 + np.exp(-a))
+    da = dact * b * sig * (1.0 + a * (1.0 - sig))
+    db = dact * silu(a)
+    return act @ wd, x.T @ da, x.T @ db, act.T @ dy, da @ wg.T + db @ wu.T
+
+
+def shared_expert(x, dy, shared):
+    """Qwen2-MoE's shared expert (gated: sigmoid(x w) scales it per token) or
+    DeepSeek's (ungated): its output and the gradients of its weights."""
+    wg, wu, wd, gate = shared
+    out, _, _, _, _ = swiglu(x, dy, wg, wu, wd)
+    if gate is None:
+        s = np.ones((x.shape[0], 1))
+    else:
+        s = 1.0 / (1.0 + np.exp(-(x @ gate)))[:, None]
+    _, dwg, dwu, dwd, dx = swiglu(x, s * dy, wg, wu, wd)
+    grads = {"dw_shared_gate": dwg, "dw_shared_up": dwu, "dw_shared_down": dwd}
+    if gate is not None:
+        dz = (dy * out).sum(axis=1, keepdims=True) * s * (1.0 - s)
+        dx = dx + dz @ gate[None, :]
+        grads["dw_shared_expert_gate"] = x.T @ dz[:, 0]
+    return s * out, dx, grads
+
+
+def layer(x, dy, w_router, w_gate, w_up, w_down, k, norm, shared=None):
     t, h = x.shape
     e = w_router.shape[1]
     p, idx, g, s = route(x, w_router, k, norm)
@@ -66,8 +103,14 @@ def layer(x, dy, w_router, w_gate, w_up, w_down, k, norm):
     np.put_along_axis(dp, idx, dpk, axis=1)
     dlogits = p * (dp - (p * dp).sum(axis=1, keepdims=True))
     dx += dlogits @ w_router.T
-    return {"y": y, "dx": dx, "dw_router": x.T @ dlogits, "dw_gate": dgate, "dw_up": dup,
-            "dw_down": ddown}
+    out = {"y": y, "dx": dx, "dw_router": x.T @ dlogits, "dw_gate": dgate, "dw_up": dup,
+           "dw_down": ddown}
+    if shared is not None:
+        ys, dxs, grads = shared_expert(x, dy, shared)
+        out["y"] = y + ys
+        out["dx"] = dx + dxs
+        out.update(grads)
+    return out
 
 
 def make(a):
@@ -80,6 +123,12 @@ def make(a):
     arrays = {"x": u((n * t, h), 1.0), "dy": u((n * t, h), 1.0),
               "w_router": u((h, e), h ** -0.5), "w_gate": u((e, h, f), h ** -0.5),
               "w_up": u((e, h, f), h ** -0.5), "w_down": u((e, f, h), f ** -0.5)}
+    if a.shared_ffn > 0:
+        fs = a.shared_ffn
+        arrays.update({"w_shared_gate": u((h, fs), h ** -0.5), "w_shared_up": u((h, fs), h ** -0.5),
+                       "w_shared_down": u((fs, h), fs ** -0.5)})
+        if a.shared_gated:
+            arrays["w_shared_expert_gate"] = u((h,), h ** -0.5)
     for name, v in arrays.items():
         np.save(f"{a.dir}/{name}.npy", v)
 
@@ -97,8 +146,13 @@ def fp32_tolerance(load):
 def check(a):
     load = {n: np.load(f"{a.inp}/{n}.npy").astype(np.float64)
             for n in ("x", "dy", "w_router", "w_gate", "w_up", "w_down")}
+    shared = None
+    if os.path.exists(f"{a.inp}/w_shared_gate.npy"):
+        ws = [np.load(f"{a.inp}/w_shared_{n}.npy").astype(np.float64) for n in ("gate", "up", "down")]
+        gate = f"{a.inp}/w_shared_expert_gate.npy"
+        shared = (*ws, np.load(gate).astype(np.float64) if os.path.exists(gate) else None)
     want = layer(load["x"], load["dy"], load["w_router"], load["w_gate"], load["w_up"],
-                 load["w_down"], a.topk, not a.no_norm_topk)
+                 load["w_down"], a.topk, not a.no_norm_topk, shared)
     worst = 0.0
     for name, ref in want.items():
         got = np.load(f"{a.out}/{name}.npy")
@@ -107,7 +161,7 @@ def check(a):
             return 1
         err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-300)
         worst = max(worst, err)
-        print(f"{name:10s} relative error {err:.2e}")
+        print(f"{name:21s} relative error {err:.2e}")
     tol = fp32_tolerance(load) if a.tol == "auto" else float(a.tol)
     ok = worst <= tol
     print(f"largest {worst:.2e}, tolerance {tol:.1e}: {'PASS' if ok else 'FAIL'}")
@@ -121,6 +175,8 @@ def main():
     m.add_argument("dir")
     for opt in ("ranks", "tokens", "hidden", "ffn", "experts", "seed"):
         m.add_argument(f"--{opt}", type=int, required=True)
+    m.add_argument("--shared-ffn", type=int, default=0)
+    m.add_argument("--shared-gated", action="store_true")
     c = sub.add_parser("check")
     c.add_argument("inp")
     c.add_argument("out")

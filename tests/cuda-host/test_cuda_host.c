@@ -531,6 +531,57 @@ static void test_cuda_host_unpermute_bwd(void **state)
 			}
 }
 
+/* ---- the shared expert's gate ------------------------------------------------------------ */
+
+/* The CUDA gate kernels against the CPU ones: the scaled output, the gated
+ * dy, dx and dw, fp32 and bf16, H below and above a block's threads. */
+static void test_cuda_host_shared_gate(void **state)
+{
+	(void)state;
+	const int64_t Hs[] = {NH, 300};
+	for (int hi = 0; hi < 2; hi++)
+		for (int bf16 = 0; bf16 < 2; bf16++) {
+			const int64_t H = Hs[hi];
+			const double tol = bf16 ? TOL_BF16 : TOL_F32;
+			set_variant("H=%lld bf16=%d", (long long)H, bf16);
+			struct tbuf x = tb_new(NT * H, bf16, 1.0), dy = tb_new(NT * H, bf16, 1.0);
+			struct tbuf out = tb_new(NT * H, bf16, 1.0), dx = tb_new(NT * H, bf16, 1.0);
+			float *w = xmalloc((size_t)H * sizeof(float)), *dw = xmalloc((size_t)H * sizeof(float));
+			float *dw_c = xmalloc((size_t)H * sizeof(float)), *dz = xmalloc(NT * sizeof(float));
+			fill(w, H, 0.2);
+			struct tbuf fwd = tb_copy(&out);
+			rmoe_kernel_shared_gate_fwd(NT, H, x.f, w, fwd.f);
+			tb_round(&fwd);
+			expect_rc(rmoe_cuda_shared_gate_fwd(NULL, bf16, NT, H, x.d, w, fwd.d), "shared-gate-fwd");
+			expect_close(&fwd, fwd.f, NT * H, tol, "gated output");
+			struct tbuf bwd = tb_copy(&out), dxg = tb_copy(&dx);
+			rmoe_kernel_shared_gate_bwd(NT, H, x.f, w, dy.f, bwd.f, dxg.f, dw_c, dz);
+			tb_round(&bwd);
+			tb_round(&dxg);
+			fill(dw, H, 1.0);
+			struct rmoe_cuda_scratch sc = scratch_of(rmoe_cuda_shared_gate_bwd_scratch(NT));
+			expect_rc(rmoe_cuda_shared_gate_bwd(NULL, bf16, NT, H, x.d, w, dy.d, bwd.d, dxg.d, dw, sc),
+			          "shared-gate-bwd");
+			free(sc.p);
+			expect_close(&bwd, bwd.f, NT * H, tol, "gated dy");
+			expect_close(&dxg, dxg.f, NT * H, tol, "dx");
+			const double err = rel_err(dw, dw_c, H);
+			if (!(err <= TOL_F32))
+				fail_msg("dw (%s): relative error %.3g", variant, err);
+			free(w);
+			free(dw);
+			free(dw_c);
+			free(dz);
+			tb_free(&x);
+			tb_free(&dy);
+			tb_free(&out);
+			tb_free(&dx);
+			tb_free(&fwd);
+			tb_free(&bwd);
+			tb_free(&dxg);
+		}
+}
+
 /* ---- experts ---------------------------------------------------------------------------- */
 
 /* Three experts, the second without rows; the slice [7, 37) of the pair
@@ -932,6 +983,7 @@ int main(void)
 		cmocka_unit_test_setup(test_cuda_host_gather, setup),
 		cmocka_unit_test_setup(test_cuda_host_scatter_add, setup),
 		cmocka_unit_test_setup(test_cuda_host_unpermute_bwd, setup),
+		cmocka_unit_test_setup(test_cuda_host_shared_gate, setup),
 		cmocka_unit_test_setup(test_cuda_host_expert_ffn, setup),
 		cmocka_unit_test_setup(test_cuda_host_expert_bwd_pairs, setup),
 		cmocka_unit_test_setup(test_cuda_host_expert_bwd_preweighted, setup),

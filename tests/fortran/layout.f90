@@ -32,6 +32,8 @@ program layout
   call field('rmoe_layer_config', 'norm_topk', c_loc(l), c_loc(l%norm_topk), c_sizeof(l%norm_topk), 'int')
   call field('rmoe_layer_config', 'shared_ffn', c_loc(l), c_loc(l%shared_ffn), c_sizeof(l%shared_ffn), &
              'int')
+  call field('rmoe_layer_config', 'shared_gated', c_loc(l), c_loc(l%shared_gated), c_sizeof(l%shared_gated), &
+             'int')
   call field('rmoe_layer_config', 'dispatch', c_loc(l), c_loc(l%dispatch), c_sizeof(l%dispatch), 'int')
   call field('rmoe_layer_config', 'dtype', c_loc(l), c_loc(l%dtype), c_sizeof(l%dtype), 'int')
   call field('rmoe_layer_config', 'chunk_rows', c_loc(l), c_loc(l%chunk_rows), c_sizeof(l%chunk_rows), &

@@ -22,6 +22,7 @@ program test_api
   real(c_float) :: w_router(ne, nh), w_wrong(nh, ne), g(nf, nh), u(nf, nh), dn(nh, nf)
   real(c_float) :: x(nh, nt), dy(nh, nt), y(nh, nt), y2(nh, nt), dx(nh, nt), x_c(nt, nh), wide(nh, 2 * nt)
   real(c_float) :: dprobs_wrong(nt, ne), x_nan(nh, nt), sg(16, nh), su(16, nh), sd(nh, 16)
+  real(c_float) :: sgate(nh), sgate_back(nh), sgate_bad(5)
   integer(c_int32_t) :: idx(nk, nt)
   integer(c_int), allocatable :: order(:)
 
@@ -126,7 +127,33 @@ program test_api
   if (rc == 0) rc = rmoe_layer_backward(shared, dy, dx)
   if (rc == 0) rc = rmoe_layer_get_grad_shared(shared, sg, su, sd)
   call expect(rc == 0 .and. sum(abs(sd)) > 0, 'shared expert forward, backward, gradient', rc)
+  sgate = [(0.125 * sin(1.3 + real(i)), i = 1, nh)]
+  call expect_error(rmoe_layer_set_shared_expert_gate(shared, sgate), RMOE_ESTATE, 'not gated', &
+                    'a gate on an ungated shared expert')
   call expect(rmoe_layer_destroy(shared) == 0, 'rmoe_layer_destroy (shared)', 0)
+
+  ! Qwen2-MoE's gated shared expert: the gate (hidden) set, read back, its gradient.
+  cfg%shared_gated = 1
+  rc = rmoe_layer_create(shared, ctx, cfg)
+  call expect(rc == 0, 'a layer with a gated shared expert', rc)
+  call fill(sg, 7.1, 0.125)
+  call fill(su, 8.3, 0.125)
+  call fill(sd, 9.7, 0.25)
+  call expect(rmoe_layer_set_shared(shared, sg, su, sd) == 0, 'rmoe_layer_set_shared (gated)', 0)
+  sgate_bad = 1
+  call expect_error(rmoe_layer_set_shared_expert_gate(shared, sgate_bad), RMOE_EINVAL, &
+                    'has 5 elements: expected hidden=64', 'a gate of the wrong size')
+  call expect_error(rmoe_layer_forward(shared, x, y2), RMOE_ESTATE, 'no shared expert gate was set', &
+                    'a gated forward before the gate is set')
+  call expect(rmoe_layer_set_shared_expert_gate(shared, sgate) == 0, 'rmoe_layer_set_shared_expert_gate', 0)
+  rc = rmoe_layer_get_shared_expert_gate(shared, sgate_back)
+  call expect(rc == 0 .and. all(sgate_back == sgate), 'rmoe_layer_get_shared_expert_gate reads it back', rc)
+  rc = rmoe_layer_forward(shared, x, y2)
+  if (rc == 0) rc = rmoe_layer_backward(shared, dy, dx)
+  if (rc == 0) rc = rmoe_layer_get_grad_shared_expert_gate(shared, sgate_back)
+  call expect(rc == 0 .and. sum(abs(sgate_back)) > 0, 'gated shared expert forward, backward, gate gradient', rc)
+  call expect(rmoe_layer_destroy(shared) == 0, 'rmoe_layer_destroy (gated shared)', 0)
+  cfg%shared_gated = 0
 
   call expect_error(rmoe_ctx_destroy(ctx), RMOE_ESTATE, 'still alive', 'context destroyed before its layer')
   call expect(rmoe_layer_destroy(layer) == 0, 'rmoe_layer_destroy', 0)

@@ -35,7 +35,7 @@ def uniform(rng, shape, scale):
     return (rng.uniform(-1.0, 1.0, size=shape) * scale).astype(np.float32)
 
 
-def make_weights(seed, hidden, ffn, experts, shared_ffn=0, **_):
+def make_weights(seed, hidden, ffn, experts, shared_ffn=0, shared_gated=False, **_):
     rng = np.random.default_rng(seed)
     H, F, E = hidden, ffn, experts
     w = {"w_router": uniform(rng, (H, E), H ** -0.5), "w_gate": uniform(rng, (E, H, F), H ** -0.5),
@@ -44,6 +44,8 @@ def make_weights(seed, hidden, ffn, experts, shared_ffn=0, **_):
         w.update(w_shared_gate=uniform(rng, (H, shared_ffn), H ** -0.5),
                  w_shared_up=uniform(rng, (H, shared_ffn), H ** -0.5),
                  w_shared_down=uniform(rng, (shared_ffn, H), shared_ffn ** -0.5))
+        if shared_gated:
+            w["w_shared_expert_gate"] = uniform(rng, (H,), H ** -0.5)
     return w
 
 

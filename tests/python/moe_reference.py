@@ -4,7 +4,8 @@
     p = softmax(x w_router); the K largest p per token (ties: lower expert
     first); g = those p (divided by their sum with norm_topk);
     expert_e(x) = (silu(x w_gate[e]) * (x w_up[e])) w_down[e];
-    y = sum_k g_k expert_{i_k}(x) + shared(x).
+    y = sum_k g_k expert_{i_k}(x) + shared(x), or with w_shared_expert_gate
+    (Qwen2-MoE) + sigmoid(x w_shared_expert_gate) shared(x).
 
 Gradients flow through g into p and the router; the top-k choice is not
 differentiated. Weights are the whole layer's: w_gate, w_up [E, H, F],
@@ -56,8 +57,10 @@ def forward(x, w, topk, norm_topk=True):
         outs[ex] = (rows, slots, out, saved)
     shared = None
     if "w_shared_gate" in w:
-        out, shared = _swiglu(x, w["w_shared_gate"], w["w_shared_up"], w["w_shared_down"])
-        y += out
+        out, saved = _swiglu(x, w["w_shared_gate"], w["w_shared_up"], w["w_shared_down"])
+        gate = _sigmoid(x @ w["w_shared_expert_gate"])[:, None] if "w_shared_expert_gate" in w else None
+        shared = (saved, out, gate)
+        y += out if gate is None else gate * out
     cache = dict(x=x, w=w, p=p, idx=idx, chosen=chosen, total=total, g=g, outs=outs, shared=shared,
                  norm_topk=norm_topk)
     return y, cache
@@ -81,10 +84,15 @@ def backward(dy, cache, dprobs=None):
         dw["w_up"][ex] += dwu
         dw["w_down"][ex] += dwd
     if cache["shared"] is not None:
+        saved, out, gate = cache["shared"]
         ddx, dwg, dwu, dwd = _swiglu_backward(x, w["w_shared_gate"], w["w_shared_up"], w["w_shared_down"],
-                                              cache["shared"], dy)
+                                              saved, dy if gate is None else gate * dy)
         dx += ddx
         dw.update(w_shared_gate=dwg, w_shared_up=dwu, w_shared_down=dwd)
+        if gate is not None:
+            dz = (dy * out).sum(axis=1, keepdims=True) * gate * (1.0 - gate)
+            dx += dz @ w["w_shared_expert_gate"][None, :]
+            dw["w_shared_expert_gate"] = x.T @ dz[:, 0]
     # Through the renormalisation g = c / sum(c), then the softmax.
     if cache["norm_topk"]:
         dchosen = (dg - (dg * g).sum(axis=1, keepdims=True)) / cache["total"]

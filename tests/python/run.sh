@@ -5,6 +5,8 @@
 #   run.sh WORK MPIEXEC NRANKS pytest TESTS_DIR
 #   run.sh WORK MPIEXEC NRANKS script SCRIPT
 #   run.sh WORK MPIEXEC NRANKS readme SOURCE_DIR   the two examples of docs/embedding.md
+#   run.sh WORK MPIEXEC NRANKS pytest-hf FILE | script-hf SCRIPT | readme-hf SOURCE_DIR
+#                                                 relaymoe.hf with transformers (README's example)
 set -euo pipefail
 work=$1 mpiexec=$2 n=$3 kind=$4 what=$5
 status=$(cat "$work/status" 2> /dev/null || echo "unavailable: the python_setup fixture did not run")
@@ -35,5 +37,24 @@ case $kind in
       [ $torch = 0 ] || grep -q "rank $r: loss " out.txt
     done
     grep -q "x: dtype float64, expected float32" out.txt ;;
+  pytest-hf|script-hf|readme-hf)
+    # relaymoe.hf against Hugging Face transformers: 77 where torch or
+    # transformers is absent (a failure under RMOE_EMBED_REQUIRE=1, as CI's
+    # embedding stage installs both).
+    if ! why=$("$py" -c "import torch, transformers" 2>&1); then
+      [ "${RMOE_EMBED_REQUIRE:-0}" = 1 ] && { echo "torch or transformers missing (RMOE_EMBED_REQUIRE=1): $why"; exit 1; }
+      echo "torch or transformers missing: skipped ($(tail -1 <<<"$why"))"; exit 77
+    fi
+    case $kind in
+      pytest-hf) exec "$mpiexec" -n "$n" --oversubscribe "$py" -m pytest -q -p no:cacheprovider --color=no -rs \
+                   -W ignore::UserWarning --rootdir="$(dirname "$what")" "$what" ;;
+      script-hf) exec "$mpiexec" -n "$n" --oversubscribe "$py" -W ignore::UserWarning "$what" ;;
+      readme-hf)
+        rm -rf "${work:?}/readme-hf" && mkdir -p "$work/readme-hf" && cd "$work/readme-hf"
+        python3 "$what/tests/python/readme_example.py" "$what/README.md" \
+          "from mpi4py import MPI  # Hugging Face MoE blocks on the ring" > hf.py
+        "$what/scripts/mpirun.sh" -np "$n" "$py" -W ignore::UserWarning hf.py | tee out.txt
+        for r in $(seq 0 $((n - 1))); do grep -q "rank $r: loss " out.txt; done ;;
+    esac ;;
   *) echo "run.sh: unknown kind '$kind'" >&2; exit 2 ;;
 esac

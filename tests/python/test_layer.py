@@ -20,11 +20,16 @@ def run_layer(ctx, comm, seed, dprobs=False, **options):
         layer.set_weights(w["w_router"], w["w_gate"], w["w_up"], w["w_down"])
         if cfg.get("shared_ffn"):
             layer.set_shared(w["w_shared_gate"], w["w_shared_up"], w["w_shared_down"])
+        if cfg.get("shared_gated"):
+            layer.set_shared_expert_gate(w["w_shared_expert_gate"])
+            assert np.array_equal(layer.get_shared_expert_gate(), w["w_shared_expert_gate"])
         y = layer.forward(x)
         dx = layer.backward(dy, dprobs=dp)
         got = dict(y=y, dx=dx, routing=layer.routing(), owned=layer.owned_experts, **layer.grads())
         if cfg.get("shared_ffn"):
             got["shared"] = layer.grad_shared()
+        if cfg.get("shared_gated"):
+            got["shared_expert_gate"] = layer.grad_shared_expert_gate()
     return cfg, w, x_all, dy_all, x, dy, dp, got
 
 
@@ -35,7 +40,10 @@ def run_layer(ctx, comm, seed, dprobs=False, **options):
     dict(dispatch="a2a-megatron"),
     dict(dispatch="ring", norm_topk=False),
     dict(dispatch="ring", shared_ffn=16),
-], ids=["ring", "token", "a2a", "a2a-megatron", "ring-no-norm", "ring-shared"])
+    dict(dispatch="ring", shared_ffn=16, shared_gated=True, norm_topk=False),
+    dict(dispatch="a2a", shared_ffn=16, shared_gated=True),
+], ids=["ring", "token", "a2a", "a2a-megatron", "ring-no-norm", "ring-shared", "ring-shared-gated",
+        "a2a-shared-gated"])
 def test_layer_matches_numpy(ctx, comm, options):
     cfg, w, x_all, dy_all, x, dy, dp, got = run_layer(ctx, comm, 7, **options)
     y, dx, mine, whole, cache = expected(cfg, w, x, dy, dp, x_all, dy_all, comm)
@@ -51,6 +59,9 @@ def test_layer_matches_numpy(ctx, comm, options):
     if "shared" in got:
         for name, g in zip(("w_shared_gate", "w_shared_up", "w_shared_down"), got["shared"]):
             errors["d" + name + " (this rank's part)"] = ref.relative_error(g, mine[name])
+    if "shared_expert_gate" in got:
+        errors["dw_shared_expert_gate (this rank's part)"] = ref.relative_error(got["shared_expert_gate"],
+                                                                               mine["w_shared_expert_gate"])
     # fp32 layer against the float64 reference: relative norm error <= TOL (1e-5).
     assert max(errors.values()) <= TOL, errors
     idx, gw, probs = got["routing"]

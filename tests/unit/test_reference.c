@@ -363,7 +363,7 @@ static void test_reference_top1_normalised_router_has_no_gradient(void **state)
 	for (int64_t t = 0; t < T; t++)
 		assert_true(c->topk_w[t] == 1.0f);
 	float dx[5 * 6], dw_router[6 * 5], dw_gate[5 * 6 * 4], dw_up[5 * 6 * 4], dw_down[5 * 4 * 6];
-	struct rmoe_ref_grads g = { dx, dw_router, dw_gate, dw_up, dw_down, NULL, NULL, NULL };
+	struct rmoe_ref_grads g = { dx, dw_router, dw_gate, dw_up, dw_down, NULL, NULL, NULL, NULL };
 	rmoe_ref_backward(&c->layer, T, c->x, c->probs, c->topk_idx, c->topk_w, c->dy, &g);
 	for (int64_t i = 0; i < H * E; i++)
 		assert_true(dw_router[i] == 0.0f);

@@ -1,0 +1,130 @@
+"""relaymoe.hf against the Hugging Face blocks themselves (pytest, under
+mpiexec through run.sh's pytest-hf, which reports 77 where torch or
+transformers is absent): a sparse MoE block swapped for a RelayMoEBlock
+gives the original's output, router logits, dx and parameter gradients
+within 1e-5, with the load-balancing loss on the logits, for Qwen2-MoE
+(top-k renormalised or not, its gated shared expert), Mixtral and, where
+the installed transformers has it, Qwen3-MoE, on every dispatch; and
+replace_moe_blocks swaps every block of a model. Each rank runs its own
+tokens; the original's gradients are averaged over the ranks, as the
+swapped block's are (reduction 'mean')."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from mpi4py import MPI
+
+import relaymoe
+import relaymoe.hf
+
+# fp32 against fp32 summed in another order: the relative norm difference of
+# each output and gradient.
+TOL = 1e-5
+H, E, K = 32, 8, 2
+
+
+@pytest.fixture(scope="module")
+def comm():
+    return MPI.COMM_WORLD
+
+
+@pytest.fixture(scope="module")
+def ctx(comm):
+    c = relaymoe.Context(comm)
+    yield c
+    c.close()
+
+
+def make_block(family, norm_topk=False):
+    torch.manual_seed(3)
+    if family == "qwen2_moe":
+        from transformers import Qwen2MoeConfig
+        from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock
+        return Qwen2MoeSparseMoeBlock(Qwen2MoeConfig(hidden_size=H, moe_intermediate_size=16,
+                                                     shared_expert_intermediate_size=24, num_experts=E,
+                                                     num_experts_per_tok=K, norm_topk_prob=norm_topk))
+    if family == "mixtral":
+        from transformers import MixtralConfig
+        from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+        return MixtralSparseMoeBlock(MixtralConfig(hidden_size=H, intermediate_size=16, num_local_experts=E,
+                                                   num_experts_per_tok=K))
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+    return Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=16, num_experts=E,
+                                                 num_experts_per_tok=K, norm_topk_prob=norm_topk))
+
+
+def families():
+    known = relaymoe.hf.moe_block_families()
+    cases = [("qwen2_moe", False), ("qwen2_moe", True), ("mixtral", True), ("qwen3_moe", True)]
+    return [pytest.param(f, n, id=f"{f}{'-norm' if n else ''}",
+                         marks=() if f in known else pytest.mark.skip(reason=f"{f} not in this transformers"))
+            for f, n in cases]
+
+
+def rel(a, b):
+    return (a - b).norm().item() / max(b.norm().item(), 1e-30)
+
+
+def run(block, x, dy, coef):
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import load_balancing_loss_func
+    x = x.clone().requires_grad_(True)
+    y, logits = block(x)
+    loss = (y * dy).sum() + coef * load_balancing_loss_func((logits,), E, K)
+    loss.backward()
+    return y.detach(), logits.detach(), x.grad
+
+
+@pytest.mark.parametrize("family,norm_topk", families())
+@pytest.mark.parametrize("dispatch", ["ring", "token", "a2a", "a2a-megatron"])
+def test_swapped_block_matches_original(ctx, comm, family, norm_topk, dispatch):
+    block = make_block(family, norm_topk)
+    original = copy.deepcopy(block)
+    swapped = relaymoe.hf.RelayMoEBlock.from_hf(block, ctx, dispatch=dispatch)
+    assert swapped.norm_topk_prob == norm_topk
+    assert (swapped.shared_expert_gate is not None) == (family == "qwen2_moe")
+    g = torch.Generator().manual_seed(10 + comm.Get_rank())
+    x = torch.rand(3, 10, H, generator=g) * 2 - 1
+    dy = torch.rand(3, 10, H, generator=g) * 2 - 1
+    want = run(original, x, dy, 0.5)
+    got = run(swapped, x, dy, 0.5)
+    errors = {name: rel(a, b) for name, a, b in zip(("y", "router_logits", "dx"), got, want)}
+    # The original's gradients averaged over the ranks, every parameter in
+    # the same order on every rank (a rank's swapped block holds only its
+    # experts).
+    mean = {}
+    for name, p in original.named_parameters():
+        total = np.empty_like(p.grad.numpy())
+        comm.Allreduce(np.ascontiguousarray(p.grad.numpy()), total)
+        mean[name] = torch.from_numpy(total / comm.Get_size())
+    for name, p in swapped.named_parameters():
+        errors["d " + name] = rel(p.grad, mean[name])
+    # The swapped block holds the original's parameters under their names:
+    # the replicated ones and this rank's experts, no other.
+    owned = tuple(f"experts.{e}." for e in swapped.owned_experts)
+    expect = {n for n in mean if not n.startswith("experts.") or n.startswith(owned)}
+    assert set(dict(swapped.named_parameters())) == expect
+    assert max(errors.values()) <= TOL, {k: v for k, v in errors.items() if v > TOL}
+    swapped.close()
+
+
+def test_replace_moe_blocks_in_a_model(ctx, comm):
+    from transformers import Qwen2MoeConfig, Qwen2MoeModel
+    torch.manual_seed(5)
+    config = Qwen2MoeConfig(vocab_size=50, hidden_size=H, intermediate_size=40, moe_intermediate_size=16,
+                            shared_expert_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, num_experts=E, num_experts_per_tok=K,
+                            output_router_logits=True, attn_implementation="eager")
+    original = Qwen2MoeModel(config)
+    model = copy.deepcopy(original)
+    blocks = relaymoe.hf.replace_moe_blocks(model, ctx)
+    assert len(blocks) == 2 and all(isinstance(m.mlp, relaymoe.hf.RelayMoEBlock) for m in model.layers)
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(comm.Get_rank()))
+    a, b = original(input_ids=ids), model(input_ids=ids)
+    assert rel(b.last_hidden_state, a.last_hidden_state) <= TOL
+    assert all(rel(y, x) <= TOL for x, y in zip(a.router_logits, b.router_logits))
+    with pytest.raises(ValueError, match="no sparse MoE block"):
+        relaymoe.hf.replace_moe_blocks(torch.nn.Linear(2, 2), ctx)
+    for blk in blocks:
+        blk.close()
