@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "relaymoe/relaymoe.h"
 
@@ -34,18 +35,26 @@ static inline void rmoe_app_layer_shape(struct rmoe_layer_config *cfg, int64_t h
 }
 
 /* The start of a multi-rank test: MPI (MPI_THREAD_MULTIPLE) and a context
- * over MPI_COMM_WORLD, *nranks its size. NULL, after MPI_Finalize, when no
- * rank could create the context: the test then reports itself skipped
- * (77), as StarPU found nothing to run on. */
+ * over MPI_COMM_WORLD, *nranks its size. When a rank cannot create the
+ * context the test fails (exit 1, after MPI_Finalize), saying why on every
+ * rank: a library error is never a skip. The one exception is what the
+ * machine lacks: StarPU finding no worker of the kinds the test's
+ * environment asks for (RMOE_ENOTSUP, e.g. STARPU_NCPU=0 without a GPU)
+ * skips it (77), saying so. */
 static inline rmoe_ctx *rmoe_app_test_start(int *argc, char ***argv, int *nranks)
 {
 	int provided;
 	MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
 	MPI_Comm_size(MPI_COMM_WORLD, nranks);
 	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+	int rc = rmoe_ctx_create(&ctx, NULL);
+	if (rc)
+		rmoe_app_error("rmoe_ctx_create failed: %s\n", rmoe_strerror(rc));
+	if ((rc = rmoe_app_agree(rc))) {
+		rmoe_app_say(rc == RMOE_ENOTSUP ? "skipped: this machine has no worker of the kinds asked for\n"
+		                                : "FAILED: no context, so nothing was tested\n");
 		MPI_Finalize();
-		return NULL;
+		exit(rc == RMOE_ENOTSUP ? 77 : 1);
 	}
 	return ctx;
 }

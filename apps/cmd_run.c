@@ -43,10 +43,13 @@ static const char *usage_head =
 	"Runs one MoE layer (router, top-k, SwiGLU experts) forward and backward on N\n"
 	"ranks, with the ring dispatcher of RelayMoE and two all-to-all baselines side\n"
 	"by side, and reports time, memory and the difference between them. a2a is\n"
-	"the lean all-to-all (its backward runs the ring's pair-weighted expert\n"
-	"kernel on exchanged x and dy rows); a2a-megatron keeps Megatron-LM's buffers\n"
-	"(the backward recomputes the whole block, then unpermute backward and a\n"
-	"preweighted expert backward).\n"
+	"the lean all-to-all: pipelined per peer and chunk, rows received in expert\n"
+	"order, --chunk-rows and --mem-cap as for the ring, its backward the ring's\n"
+	"pair-weighted expert kernel on exchanged x and dy rows; a2a-megatron is\n"
+	"Megatron Core 0.13's alltoall token dispatcher (through 0.15): routing\n"
+	"probabilities exchanged beside the tokens and applied in the expert, the\n"
+	"unpermute without them, the backward recomputing dispatch and experts, no\n"
+	"combine outputs kept.\n"
 	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
 	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a and a2a-megatron.\n"
 	"\n";
@@ -64,7 +67,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
-		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop into chunks of C rows", NULL},
+		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"no-overlap", RMOE_OPT_FLAG, &r->no_overlap, 0, 0, NULL, "serialise ring transfers and compute", NULL},
@@ -129,7 +132,7 @@ struct outcome {
 	double resident, rss, sent;     /* bytes, max over ranks */
 	double largest_temp;
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
-	double skew;                    /* busiest hop (rings) or rank (a2a) over even */
+	double skew;                    /* busiest hop (rings, a2a) or rank (a2a-megatron) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
 	double heap_fwd, heap_bwd;      /* the heap figure (peak_heap_*), bytes, max over ranks */
@@ -184,10 +187,10 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	cfg.dispatch = d;
 	/* The cap and the partitions shape the rings' hops; the all-to-all
 	 * builds its buffers whole. */
-	if (rmoe_dispatch_alltoall(d)) {
-		cfg.mem_cap = 0;
+	if (rmoe_dispatch_alltoall(d))
 		cfg.partitions = 1;
-	}
+	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
+		cfg.mem_cap = 0;
 	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
@@ -282,7 +285,9 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	 * (skew 1) and no task sampled memory: the peaks are the model's. */
 	if (!RMOE_SIMULATED)
 		rmoe_problem_routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
-	out->skew = rmoe_dispatch_alltoall(c->d) ? skew_a2a : skew_ring;
+	/* a2a's chunks are blocks of one rank's pairs for one partition, as a
+	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
+	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
 	model_peaks(prob, out);
 	if (RMOE_SIMULATED) {
 		out->peak_fwd = out->model_fwd;
@@ -606,10 +611,11 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && !rmoe_dispatch_alltoall(out[i].d))
-			rmoe_app_say("%s: memory cap %.1f MiB -> hops in chunks of %lld rows; measured peak %.1f MiB\n",
-			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, (long long)out[i].chunk_rows,
-			             total_peak(&out[i]) / MiB);
+		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON)
+			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
+			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB,
+			             out[i].d == RMOE_DISPATCH_ALLTOALL ? "exchanged blocks" : "hops",
+			             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
 #ifdef RMOE_SIMGRID
 	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
 	             "(model), no task samples memory in a simulation, TOTAL = its larger pass; exec peak = a "

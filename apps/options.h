@@ -65,7 +65,7 @@ struct rmoe_ring_opts {
 	{"ring-order", RMOE_OPT_STRING, &(o)->ring_order, 0, 0, "planned|rank",                               \
 	 "the ring: planned from the topology, or rank order", NULL},                                          \
 	{"mem-cap", RMOE_OPT_SIZE, &(o)->mem_cap, 1, 9e18, "BYTES",                                           \
-	 "keep each ring layer's peak under BYTES (e.g. 64M): hops in chunks", NULL},                          \
+	 "keep each ring layer's and a2a's peak under BYTES (e.g. 64M): hops or blocks in chunks", NULL},      \
 	{"window", RMOE_OPT_INT, &(o)->window, 0, 1e6, "W",                                                   \
 	 "rings: receive at most W hops ahead of what was consumed (W >= 2; 0: default 2)", NULL}
 

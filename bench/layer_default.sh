@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The default layer (Qwen3-30B-A3B with H, F, tokens divided by 16) at N = 2
-# and 4 ranks, the ring and both all-to-all baselines (a2a, with the ring's
-# kernel discipline; a2a-megatron, with Megatron-LM's buffers) side by side,
+# and 4 ranks, the ring and both all-to-all baselines (a2a, pipelined per peer
+# and chunk with the ring's kernel discipline; a2a-megatron, Megatron Core
+# 0.13's alltoall dispatcher) side by side,
 # their repetitions interleaved in one process; writes
 # bench/results/layer_default.csv and layer_default.md.
 #   bench/layer_default.sh [extra relaymoe run options]

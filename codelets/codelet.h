@@ -44,6 +44,33 @@ static inline struct rmoe_cuda_scratch rmoe_cl_cuda_scratch(void *buffers[], int
 }
 #endif
 
+/* ---- the head of a task's arguments ---------------------------------------------------- */
+
+/* Every task with a function gets its argument struct behind this head
+ * (rmoe_cl_insert; status.c), so that whatever fails in it finds the status
+ * of its pass (rmoe_cl_fail): Chameleon passes its sequence and request
+ * the same way. The codelet functions see only the struct after it. */
+struct rmoe_cl_head {
+	struct rmoe_task_status *status;
+};
+/* The payload keeps malloc's alignment. */
+#define RMOE_CL_HEAD_BYTES ((size_t)_Alignof(max_align_t))
+_Static_assert(RMOE_CL_HEAD_BYTES >= sizeof(struct rmoe_cl_head), "the head fits its alignment");
+/* A malloc'ed head for status followed by a copy of the argsize bytes of
+ * args, which it frees (NULL: none); NULL when out of memory. */
+void *rmoe_cl_args_with_head(struct rmoe_task_status *status, void *args, size_t argsize);
+static inline void *rmoe_cl_payload(void *cl_arg)
+{
+	return cl_arg ? (char *)cl_arg + RMOE_CL_HEAD_BYTES : NULL;
+}
+/* Whether the task whose cl_arg this is should run: 0 once its pass has
+ * failed. */
+int rmoe_cl_begin(void *cl_arg);
+/* The status of the running task (the default one outside a task). */
+struct rmoe_task_status *rmoe_cl_status(void);
+/* Whether the running task is the one RMOE_FAULT_TASK names (status.c). */
+int rmoe_cl_fault_injected(void);
+
 /* ---- device scratch ---------------------------------------------------------------- */
 
 /* The device scratch of a task of op about to be inserted, as a
@@ -148,7 +175,11 @@ static inline size_t rmoe_cl_elsize(void *buffer)
 	return STARPU_VECTOR_GET_ELEMSIZE(buffer);
 }
 
-/* Reports a bad argument or buffer of op (as above); returns -1. */
+/* Records a bad argument or buffer of op in the running task's status
+ * (the message starts with op) and prints it; returns -1. The caller then
+ * returns without further work: builds with and without assertions alike
+ * (it is no assertion), the layer call returns RMOE_ESTARPU naming the
+ * task on every rank. */
 int rmoe_cl_fail(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A test hook: with RMOE_TEST_EXPERT_DELAY_US set in a process's
@@ -213,11 +244,13 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
 #define RMOE_CODELET(var, label, body, cuda, sym, op, nbuf)                                          \
 	static void var##_cpu(void *buffers[], void *cl_arg)                                            \
 	{                                                                                               \
-		body(buffers, cl_arg);                                                                  \
+		if (rmoe_cl_begin(cl_arg))                                                              \
+			body(buffers, rmoe_cl_payload(cl_arg));                                         \
 		rmoe_cl_done();                                                                         \
 	}                                                                                               \
+	RMOE_CL_CUDA_WRAPPER(var, cuda)                                                                 \
 	static struct starpu_perfmodel var##_model = RMOE_PERFMODEL(sym, op);                           \
-	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(var##_cpu, cuda).nbuffers = (nbuf), \
+	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(var##_cpu, var##_cuda).nbuffers = (nbuf), \
 	                                    .model = &var##_model}
 
 /* The one place the codelets differ between builds.
@@ -234,6 +267,18 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
  * the SimGrid build run nothing, so there the operation's CPU function
  * stands as its implementation on the simulated device (never called: the
  * cost model gives the duration). */
+#ifdef RMOE_HAVE_CUDA
+/* The CUDA function behind the same head as the CPU one. */
+#define RMOE_CL_CUDA_WRAPPER(var, cuda)                                                                 \
+	static void var##_cuda(void *buffers[], void *cl_arg)                                           \
+	{                                                                                               \
+		if (rmoe_cl_begin(cl_arg))                                                              \
+			cuda(buffers, rmoe_cl_payload(cl_arg));                                         \
+	}
+#else
+#define RMOE_CL_CUDA_WRAPPER(var, cuda)
+#endif
+
 #ifdef STARPU_SIMGRID
 #include "sim_cost.h"
 #define RMOE_PERFMODEL(sym, op) {.type = STARPU_PER_ARCH, .arch_cost_function = rmoe_sim_cost_##op, .symbol = (sym)}

@@ -73,7 +73,7 @@ cublasHandle_t rmoe_cl_cublas(void)
 int rmoe_cl_cuda_done(const char *op, int rc)
 {
 	if (rc)
-		return rmoe_cl_fail(op, "a CUDA kernel or cuBLAS call failed (its error is printed above)");
+		return rmoe_cl_fail(op, "%s (its error is printed above)", rmoe_cuda_status_what(rc));
 	if (!rmoe_cl_cublas())
 		return rmoe_cl_fail(op, "no cuBLAS handle for CUDA worker %d", starpu_worker_get_id());
 	return 0;

@@ -40,6 +40,14 @@ int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, st
 {
 	if (!args && argsize > 0)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory for a %s task", cl->name);
+	/* A task that runs a function gets its arguments behind the head that
+	 * leads its failures to its pass's status (status.c); an ordering
+	 * task runs nothing. */
+	if (cl->where != STARPU_NOWHERE) {
+		if (!(args = rmoe_cl_args_with_head(o->status, args, argsize)))
+			return rmoe_error(RMOE_ENOMEM, "out of host memory for a %s task", cl->name);
+		argsize += RMOE_CL_HEAD_BYTES;
+	}
 	struct starpu_task *t =
 		starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, d, nd, STARPU_CL_ARGS, args, argsize, STARPU_PRIORITY,
 		                  clamp_prio(o->prio), STARPU_NAME, o->name, STARPU_TASK_COLOR, colour(o->name), 0);

@@ -274,7 +274,7 @@ static double cost(const struct starpu_task *task, struct starpu_perfmodel_arch 
 double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_router_args *a = task->cl_arg;
+	const struct rmoe_router_args *a = rmoe_cl_payload(task->cl_arg);
 	double flops = rmoe_flops_router(a->tokens, a->hidden, a->experts) + 8.0 * a->tokens * a->experts;
 	return cost(task, arch, flops, task_bytes(task));
 }
@@ -282,7 +282,7 @@ double rmoe_sim_cost_router_fwd(struct starpu_task *task, struct starpu_perfmode
 double rmoe_sim_cost_router_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_router_args *a = task->cl_arg;
+	const struct rmoe_router_args *a = rmoe_cl_payload(task->cl_arg);
 	double flops = 2.0 * rmoe_flops_router(a->tokens, a->hidden, a->experts) + 8.0 * a->tokens * a->experts;
 	/* dx is read and written. */
 	double bytes = task_bytes(task) + 4.0 * a->tokens * a->hidden;
@@ -301,7 +301,7 @@ double rmoe_sim_cost_dispatch_map(struct starpu_task *task, struct starpu_perfmo
  * The full [T*H] source or destination is not touched: only its rows. */
 static double rows_cost(struct starpu_task *task, struct starpu_perfmodel_arch *arch, int scatter)
 {
-	const struct rmoe_rows_args *a = task->cl_arg;
+	const struct rmoe_rows_args *a = rmoe_cl_payload(task->cl_arg);
 	double row = 4.0 * (double)a->count * (double)a->hidden;
 	return cost(task, arch, (double)a->count * a->hidden, (scatter ? 3.0 : 2.0) * row + 8.0 * a->count);
 }
@@ -322,7 +322,7 @@ double rmoe_sim_cost_scatter_add(struct starpu_task *task, struct starpu_perfmod
 double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_rows_args *a = task->cl_arg;
+	const struct rmoe_rows_args *a = rmoe_cl_payload(task->cl_arg);
 	double row = 4.0 * (double)a->count * (double)a->hidden;
 	return cost(task, arch, 3.0 * (double)a->count * a->hidden, 3.0 * row + 12.0 * a->count);
 }
@@ -332,7 +332,7 @@ double rmoe_sim_cost_unpermute_bwd(struct starpu_task *task, struct starpu_perfm
 double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_expert_args *a = task->cl_arg;
+	const struct rmoe_expert_args *a = rmoe_cl_payload(task->cl_arg);
 	int with_down = STARPU_TASK_GET_NBUFFERS(task) == 4;
 	double m = (double)a->rows, H = (double)a->hidden, F = (double)a->ffn;
 	double bytes = 4.0 * ((double)rmoe_partition_weights_count(a->n_experts, a->hidden, a->ffn) +
@@ -344,7 +344,7 @@ double rmoe_sim_cost_expert_ffn(struct starpu_task *task, struct starpu_perfmode
 double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_expert_args *a = task->cl_arg;
+	const struct rmoe_expert_args *a = rmoe_cl_payload(task->cl_arg);
 	double m = (double)a->rows, H = (double)a->hidden, F = (double)a->ffn;
 	double weights = (double)rmoe_partition_weights_count(a->n_experts, a->hidden, a->ffn);
 	/* weights read, gradient written (and read when accumulating); x, dy
@@ -358,14 +358,14 @@ double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmode
 double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_accumulate_args *a = task->cl_arg;
+	const struct rmoe_accumulate_args *a = rmoe_cl_payload(task->cl_arg);
 	return cost(task, arch, (double)a->count, 3.0 * 4.0 * (double)a->count);
 }
 
 double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_accumulate_args *a = task->cl_arg;
+	const struct rmoe_accumulate_args *a = rmoe_cl_payload(task->cl_arg);
 	return cost(task, arch, 0, 4.0 * (double)a->count);
 }
 

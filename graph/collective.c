@@ -14,22 +14,9 @@
 #include "rmoe_collective.h"
 #include "rmoe_scheduler.h"
 
-static _Thread_local double wait_timeout;
-/* Host waits made on this thread (rmoe_wait_count). */
-static _Thread_local int64_t host_waits;
-/* The ranks this rank still waited for in the last collective that timed
- * out on this thread (rmoe_wait_missing); -1 when the last timeout was another wait's. */
-static _Thread_local int missing_count = -1;
-static _Thread_local int missing_ranks[RMOE_WAIT_MISSING_MAX];
-
-void rmoe_wait_timeout_set(double seconds)
+struct rmoe_wait rmoe_wait_make(double timeout)
 {
-	wait_timeout = seconds > 0 && isfinite(seconds) ? seconds : 0;
-}
-
-int64_t rmoe_wait_count(void)
-{
-	return host_waits;
+	return (struct rmoe_wait){.timeout = timeout > 0 && isfinite(timeout) ? timeout : 0, .nmissing = -1};
 }
 
 static double now_seconds(void)
@@ -49,14 +36,14 @@ static void poll_pause(long *ns)
 		*ns *= 2;
 }
 
-static int peer_timeout(const char *what)
+static int peer_timeout(struct rmoe_wait *w, const char *what)
 {
-	missing_count = -1;
+	w->nmissing = -1;
 	return rmoe_error(RMOE_EPEER,
 	                  "no progress for %g s (wait_timeout) while waiting for %s: another rank died, "
 	                  "hangs or stopped calling the layer, or a task here cannot get memory (StarPU "
 	                  "1.3 retries forever); this process must end (MPI_Abort)",
-	                  wait_timeout, what);
+	                  w->timeout, what);
 }
 
 struct acquire_flag {
@@ -68,11 +55,11 @@ static void acquire_done(void *arg)
 	atomic_store(&((struct acquire_flag *)arg)->done, 1);
 }
 
-int rmoe_acquire_bounded(starpu_data_handle_t h, int node, enum starpu_data_access_mode mode, const char *what)
+int rmoe_acquire_bounded(struct rmoe_wait *w, starpu_data_handle_t h, int node, enum starpu_data_access_mode mode, const char *what)
 {
 	int ret;
-	host_waits++;
-	if (wait_timeout <= 0) {
+	w->count++;
+	if (w->timeout <= 0) {
 		ret = starpu_data_acquire_on_node(h, node, mode);
 		return ret ? rmoe_error(RMOE_ESTARPU, "starpu_data_acquire (%s) failed (%d)", what, ret) : 0;
 	}
@@ -87,34 +74,34 @@ int rmoe_acquire_bounded(starpu_data_handle_t h, int node, enum starpu_data_acce
 	}
 	double t0 = now_seconds();
 	for (long ns = 20000; !atomic_load(&flag->done); poll_pause(&ns))
-		if (now_seconds() - t0 > wait_timeout)
-			return peer_timeout(what);
+		if (now_seconds() - t0 > w->timeout)
+			return peer_timeout(w, what);
 	free(flag);
 	return 0;
 }
 
-int rmoe_wait_data(starpu_data_handle_t h)
+int rmoe_wait_data(struct rmoe_wait *w, starpu_data_handle_t h)
 {
 	/* Waits for the data's writers (a receive, a task) without fetching
 	 * it anywhere: on a GPU it stays on the device. */
-	int rc = rmoe_acquire_bounded(h, STARPU_ACQUIRE_NO_NODE, STARPU_R, "data from another rank");
+	int rc = rmoe_acquire_bounded(w, h, STARPU_ACQUIRE_NO_NODE, STARPU_R, "data from another rank");
 	if (rc)
 		return rc;
 	starpu_data_release_on_node(h, STARPU_ACQUIRE_NO_NODE);
 	return 0;
 }
 
-int rmoe_wait_tasks(const char *what)
+int rmoe_wait_tasks(struct rmoe_wait *w, const char *what)
 {
-	host_waits++;
-	if (wait_timeout <= 0) {
+	w->count++;
+	if (w->timeout <= 0) {
 		starpu_task_wait_for_all();
 		return 0;
 	}
 	double t0 = now_seconds();
 	for (long ns = 20000; starpu_task_nsubmitted() > 0; poll_pause(&ns))
-		if (now_seconds() - t0 > wait_timeout)
-			return peer_timeout(what);
+		if (now_seconds() - t0 > w->timeout)
+			return peer_timeout(w, what);
 	return 0;
 }
 
@@ -204,7 +191,7 @@ static int exchange_post(struct exchange *x, const void *mine, int from, int cou
  * RMOE_EPEER its requests are abandoned (they cannot complete without the
  * missing rank) and rmoe_wait_missing names the peers whose contribution
  * never came or who never took this rank's. */
-static int exchange_complete(struct exchange *x, const char *what)
+static int exchange_complete(struct rmoe_wait *w, struct exchange *x, const char *what)
 {
 	double t0 = now_seconds();
 	int n = 2 * x->size;
@@ -222,7 +209,7 @@ static int exchange_complete(struct exchange *x, const char *what)
 		}
 		if (!pending)
 			return 0;
-		if (now_seconds() - t0 > wait_timeout)
+		if (now_seconds() - t0 > w->timeout)
 			break;
 	}
 	int m = 0;
@@ -232,7 +219,7 @@ static int exchange_complete(struct exchange *x, const char *what)
 		if (x->recv[q] == MPI_REQUEST_NULL && x->send[q] == MPI_REQUEST_NULL)
 			continue;
 		if (m < RMOE_WAIT_MISSING_MAX)
-			missing_ranks[m] = q;
+			w->missing[m] = q;
 		if (used < sizeof(list) - 16)
 			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", m ? ", " : "", q);
 		m++;
@@ -242,33 +229,33 @@ static int exchange_complete(struct exchange *x, const char *what)
 	                    "no progress for %g s (wait_timeout) while waiting for %s: no answer from rank(s) %s%s; "
 	                    "another rank died, hangs or stopped calling the layer, or a task there cannot get "
 	                    "memory (StarPU 1.3 retries forever); this process must end (MPI_Abort)",
-	                    wait_timeout, what, list, used >= sizeof(list) - 16 ? ", ..." : "");
-	missing_count = m < RMOE_WAIT_MISSING_MAX ? m : RMOE_WAIT_MISSING_MAX;
+	                    w->timeout, what, list, used >= sizeof(list) - 16 ? ", ..." : "");
+	w->nmissing = m < RMOE_WAIT_MISSING_MAX ? m : RMOE_WAIT_MISSING_MAX;
 	return rc;
 }
 
-int rmoe_wait_missing(int *ranks, int max)
+int rmoe_wait_missing(const struct rmoe_wait *w, int *ranks, int max)
 {
-	int n = missing_count < max ? missing_count : max;
+	int n = w->nmissing < max ? w->nmissing : max;
 	if (n > 0)
-		memcpy(ranks, missing_ranks, sizeof(int) * (size_t)n);
-	return missing_count;
+		memcpy(ranks, w->missing, sizeof(int) * (size_t)n);
+	return w->nmissing;
 }
 
 /* Without a timeout the blocking collectives; with one the exchange above.
  * The reduction runs in rank order on every rank, so that every rank gets
  * the same bits, floating-point sums included. */
-int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+int rmoe_allreduce_bounded(struct rmoe_wait *w, const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                            const char *what)
 {
 	struct exchange x;
-	host_waits++;
-	if (wait_timeout <= 0)
+	w->count++;
+	if (w->timeout <= 0)
 		return MPI_Allreduce(in, out, count, type, op, comm) == MPI_SUCCESS
 		               ? 0
 		               : rmoe_error(RMOE_EMPI, "MPI_Allreduce failed while %s", what);
 	int rc = exchange_post(&x, in, -1, count, type, comm, what);
-	if (rc || (rc = exchange_complete(&x, what)))
+	if (rc || (rc = exchange_complete(w, &x, what)))
 		return rc;
 	size_t bytes = (size_t)x.extent;
 	/* MPI_Reduce_local(a, b) makes b = a op b: from the last rank down. */
@@ -280,18 +267,18 @@ int rmoe_allreduce_bounded(const void *in, void *out, int count, MPI_Datatype ty
 	return bad ? rmoe_error(RMOE_EMPI, "MPI_Reduce_local failed while %s", what) : 0;
 }
 
-int rmoe_bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm, const char *what)
+int rmoe_bcast_bounded(struct rmoe_wait *w, void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm, const char *what)
 {
 	struct exchange x;
 	int rank = 0;
-	host_waits++;
-	if (wait_timeout <= 0)
+	w->count++;
+	if (w->timeout <= 0)
 		return MPI_Bcast(buf, count, type, root, comm) == MPI_SUCCESS
 		               ? 0
 		               : rmoe_error(RMOE_EMPI, "MPI_Bcast failed while %s", what);
 	MPI_Comm_rank(comm, &rank);
 	int rc = exchange_post(&x, rank == root ? buf : NULL, root, count, type, comm, what);
-	if (rc || (rc = exchange_complete(&x, what)))
+	if (rc || (rc = exchange_complete(w, &x, what)))
 		return rc;
 	if (rank != root)
 		memcpy(buf, x.inbox + (size_t)root * (size_t)x.extent, (size_t)x.extent);
@@ -299,30 +286,30 @@ int rmoe_bcast_bounded(void *buf, int count, MPI_Datatype type, int root, MPI_Co
 	return 0;
 }
 
-int rmoe_allgather_bounded(const void *in, void *out, int count, MPI_Datatype type, MPI_Comm comm,
+int rmoe_allgather_bounded(struct rmoe_wait *w, const void *in, void *out, int count, MPI_Datatype type, MPI_Comm comm,
                            const char *what)
 {
 	struct exchange x;
-	host_waits++;
-	if (wait_timeout <= 0)
+	w->count++;
+	if (w->timeout <= 0)
 		return MPI_Allgather(in, count, type, out, count, type, comm) == MPI_SUCCESS
 		               ? 0
 		               : rmoe_error(RMOE_EMPI, "MPI_Allgather failed while %s", what);
 	int rc = exchange_post(&x, in, -1, count, type, comm, what);
-	if (rc || (rc = exchange_complete(&x, what)))
+	if (rc || (rc = exchange_complete(w, &x, what)))
 		return rc;
 	memcpy(out, x.inbox, (size_t)x.extent * (size_t)x.size);
 	exchange_free(&x, 0);
 	return 0;
 }
 
-int rmoe_agree(MPI_Comm comm, int rc, const char *what)
+int rmoe_agree(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what)
 {
 	/* A peer already missing would only make the vote wait again. */
 	if (rc == RMOE_EPEER)
 		return rc;
 	int worst = rc;
-	int mrc = rmoe_allreduce_bounded(&rc, &worst, 1, MPI_INT, MPI_MIN, comm, what);
+	int mrc = rmoe_allreduce_bounded(w, &rc, &worst, 1, MPI_INT, MPI_MIN, comm, what);
 	if (mrc)
 		return mrc;
 	if (rc != 0)
@@ -332,7 +319,7 @@ int rmoe_agree(MPI_Comm comm, int rc, const char *what)
 	return 0;
 }
 
-int rmoe_agree_first(MPI_Comm comm, int rc, const char *what)
+int rmoe_agree_first(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what)
 {
 	if (rc == RMOE_EPEER)
 		return rc;
@@ -340,7 +327,7 @@ int rmoe_agree_first(MPI_Comm comm, int rc, const char *what)
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &size);
 	int mine = rc ? rank : size, first = mine;
-	int mrc = rmoe_allreduce_bounded(&mine, &first, 1, MPI_INT, MPI_MIN, comm, what);
+	int mrc = rmoe_allreduce_bounded(w, &mine, &first, 1, MPI_INT, MPI_MIN, comm, what);
 	if (mrc)
 		return mrc;
 	if (first == size)
@@ -354,19 +341,19 @@ int rmoe_agree_first(MPI_Comm comm, int rc, const char *what)
 		verdict.code = rc;
 		snprintf(verdict.msg, sizeof(verdict.msg), "%s", rmoe_strerror(rc));
 	}
-	mrc = rmoe_bcast_bounded(&verdict, (int)sizeof(verdict), MPI_BYTE, first, comm, what);
+	mrc = rmoe_bcast_bounded(w, &verdict, (int)sizeof(verdict), MPI_BYTE, first, comm, what);
 	if (mrc)
 		return mrc;
 	verdict.msg[sizeof(verdict.msg) - 1] = '\0';
 	return rmoe_error(verdict.code, "rank %d: %s", first, verdict.msg);
 }
 
-int rmoe_agree_digest(MPI_Comm comm, uint64_t digest, const char *what)
+int rmoe_agree_digest(struct rmoe_wait *w, MPI_Comm comm, uint64_t digest, const char *what)
 {
 	uint64_t lo = digest, hi = digest;
-	int mrc = rmoe_allreduce_bounded(&digest, &lo, 1, MPI_UINT64_T, MPI_MIN, comm, what);
+	int mrc = rmoe_allreduce_bounded(w, &digest, &lo, 1, MPI_UINT64_T, MPI_MIN, comm, what);
 	if (!mrc)
-		mrc = rmoe_allreduce_bounded(&digest, &hi, 1, MPI_UINT64_T, MPI_MAX, comm, what);
+		mrc = rmoe_allreduce_bounded(w, &digest, &hi, 1, MPI_UINT64_T, MPI_MAX, comm, what);
 	if (mrc)
 		return mrc;
 	return lo == hi;

@@ -95,9 +95,11 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	ctx->verbose = cfg.verbose;
 	ctx->node = MPI_COMM_NULL;
 	const int starpu_running = starpu_is_initialized();
+	/* A context is created with blocking waits: no layer, no timeout yet. */
+	struct rmoe_wait w = rmoe_wait_make(0);
 	int rc = rmoe_ctx_mpi(ctx, comm, starpu_running);
 	if (!rc)
-		rc = rmoe_agree(ctx->comm, rmoe_trace_prepare(ctx, cfg.trace, starpu_running), "to set up the trace");
+		rc = rmoe_agree(&w, ctx->comm, rmoe_trace_prepare(ctx, cfg.trace, starpu_running), "to set up the trace");
 	if (!rc && !starpu_running)
 		rc = rmoe_ctx_starpu(ctx, &cfg);
 	if (rc) {
@@ -106,14 +108,14 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		ctx_unwind(ctx);
 		return rc;
 	}
-	if ((rc = rmoe_agree(ctx->comm, rmoe_codelets_init(), "to set up the codelets"))) {
+	if ((rc = rmoe_agree(&w, ctx->comm, rmoe_codelets_init(), "to set up the codelets"))) {
 		rmoe_ctx_destroy(ctx);
 		return rc;
 	}
 	rmoe_ctx_blas_setup(ctx, &cfg);
 	rmoe_codelets_start();
 	ctx->codelets_started = 1;
-	if ((rc = rmoe_ctx_plan_ring(ctx, &cfg))) {
+	if ((rc = rmoe_ctx_plan_ring(ctx, &w, &cfg))) {
 		rmoe_ctx_destroy(ctx);
 		return rc;
 	}

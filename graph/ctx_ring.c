@@ -6,7 +6,7 @@
 #include "rmoe_ctx.h"
 #include "rmoe_system.h"
 
-int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
+int rmoe_ctx_plan_ring(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_ctx_config *cfg)
 {
 	struct rmoe_cluster cluster;
 	memset(&cluster, 0, sizeof(cluster));
@@ -18,11 +18,11 @@ int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	 * (layer.c), so its ring is this one. */
 	ctx->ring_rank_order = cfg->ring_order == RMOE_RING_RANK;
 	/* Discovery is collective: all ranks enter it, or none. */
-	if ((rc = rmoe_agree(ctx->comm, rc, "to read the cluster description"))) {
+	if ((rc = rmoe_agree(w, ctx->comm, rc, "to read the cluster description"))) {
 		rmoe_cluster_free(&cluster);
 		return rc;
 	}
-	rc = rmoe_discover_topology(ctx, cfg->cluster_file ? &cluster : NULL, &ctx->topo);
+	rc = rmoe_discover_topology(ctx, w, cfg->cluster_file ? &cluster : NULL, &ctx->topo);
 	rmoe_cluster_free(&cluster);
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));
@@ -41,14 +41,14 @@ int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 			fprintf(stderr, " %d", ctx->ring[i]);
 		fprintf(stderr, "\n");
 	}
-	if ((rc = rmoe_agree(ctx->comm, rc, "to plan the ring")))
+	if ((rc = rmoe_agree(w, ctx->comm, rc, "to plan the ring")))
 		return rc;
 	/* Ranks that read different cluster descriptions would plan different
 	 * rings and wait on each other forever. */
 	uint64_t h = rmoe_hash_init();
 	for (int i = 0; i < ctx->size; i++)
 		h = rmoe_hash_i64(h, ctx->ring[i]);
-	int same = rmoe_agree_digest(ctx->comm, h, "comparing ring orders");
+	int same = rmoe_agree_digest(w, ctx->comm, h, "comparing ring orders");
 	if (same < 0)
 		return same;
 	if (!same)

@@ -14,15 +14,17 @@
 
 /* Gathers one fixed-size record per rank into all (rank order), once every
  * rank could allocate its copy. */
-static int gather_records(rmoe_ctx *ctx, const void *mine, void *all, size_t size, const char *what)
+static int gather_records(rmoe_ctx *ctx, struct rmoe_wait *w, const void *mine, void *all, size_t size,
+                          const char *what)
 {
-	int rc = rmoe_agree(ctx->comm, all ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory %s", what), what);
+	int rc = rmoe_agree(w, ctx->comm, all ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory %s", what), what);
 	if (!rc)
-		rc = rmoe_allgather_bounded(mine, all, (int)size, MPI_BYTE, ctx->comm, what);
+		rc = rmoe_allgather_bounded(w, mine, all, (int)size, MPI_BYTE, ctx->comm, what);
 	return rc;
 }
 
-int rmoe_discover_topology(rmoe_ctx *ctx, const struct rmoe_cluster *cluster, struct rmoe_topology *out)
+int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_cluster *cluster,
+                           struct rmoe_topology *out)
 {
 	memset(out, 0, sizeof(*out));
 	char name[MPI_MAX_PROCESSOR_NAME + 1] = "";
@@ -35,7 +37,7 @@ int rmoe_discover_topology(rmoe_ctx *ctx, const struct rmoe_cluster *cluster, st
 	rmoe_rank_info_local(name, &me, &hw);
 
 	struct rmoe_rank_info *all = malloc(sizeof(*all) * (size_t)ctx->size);
-	int rc = gather_records(ctx, &me, all, sizeof(me), "gathering the topology");
+	int rc = gather_records(ctx, w, &me, all, sizeof(me), "gathering the topology");
 	if (!rc) {
 		for (int r = 0; r < ctx->size; r++)
 			all[r].host[RMOE_HOST_MAX - 1] = '\0';
@@ -70,11 +72,11 @@ static void probe_device(rmoe_ctx *ctx, struct rmoe_device_info *d)
 	d->memory_bytes = avail >= 0 ? (int64_t)avail : 0;
 }
 
-int rmoe_discover_devices(rmoe_ctx *ctx, struct rmoe_device_info *out)
+int rmoe_discover_devices(rmoe_ctx *ctx, struct rmoe_wait *w, struct rmoe_device_info *out)
 {
 	struct rmoe_device_info me;
 	probe_device(ctx, &me);
-	int rc = gather_records(ctx, &me, out, sizeof(me), "gathering the devices' memory");
+	int rc = gather_records(ctx, w, &me, out, sizeof(me), "gathering the devices' memory");
 	for (int r = 0; !rc && r < ctx->size; r++)
 		out[r].source[sizeof(out[r].source) - 1] = '\0';
 	return rc;

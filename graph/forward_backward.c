@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_system.h"
 
@@ -35,18 +36,21 @@ static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx, star
 }
 
 /* The host needs the per-expert counts to size the hops' buffers: the one
- * synchronisation point of a forward (Megatron's dispatcher has the same). */
-static int read_counts(struct rmoe_layer *L)
+ * synchronisation point of a forward (Megatron's dispatcher has the same).
+ * What the graph does next depends on them, so whether the router's tasks
+ * succeeded is agreed here: a rank whose router failed would otherwise
+ * build no dispatch graph while the others wait inside theirs. */
+static int read_counts(struct rmoe_layer *L, struct rmoe_pass *pass)
 {
 #ifdef STARPU_SIMGRID
 	/* The router did not run: synthetic counts (sim_routing.c), written
 	 * into the handle so the counts exchange carries them. */
-	int rc = rmoe_acquire_bounded(L->h_counts, STARPU_MAIN_RAM, STARPU_RW, "the expert counts");
+	int rc = rmoe_acquire_bounded(pass->wait, L->h_counts, STARPU_MAIN_RAM, STARPU_RW, "the expert counts");
 	if (rc)
 		return rc;
 	rmoe_sim_expert_counts(L->T, L->K, L->E, L->ctx->rank, L->expert_counts);
 #else
-	int rc = rmoe_acquire_bounded(L->h_counts, STARPU_MAIN_RAM, STARPU_R, "the expert counts");
+	int rc = rmoe_acquire_bounded(pass->wait, L->h_counts, STARPU_MAIN_RAM, STARPU_R, "the expert counts");
 	if (rc)
 		return rc;
 #endif
@@ -54,10 +58,13 @@ static int read_counts(struct rmoe_layer *L)
 	for (int64_t e = 0; e < L->E; e++)
 		L->expert_offsets[e + 1] = L->expert_offsets[e] + L->expert_counts[e];
 	starpu_data_release(L->h_counts);
-	if (L->expert_offsets[L->E] != L->T * L->K)
-		return rmoe_error(RMOE_ESTARPU, "dispatch map counted %lld pairs, expected %lld",
-		                  (long long)L->expert_offsets[L->E], (long long)(L->T * L->K));
-	return 0;
+	rc = rmoe_task_status_check(L->tasks);
+	if (!rc && L->expert_offsets[L->E] != L->T * L->K)
+		rc = rmoe_error(RMOE_ESTARPU, "dispatch map counted %lld pairs, expected %lld",
+		                (long long)L->expert_offsets[L->E], (long long)(L->T * L->K));
+	rc = rmoe_agree_first(pass->wait, L->ctx->comm, rc, "the router's tasks");
+	pass->agreed = rc != 0;
+	return rc;
 }
 
 /* ---- the shared expert: all of this rank's tokens, outside the ring ------------------- */
@@ -71,7 +78,7 @@ static int submit_shared_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	if (!rc)
 		/* The pass waits for the shared expert before the dispatch starts
 		 * (rmoe_layer_forward): the two never hold buffers at once. */
-		rc = rmoe_pass_accumulate(pass, out, y, rows * L->H, 0, "shared-add");
+		rc = rmoe_pass_accumulate(L, pass, out, y, rows * L->H, 0, "shared-add");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(out);
 	return rc;
@@ -90,7 +97,7 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	if (!rc)
 		rc = rmoe_insert_expert_bwd_preweighted(&o, &s, 0, L->h_x, dy, L->h_ws, work, dxs, L->h_dws);
 	if (!rc)
-		rc = rmoe_pass_accumulate(pass, dxs, dx, rows * L->H, 0, "shared-dx");
+		rc = rmoe_pass_accumulate(L, pass, dxs, dx, rows * L->H, 0, "shared-dx");
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(dxs);
 	return rc;
@@ -180,7 +187,7 @@ struct edge {
 
 /* read: the pass reads the buffer; else it adds into it from zero (zeroed
  * here on the host, by a task where a raw buffer lives). */
-static int edge_open(struct rmoe_pass *pass, struct edge *e, float *user, void *raw, int node, int64_t n,
+static int edge_open(const struct rmoe_layer *L, struct rmoe_pass *pass, struct edge *e, float *user, void *raw, int node, int64_t n,
                      size_t elsize, int read)
 {
 	*e = (struct edge){.user = raw ? NULL : user, .buf = raw, .n = n, .elsize = elsize};
@@ -194,7 +201,7 @@ static int edge_open(struct rmoe_pass *pass, struct edge *e, float *user, void *
 			memset(e->buf, 0, (size_t)n * elsize);
 	}
 	e->h = rmoe_node_vector(pass, raw ? node : STARPU_MAIN_RAM, e->buf, n, elsize);
-	return raw && !read ? rmoe_pass_zero(pass, e->h, n, starpu_sched_get_max_priority(), "zero-output") : 0;
+	return raw && !read ? rmoe_pass_zero(L, pass, e->h, n, starpu_sched_get_max_priority(), "zero-output") : 0;
 }
 
 /* Unregistering brings the data to the buffer's own memory; a staging
@@ -216,10 +223,33 @@ static void edge_close(struct edge *e, int writeback)
  * pass): its start time and its block of tags. */
 static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, const char *what, double *t0)
 {
-	if ((rc = rmoe_agree_first(L->ctx->comm, rc, what)))
+	if ((rc = rmoe_agree_first(pass->wait, L->ctx->comm, rc, what)))
 		return rc;
+	rmoe_task_status_reset(L->tasks);
 	*t0 = starpu_timing_now();
-	return rmoe_tags_reserve(L->ctx, RMOE_PASS_TAGS(L->N), &pass->tag_base);
+	int64_t tags = RMOE_PASS_TAGS(L->N);
+	if (L->dispatch == RMOE_DISPATCH_ALLTOALL && rmoe_a2a_tags(L) > tags)
+		tags = rmoe_a2a_tags(L);
+	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
+}
+
+/* A pass's end once its tasks have ended (rmoe_pass_finish): what failed
+ * on this rank (rc, or a task's failure as its status recorded it), agreed
+ * on every rank, so that a task that failed on one rank fails the call on
+ * all of them, naming the task and the rank. Not after RMOE_EPEER: a rank
+ * is missing, and nothing more is waited for. */
+static int pass_end(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, const char *what)
+{
+	if (rc == RMOE_EPEER || pass->agreed)
+		return rc;
+	if (!rc && pass->oversized)
+		rc = rmoe_error(RMOE_ENOTSUP,
+		                "the %s needs a buffer of %lld elements, more than a StarPU 1.3 vector holds "
+		                "(4294967295, a uint32_t): a smaller chunk_rows or mem_cap, or more ranks, splits it",
+		                pass->backward ? "backward" : "forward", (long long)pass->oversized);
+	if (!rc)
+		rc = rmoe_task_status_check(L->tasks);
+	return rmoe_agree_first(pass->wait, L->ctx->comm, rc, what);
 }
 
 /* The memory node of a _raw call's buffers into *node: 0, or an error
@@ -248,14 +278,14 @@ static int raw_node(const struct rmoe_layer *L, enum rmoe_memory where, const ch
  * it makes while submitting. */
 static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy, starpu_data_handle_t out)
 {
-	int64_t waits = rmoe_wait_count();
+	int64_t waits = pass->wait->count;
 	int rc;
 	switch (L->dispatch) {
 	case RMOE_DISPATCH_ALLTOALL:
 		rc = dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
-		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
+		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_megatron_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_RING_TOKEN:
 		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);
@@ -263,7 +293,7 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	default:
 		rc = dy ? rmoe_ring_expert_backward(L, pass, dy, out) : rmoe_ring_expert_forward(L, pass, out);
 	}
-	pass->host_waits = (int)(rmoe_wait_count() - waits);
+	pass->host_waits = (int)(pass->wait->count - waits);
 	return rc;
 }
 
@@ -285,22 +315,23 @@ static int keep_x(struct rmoe_layer *L, int raw, const void *x, int node)
 static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int rc)
 {
 	const char *call = raw ? "rmoe_layer_forward_raw" : "rmoe_layer_forward";
+	struct rmoe_wait w = rmoe_wait_make(L->cfg.wait_timeout);
 	if (!rc && (!x || !y))
 		rc = rmoe_error(RMOE_EINVAL, "%s: x and y must not be NULL", call);
 	else if (!rc && L->Fs > 0 && !L->have_shared_weights)
 		rc = rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
 		                "(rmoe_layer_set_shared)", (long long)L->Fs);
 	else if (!rc && L->cfg.check_finite && !raw)
-		rc = rmoe_layer_find_nonfinite(L, x, NULL, NULL, 1);
+		rc = rmoe_layer_find_nonfinite(L, &w, x, NULL, NULL, 1);
 	double t0;
-	struct rmoe_pass pass = {0};
+	struct rmoe_pass pass = {.wait = &w};
 	if ((rc = pass_begin(L, &pass, rc, "the forward's checks", &t0)))
 		return rmoe_pass_peer_named(L, &pass, rc);
 	if ((rc = keep_x(L, raw, x, node)))
 		return rc;
 	struct edge ey;
 	struct measure m;
-	rc = edge_open(&pass, &ey, raw ? NULL : y, raw ? y : NULL, node, L->T * L->H, L->act, 0);
+	rc = edge_open(L, &pass, &ey, raw ? NULL : y, raw ? y : NULL, node, L->T * L->H, L->act, 0);
 	measure_start(&m);
 	if (!rc)
 		rc = submit_router_fwd(L);
@@ -310,9 +341,9 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	 * receives: its buffers and the relay's never coexist, so the peak is
 	 * the larger of the two phases, whatever the timing (memory_model.c). */
 	if (!rc && L->Fs > 0)
-		rc = rmoe_wait_tasks("the shared expert");
+		rc = rmoe_wait_tasks(pass.wait, "the shared expert");
 	if (!rc)
-		rc = read_counts(L);
+		rc = read_counts(L, &pass);
 	if (!rc)
 		rc = dispatch(L, &pass, NULL, ey.h);
 	/* After RMOE_EPEER tasks may still hold y: nothing more is waited for. */
@@ -322,7 +353,10 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 			measure_stop(&m);
 			return rmoe_pass_peer_named(L, &pass, frc);
 		}
+		rc = rc ? rc : frc;
 	}
+	/* y is written back only when every rank's tasks succeeded. */
+	rc = pass_end(L, &pass, rc, "the forward's tasks");
 	if (rc != RMOE_EPEER)
 		edge_close(&ey, !rc);
 	if (rc) {
@@ -338,7 +372,6 @@ int rmoe_layer_forward(rmoe_layer *L, const float *x, float *y)
 {
 	if (!L)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward: layer must not be NULL");
-	rmoe_wait_timeout_set(L->cfg.wait_timeout);
 	return forward(L, 0, x, y, STARPU_MAIN_RAM, 0);
 }
 
@@ -346,7 +379,6 @@ int rmoe_layer_forward_raw(rmoe_layer *L, enum rmoe_memory where, const void *x,
 {
 	if (!L)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_forward_raw: layer must not be NULL");
-	rmoe_wait_timeout_set(L->cfg.wait_timeout);
 	int node;
 	int rc = raw_node(L, where, "rmoe_layer_forward_raw", &node);
 	return forward(L, 1, x, y, node, rc);
@@ -362,30 +394,31 @@ int rmoe_layer_backward(rmoe_layer *L, const float *dy, float *dx)
 static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs, void *dx, int node, int rc)
 {
 	const char *call = raw ? "rmoe_layer_backward_raw" : "rmoe_layer_backward";
+	struct rmoe_wait w = rmoe_wait_make(L->cfg.wait_timeout);
 	if (!rc && (!dy || !dx))
 		rc = rmoe_error(RMOE_EINVAL, "%s: dy and dx must not be NULL", call);
 	else if (!rc && !L->have_forward)
 		rc = rmoe_error(RMOE_ESTATE, "%s called before any rmoe_layer_forward", call);
 	else if (!rc && L->cfg.check_finite && !raw)
-		rc = rmoe_layer_find_nonfinite(L, NULL, dy, dprobs, 0);
+		rc = rmoe_layer_find_nonfinite(L, &w, NULL, dy, dprobs, 0);
 	double t0;
-	struct rmoe_pass pass = {.backward = 1};
+	struct rmoe_pass pass = {.backward = 1, .wait = &w};
 	if ((rc = pass_begin(L, &pass, rc, "the backward's checks", &t0)))
 		return rmoe_pass_peer_named(L, &pass, rc);
 	struct edge edx = {0}, edy = {0}, edp = {0};
 	struct measure m;
-	rc = edge_open(&pass, &edx, raw ? NULL : dx, raw ? dx : NULL, node, L->T * L->H, L->act, 0);
+	rc = edge_open(L, &pass, &edx, raw ? NULL : dx, raw ? dx : NULL, node, L->T * L->H, L->act, 0);
 	if (!rc)
-		rc = edge_open(&pass, &edy, raw ? NULL : (float *)dy, raw ? (void *)dy : NULL, node, L->T * L->H, L->act, 1);
+		rc = edge_open(L, &pass, &edy, raw ? NULL : (float *)dy, raw ? (void *)dy : NULL, node, L->T * L->H, L->act, 1);
 	if (!rc && dprobs)
-		rc = edge_open(&pass, &edp, raw ? NULL : (float *)dprobs, raw ? (void *)dprobs : NULL, node, L->T * L->E,
+		rc = edge_open(L, &pass, &edp, raw ? NULL : (float *)dprobs, raw ? (void *)dprobs : NULL, node, L->T * L->E,
 		               sizeof(float), 1);
 	measure_start(&m);
 	if (!rc && L->Fs > 0)
 		rc = submit_shared_bwd(L, &pass, edy.h, edx.h);
 	/* As forward: the shared expert's phase, then the dispatch's. */
 	if (!rc && L->Fs > 0)
-		rc = rmoe_wait_tasks("the shared expert");
+		rc = rmoe_wait_tasks(pass.wait, "the shared expert");
 	if (!rc)
 		rc = dispatch(L, &pass, edy.h, edx.h);
 	if (!rc)
@@ -398,6 +431,8 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 			measure_stop(&m);
 			return rmoe_pass_peer_named(L, &pass, frc);
 		}
+		/* dx is written back only when every rank's tasks succeeded. */
+		rc = pass_end(L, &pass, rc ? rc : frc, "the backward's tasks");
 		edge_close(&edx, !rc);
 		edge_close(&edy, 0);
 		edge_close(&edp, 0);
@@ -414,7 +449,6 @@ int rmoe_layer_backward_ex(rmoe_layer *L, const float *dy, const float *dprobs, 
 {
 	if (!L)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward: layer must not be NULL");
-	rmoe_wait_timeout_set(L->cfg.wait_timeout);
 	return backward(L, 0, dy, dprobs, dx, STARPU_MAIN_RAM, 0);
 }
 
@@ -422,7 +456,6 @@ int rmoe_layer_backward_raw(rmoe_layer *L, enum rmoe_memory where, const void *d
 {
 	if (!L)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_backward_raw: layer must not be NULL");
-	rmoe_wait_timeout_set(L->cfg.wait_timeout);
 	int node;
 	int rc = raw_node(L, where, "rmoe_layer_backward_raw", &node);
 	return backward(L, 1, dy, dprobs, dx, node, rc);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "rmoe_config.h"
+#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_plan.h"
 
@@ -100,6 +101,8 @@ static void layer_free(struct rmoe_layer *L)
 	}
 	free(L->expert_offsets);
 	free(L->iota);
+	free(L->tasks);
+	rmoe_a2a_plan_free(L->a2a);
 	free(L->ring);
 	free(L);
 }
@@ -132,9 +135,9 @@ static int layer_buffers(struct rmoe_layer *L)
 
 /* The configuration, checked on every rank and compared across ranks; the
  * field that differs is named alike on every rank. */
-static int check_same_config(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
+static int check_same_config(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_layer_config *cfg)
 {
-	int same = rmoe_agree_digest(ctx->comm, rmoe_config_hash(cfg), "comparing layer configurations");
+	int same = rmoe_agree_digest(w, ctx->comm, rmoe_config_hash(cfg), "comparing layer configurations");
 	if (same != 0)
 		return same < 0 ? same : 0;
 	enum { NFIELDS = 16 };
@@ -149,7 +152,7 @@ static int check_same_config(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
 		rmoe_config_window(cfg)};
 	int64_t *all = malloc(sizeof(int64_t) * NFIELDS * (size_t)ctx->size);
 	int mrc;
-	if (all && (mrc = rmoe_allgather_bounded(mine, all, NFIELDS, MPI_INT64_T, ctx->comm,
+	if (all && (mrc = rmoe_allgather_bounded(w, mine, all, NFIELDS, MPI_INT64_T, ctx->comm,
 	                                         "comparing layer configurations"))) {
 		free(all);
 		return mrc;
@@ -175,20 +178,20 @@ static int check_same_config(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg)
 /* The plan of this layer on the context's topology (scheduler/plan.c), made
  * on every rank from the same gathered data and compared once. Its
  * verdicts on the memory cap and on the fit are the same on every rank. */
-static int plan_layer(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, struct rmoe_plan *plan)
+static int plan_layer(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_layer_config *cfg, struct rmoe_plan *plan)
 {
 	struct rmoe_device_info *devices = calloc((size_t)ctx->size, sizeof(*devices));
 	int rc = devices ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
-	if ((rc = rmoe_agree(ctx->comm, rc, "allocation")) || (rc = rmoe_discover_devices(ctx, devices))) {
+	if ((rc = rmoe_agree(w, ctx->comm, rc, "allocation")) || (rc = rmoe_discover_devices(ctx, w, devices))) {
 		free(devices);
 		return rc;
 	}
 	struct rmoe_plan_request req = {.layer = cfg, .devices = devices, .rank_order = ctx->ring_rank_order};
-	rc = rmoe_agree_first(ctx->comm, rmoe_plan_make(&req, &ctx->topo, plan), "planning the layer");
+	rc = rmoe_agree_first(w, ctx->comm, rmoe_plan_make(&req, &ctx->topo, plan), "planning the layer");
 	free(devices);
 	if (rc)
 		return rc;
-	int same = rmoe_agree_digest(ctx->comm, rmoe_plan_digest(plan), "comparing the layer's plans");
+	int same = rmoe_agree_digest(w, ctx->comm, rmoe_plan_digest(plan), "comparing the layer's plans");
 	if (same <= 0)
 		rc = same < 0 ? same
 		              : rmoe_error(RMOE_EMISMATCH, "the ranks planned the layer differently: give every rank "
@@ -206,6 +209,10 @@ static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_confi
                                     const struct rmoe_plan *plan)
 {
 	struct rmoe_layer *L = calloc(1, sizeof(*L));
+	if (L && !(L->tasks = calloc(1, sizeof(*L->tasks)))) {
+		free(L);
+		L = NULL;
+	}
 	if (!L)
 		return NULL;
 	L->ctx = ctx;
@@ -233,20 +240,20 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	if (!out || !ctx || !cfg)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_create: layer, ctx and cfg must not be NULL");
 	*out = NULL;
-	rmoe_wait_timeout_set(cfg->wait_timeout);
+	struct rmoe_wait w = rmoe_wait_make(cfg->wait_timeout);
 	int rc = rmoe_config_check(cfg, ctx->size);
-	if ((rc = rmoe_agree_first(ctx->comm, rc, "the layer configuration check")) ||
-	    (rc = rmoe_agree(ctx->comm, check_same_config(ctx, cfg), "the cross-rank configuration check")))
+	if ((rc = rmoe_agree_first(&w, ctx->comm, rc, "the layer configuration check")) ||
+	    (rc = rmoe_agree(&w, ctx->comm, check_same_config(ctx, &w, cfg), "the cross-rank configuration check")))
 		return rc;
 	struct rmoe_plan plan;
-	if ((rc = plan_layer(ctx, cfg, &plan)))
+	if ((rc = plan_layer(ctx, &w, cfg, &plan)))
 		return rc;
 	if (cfg->dispatch == RMOE_DISPATCH_AUTO && ctx->verbose && ctx->rank == 0)
 		fprintf(stderr, "relaymoe: dispatch auto -> %s: %s\n", rmoe_dispatch_name(plan.dispatch),
 		        plan.dispatch_reason);
 	struct rmoe_layer *L = layer_new(ctx, cfg, &plan);
 	rc = L ? layer_buffers(L) : rmoe_error(RMOE_ENOMEM, "out of host memory for the layer");
-	if ((rc = rmoe_agree_first(ctx->comm, rc, "allocation"))) {
+	if ((rc = rmoe_agree_first(&w, ctx->comm, rc, "allocation"))) {
 		if (L)
 			layer_free(L);
 		rmoe_plan_free(&plan);

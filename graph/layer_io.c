@@ -249,7 +249,7 @@ static int scan_triple(const void *buf, size_t elsize, int64_t n, int64_t le, in
 	return rc;
 }
 
-int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float *dy, const float *dprobs,
+int rmoe_layer_find_nonfinite(struct rmoe_layer *L, struct rmoe_wait *w, const float *x, const float *dy, const float *dprobs,
                               int weights)
 {
 	char rows[80];
@@ -259,17 +259,17 @@ int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float 
 	    (dy && (rc = scan_finite(dy, L->T, L->H, "dy", rows))) ||
 	    (dprobs && (rc = scan_finite(dprobs, L->T, L->E, "dprobs", rows))) || !weights)
 		return rc;
-	if ((rc = rmoe_acquire_bounded(L->h_w_router, STARPU_MAIN_RAM, STARPU_R, "the router weights")))
+	if ((rc = rmoe_acquire_bounded(w, L->h_w_router, STARPU_MAIN_RAM, STARPU_R, "the router weights")))
 		return rc;
 	rc = scan_finite(L->w_router, L->H, L->E, "w_router", "");
 	starpu_data_release(L->h_w_router);
-	if (rc || (rc = rmoe_acquire_bounded(L->h_w_part, STARPU_MAIN_RAM, STARPU_R, "the expert weights")))
+	if (rc || (rc = rmoe_acquire_bounded(w, L->h_w_part, STARPU_MAIN_RAM, STARPU_R, "the expert weights")))
 		return rc;
 	for (int64_t le = 0; le < L->e_local && !rc; le++)
 		rc = scan_triple(L->w_part, L->act, L->e_local, le, L->H, L->F, L->first_expert + le);
 	starpu_data_release(L->h_w_part);
 	if (rc || L->Fs <= 0 || !L->have_shared_weights ||
-	    (rc = rmoe_acquire_bounded(L->h_ws, STARPU_MAIN_RAM, STARPU_R, "the shared expert weights")))
+	    (rc = rmoe_acquire_bounded(w, L->h_ws, STARPU_MAIN_RAM, STARPU_R, "the shared expert weights")))
 		return rc;
 	rc = scan_triple(L->ws, L->act, 1, 0, L->H, L->Fs, -1);
 	starpu_data_release(L->h_ws);
@@ -280,6 +280,6 @@ int rmoe_layer_check_finite(rmoe_layer *L, const float *x, const float *dy)
 {
 	if (!L)
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_check_finite: layer must not be NULL");
-	rmoe_wait_timeout_set(L->cfg.wait_timeout);
-	return rmoe_agree_first(L->ctx->comm, rmoe_layer_find_nonfinite(L, x, dy, NULL, 1), "the finite check");
+	struct rmoe_wait w = rmoe_wait_make(L->cfg.wait_timeout);
+	return rmoe_agree_first(&w, L->ctx->comm, rmoe_layer_find_nonfinite(L, &w, x, dy, NULL, 1), "the finite check");
 }

@@ -56,13 +56,13 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	 * or rmoe_layer_get_grad_*, brings them home). */
 	for (int i = 0; i < nouts; i++)
 		if (outs[i]) {
-			if ((rc = rmoe_acquire_bounded(outs[i], STARPU_ACQUIRE_NO_NODE, STARPU_R, "the pass's outputs")) ==
+			if ((rc = rmoe_acquire_bounded(pass->wait, outs[i], STARPU_ACQUIRE_NO_NODE, STARPU_R, "the pass's outputs")) ==
 			    RMOE_EPEER)
 				return rc;
 			if (!rc)
 				starpu_data_release_on_node(outs[i], STARPU_ACQUIRE_NO_NODE);
 		}
-	if ((rc = rmoe_wait_tasks("the pass's tasks and transfers")))
+	if ((rc = rmoe_wait_tasks(pass->wait, "the pass's tasks and transfers")))
 		return rc;
 	/* A held relay buffer may still be in a send to the next rank, which
 	 * no task count shows; unregistering would wait for it without bound.
@@ -70,7 +70,7 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	 * contents (a receive buffer the pass never filled) and, on no node,
 	 * moves no data. */
 	for (int i = 0; i < pass->nheld; i++) {
-		rc = rmoe_acquire_bounded(pass->held[i], STARPU_ACQUIRE_NO_NODE, STARPU_W, "a relay buffer's last send");
+		rc = rmoe_acquire_bounded(pass->wait, pass->held[i], STARPU_ACQUIRE_NO_NODE, STARPU_W, "a relay buffer's last send");
 		if (rc == RMOE_EPEER)
 			return rc;
 		if (!rc)
@@ -80,7 +80,7 @@ int rmoe_pass_finish(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	/* A write access waits for the weights' last send; on no node it
 	 * moves them nowhere (an access on main memory would invalidate the
 	 * device's copy, and the next pass would upload all the weights). */
-	if ((rc = rmoe_acquire_bounded(L->h_w_part, STARPU_ACQUIRE_NO_NODE, STARPU_RW, "the weights' last transfer")) ==
+	if ((rc = rmoe_acquire_bounded(pass->wait, L->h_w_part, STARPU_ACQUIRE_NO_NODE, STARPU_RW, "the weights' last transfer")) ==
 	    RMOE_EPEER)
 		return rc;
 	if (!rc)

@@ -128,7 +128,7 @@ int rmoe_ring_expert_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 			starpu_task_wait_for_all();
 			rc = relay_weights(L, pass, h, hold, next, tag);
 			if (!rc)
-				rc = rmoe_wait_data(next);
+				rc = rmoe_wait_data(pass->wait, next);
 		}
 	}
 	slots_hold(pass, rb, W);
@@ -191,9 +191,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		starpu_data_handle_t partial = h == 0 ? acc : rmoe_act_vector(pass, L, L->part_floats);
 		int64_t nchunks = backward_hop(L, pass, h, hold, dy, dx, partial, &rc);
 		if (!rc && nchunks == 0 && h == 0)
-			rc = rmoe_pass_zero(NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
+			rc = rmoe_pass_zero(L, NULL, acc, L->part_floats, prio, rmoe_task_name("zero-grad", h));
 		if (!rc && nchunks > 0 && h >= 1)
-			rc = rmoe_pass_accumulate(pass, partial, acc, L->part_floats, prio,
+			rc = rmoe_pass_accumulate(L, pass, partial, acc, L->part_floats, prio,
 			                            rmoe_task_name("grad-accumulate", h));
 		if (h >= 1)
 			starpu_data_unregister_submit(partial);
@@ -218,9 +218,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 				rc = rmoe_recv(L, L->h_dw_part, L->left, tag_final);
 		}
 		if (!rc && !overlap && next) {
-			rc = rmoe_wait_data(next);
+			rc = rmoe_wait_data(pass->wait, next);
 			if (!rc)
-				rc = rmoe_wait_data(gb[(h + 1) % W]);
+				rc = rmoe_wait_data(pass->wait, gb[(h + 1) % W]);
 		}
 	}
 	slots_hold(pass, rb, nrb);

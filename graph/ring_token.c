@@ -172,9 +172,9 @@ static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 				rc = recv_hop(L, pass, R, h + 1, inputs, ninputs, accs, naccs, tag);
 			const int slot = (h + 1) % L->window;
 			for (int i = 0; i < ninputs && !rc; i++)
-				rc = rmoe_wait_data(R->buf[inputs[i]][slot]);
+				rc = rmoe_wait_data(pass->wait, R->buf[inputs[i]][slot]);
 			for (int i = 0; i < naccs && !rc; i++)
-				rc = rmoe_wait_data(R->buf[accs[i]][slot]);
+				rc = rmoe_wait_data(pass->wait, R->buf[accs[i]][slot]);
 		}
 	}
 	return rc;
@@ -196,13 +196,13 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 	const int64_t TH = L->T * L->H;
 	if (h > 0 && n > 0) {
 		acc = rmoe_act_vector(pass, L, TH);
-		rc = rmoe_pass_zero(pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
+		rc = rmoe_pass_zero(L, pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
 	}
 	for (int64_t c = 0; c < n && !rc; c++)
 		rc = rmoe_chunk_forward(L, pass, rt, held[X], L->h_w_part, &chunks[c], acc, prio, h);
 	if (acc != held[ACC]) {
 		if (!rc)
-			rc = rmoe_pass_accumulate(pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+			rc = rmoe_pass_accumulate(L, pass, acc, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
 		starpu_data_unregister_submit(acc);
 	}
 	rmoe_chunks_free(chunks, n);
@@ -239,9 +239,9 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	if (h > 0 && n > 0) {
 		dx = rmoe_act_vector(pass, L, TH);
 		part.dg = rmoe_temp_vector(pass, TK, sizeof(float));
-		rc = rmoe_pass_zero(pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
+		rc = rmoe_pass_zero(L, pass, dx, TH, prio, rmoe_task_name("zero-partial", h));
 		if (!rc)
-			rc = rmoe_pass_zero(pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
+			rc = rmoe_pass_zero(L, pass, part.dg, TK, prio, rmoe_task_name("zero-partial", h));
 		rt = &part;
 	}
 	for (int64_t c = 0; c < n && !rc; c++) {
@@ -252,9 +252,9 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	if (dx != held[ACC]) {
 		/* dg first: the gate goes to the larger dx addition. */
 		if (!rc)
-			rc = rmoe_pass_accumulate(NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
+			rc = rmoe_pass_accumulate(L, NULL, part.dg, held[DG], TK, prio, rmoe_task_name("accumulate-dg", h));
 		if (!rc)
-			rc = rmoe_pass_accumulate(pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
+			rc = rmoe_pass_accumulate(L, pass, dx, held[ACC], TH, prio, rmoe_task_name("accumulate", h));
 		starpu_data_unregister_submit(dx);
 		starpu_data_unregister_submit(part.dg);
 	}
@@ -272,12 +272,12 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	int dw_written = 0;
 	/* Partials add into dg (dx starts zeroed by the layer): clear it. */
 	if (!rc)
-		rc = rmoe_pass_zero(NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
+		rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
-		rc = rmoe_pass_zero(NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	ring_free(pass, &R);
 	return rc;
 }

@@ -10,6 +10,8 @@
 #include "relaymoe/relaymoe.h"
 #include "rmoe_plan.h"
 
+struct rmoe_wait; /* rmoe_collective.h */
+
 struct rmoe_ctx {
 	MPI_Comm comm;            /* StarPU-MPI's communicator: every transfer rides it */
 	int rank, size;
@@ -51,7 +53,7 @@ void rmoe_ctx_blas_setup(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg);
  * planned on it (scheduler/plan.c), the same on every rank: every rank
  * derives them from the same gathered data, and they compare a digest
  * (ctx_ring.c). */
-int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg);
+int rmoe_ctx_plan_ring(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_ctx_config *cfg);
 
 /* ---- what the context's layers use -------------------------------------- */
 
@@ -59,11 +61,12 @@ int rmoe_ctx_plan_ring(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg);
  * rank's host name and GPU count, and builds the topology (with a cluster
  * description's placement, links and rates when cluster is not NULL).
  * Every rank enters the same collectives whatever fails. */
-int rmoe_discover_topology(rmoe_ctx *ctx, const struct rmoe_cluster *cluster, struct rmoe_topology *out);
+int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_cluster *cluster,
+                           struct rmoe_topology *out);
 
 /* Collective over ctx->comm: where each rank's layer buffers live and how
  * much memory it may hold there, now (out[nranks]). */
-int rmoe_discover_devices(rmoe_ctx *ctx, struct rmoe_device_info *out);
+int rmoe_discover_devices(rmoe_ctx *ctx, struct rmoe_wait *w, struct rmoe_device_info *out);
 
 /* The memory node of this rank's device (its first CUDA worker's), or -1
  * without one. */

@@ -21,10 +21,10 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
 int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                              starpu_data_handle_t dx);
+/* The lean all-to-all, pipelined per peer and chunk (alltoall_fwd.c,
+ * alltoall_bwd.c), and Megatron-LM's (alltoall_megatron.c, its forward in
+ * rmoe_alltoall.h). */
 int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
-/* Two backwards of one forward (alltoall.c): the lean one (pair-weighted
- * expert backward on exchanged x and dy rows) and Megatron's recompute of
- * the whole block. */
 int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                            starpu_data_handle_t dx);
 int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,

@@ -8,7 +8,10 @@
 #include <stdint.h>
 
 #include "relaymoe/relaymoe.h"
+#include "rmoe_codelets.h"
 #include "rmoe_ctx.h"
+
+struct rmoe_wait; /* rmoe_collective.h */
 
 /* The routing of one token partition as the graphs use it: the pair order
  * (pairs sorted by expert), the routing weights, the dg accumulator, and the
@@ -18,6 +21,8 @@ struct rmoe_routing {
 	starpu_data_handle_t pair_order, topk_w, dg;
 	const int64_t *offsets;
 };
+
+struct rmoe_a2a_plan;
 
 struct rmoe_layer {
 	rmoe_ctx *ctx;
@@ -49,12 +54,19 @@ struct rmoe_layer {
 	 * (alltoall.c), grown to the largest row count seen, kept to the end. */
 	int32_t *iota;
 	int64_t iota_n;
+	/* The all-to-alls' plan, built by the forward from every rank's expert
+	 * counts and kept for the backward (alltoall_plan.c). */
+	struct rmoe_a2a_plan *a2a;
 
 	/* Their handles (home node: main memory), registered once. */
 	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws;
 	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts;
 	struct rmoe_routing own;          /* this rank's tokens: the handles above */
 	int64_t resident_bytes;
+
+	/* Where the tasks of the pass under way report failure (one pass at a
+	 * time per layer): reset as a pass begins, read as it ends. */
+	struct rmoe_task_status *tasks;
 
 	int have_forward;
 	int have_shared_weights;
@@ -75,7 +87,8 @@ int rmoe_write_elements(starpu_data_handle_t h, void *buf, const float *src, int
 
 /* This rank's part of the finite check (layer_io.c): the given inputs, then
  * (weights) the router, the owned experts and the shared expert. */
-int rmoe_layer_find_nonfinite(struct rmoe_layer *L, const float *x, const float *dy, const float *dprobs,
+int rmoe_layer_find_nonfinite(struct rmoe_layer *L, struct rmoe_wait *w, const float *x,
+                              const float *dy, const float *dprobs,
                               int weights);
 
 #endif /* RMOE_LAYER_IMPL_H */

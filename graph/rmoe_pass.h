@@ -10,6 +10,7 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#include "rmoe_collective.h"
 #include "rmoe_layer_impl.h"
 
 /* A transfer of a pass watched for the message of a stalled pass
@@ -34,7 +35,10 @@ struct rmoe_pass {
 	int64_t bytes_sent;
 	int64_t largest_temporary;
 	int64_t resident;         /* bytes registered from host memory for this pass */
+	struct rmoe_wait *wait;   /* the call's waits (rmoe_collective.h) */
 	int host_waits;           /* made while the dispatch graph was submitted */
+	int agreed;               /* its failure is already agreed on every rank */
+	int64_t oversized;        /* an element count no StarPU vector holds (buffers.c); 0: none */
 	struct starpu_task *window;   /* see window.c */
 	struct starpu_task *gate;     /* the next expert backward waits for it (window.c) */
 	struct starpu_task **anchors;

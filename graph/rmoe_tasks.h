@@ -33,9 +33,11 @@ int rmoe_pass_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor, c
                                starpu_data_handle_t xrows, starpu_data_handle_t dyrows, starpu_data_handle_t w,
                                const struct rmoe_chunk *c, starpu_data_handle_t work, starpu_data_handle_t dx,
                                starpu_data_handle_t dw, int accumulate, int prio, const char *name);
-int rmoe_pass_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
+int rmoe_pass_accumulate(const struct rmoe_layer *L, struct rmoe_pass *gate_pass,
+                         starpu_data_handle_t src, starpu_data_handle_t dst,
                          int64_t count, int prio, const char *name);
-int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio, const char *name);
+int rmoe_pass_zero(const struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dst,
+                   int64_t count, int prio, const char *name);
 
 /* An ordering task of the pass (rmoe_insert_fence: after the writers of
  * ready and every earlier access of next; every later access of next after

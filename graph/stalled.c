@@ -58,7 +58,7 @@ int rmoe_pass_peer_named(const struct rmoe_layer *L, const struct rmoe_pass *pas
 	snprintf(why, sizeof(why), "%s", rmoe_strerror(rc));
 	const struct rmoe_topology *t = &L->ctx->topo;
 	const char *my_host = rmoe_topology_host(t, L->ctx->rank);
-	int missing[4], m = rmoe_wait_missing(missing, 4);
+	int missing[4], m = rmoe_wait_missing(pass->wait, missing, 4);
 	if (m == 0)
 		return rc;   /* a vote that completed as it timed out */
 	if (m > 0) {

@@ -79,7 +79,7 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 	 * dead peer gives RMOE_EPEER (its handle is then left registered). */
 	for (int q = 0; q < N; q++)
 		if (hc[q] && !rc) {
-			int wrc = rmoe_wait_data(hc[q]);
+			int wrc = rmoe_wait_data(pass->wait, hc[q]);
 			if (wrc == RMOE_EPEER) {
 				free(hc);
 				return wrc;

@@ -23,7 +23,8 @@
 
 struct rmoe_task_opts rmoe_opts(const struct rmoe_layer *L, const char *name, int prio)
 {
-	return (struct rmoe_task_opts){.name = name, .prio = prio, .deterministic = L->cfg.deterministic};
+	return (struct rmoe_task_opts){
+		.status = L->tasks, .name = name, .prio = prio, .deterministic = L->cfg.deterministic};
 }
 
 /* Room for one more anchor before a task that becomes one is submitted, so
@@ -111,10 +112,10 @@ int rmoe_pass_expert_bwd_pairs(struct rmoe_layer *L, struct rmoe_pass *anchor, c
 	return rc;
 }
 
-int rmoe_pass_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, starpu_data_handle_t dst,
-                         int64_t count, int prio, const char *name)
+int rmoe_pass_accumulate(const struct rmoe_layer *L, struct rmoe_pass *gate_pass, starpu_data_handle_t src,
+                         starpu_data_handle_t dst, int64_t count, int prio, const char *name)
 {
-	struct rmoe_task_opts o = {.name = name, .prio = prio};
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
 	struct starpu_task *t = NULL;
 	int rc = gate_pass ? window_opts(gate_pass, &o, &t) : 0;
 	if (!rc)
@@ -126,9 +127,11 @@ int rmoe_pass_accumulate(struct rmoe_pass *gate_pass, starpu_data_handle_t src, 
 	return rc;
 }
 
-int rmoe_pass_zero(struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count, int prio, const char *name)
+int rmoe_pass_zero(const struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dst, int64_t count,
+                   int prio, const char *name)
 {
-	struct rmoe_task_opts o = {.name = name, .prio = prio, .after = pass ? pass->window : NULL};
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
+	o.after = pass ? pass->window : NULL;
 	return rmoe_insert_zero(&o, count, dst);
 }
 

@@ -2,8 +2,8 @@
  *
  * Notation (one rank): T tokens, P = T*K pairs, N ranks, W the floats of one
  * partition's weights (E/N experts of 3*H*F/ETP), r the rows of the busiest
- * hop (skew * P/N, or the chunk size), M the rows the busiest rank's experts
- * compute in the all-to-all (skew * P). s is the element size of activations
+ * hop or of a2a's busiest exchanged block (skew * P/N, or the chunk size), M
+ * the rows the busiest rank's experts compute in a2a-megatron (skew * P). s is the element size of activations
  * and weights; routing (indices, weights, probabilities) stays 4-byte.
  *
  * Resident, every dispatcher (graph/layer.c, forward_backward.c): router and its gradient (H*E),
@@ -22,13 +22,12 @@
  * - ring token routing: min(window, N-1) of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of window.c).
- * - all-to-all: the stages of graph/alltoall.c, each exchange ordered as a
- *   collective on a stream by data dependencies, not by host waits
- *   (receives posted once its inputs exist, sent buffers freed before the
- *   next stage's first task). The lean backward (a2a) exchanges x, dy and
- *   g rows one kind after the other and runs the ring's pair-weighted
- *   kernel on them (2H + 4F per row); Megatron's (a2a-megatron) keeps the
- *   recomputed sorted input, work and returned outputs as autograd would.
+ * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
+ *   number in flight (RMOE_A2A_DEPTH per role), the ring's pair-weighted
+ *   kernel in the backward (2H + 4F per row).
+ * - a2a-megatron (Megatron Core 0.13's alltoall dispatcher): the stages of
+ *   graph/alltoall_megatron.c, all T*K rows at once, ordered as collectives
+ *   on a stream.
  */
 #include <math.h>
 #include <string.h>
@@ -169,36 +168,65 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		largest = max2(largest, r * max2(H, 4 * F) * s);
 		break;
 	}
-	case RMOE_DISPATCH_ALLTOALL:
+	case RMOE_DISPATCH_ALLTOALL: {
+		/* The lean all-to-all (graph/alltoall_fwd.c, alltoall_bwd.c):
+		 * chunks of at most r rows (a block of one rank's pairs for one
+		 * partition, as a ring hop, or the chunk rows), at most
+		 * RMOE_A2A_DEPTH of them in flight in each role (fewer where there
+		 * are fewer chunks: unchunked, N blocks in, N - 1 out).
+		 * As the owner of experts, one chunk computing at a time (forward
+		 * x, [r,3F], outputs: 2H + 3F per row; backward x (its dx in
+		 * place), dy, [r,4F]: 2H + 4F, g and dg) and the others received
+		 * or waiting to go back (forward H; backward x and dy, 2H, and g).
+		 * As a sender of tokens: the permuted rows until sent and the
+		 * results until added (forward x and outputs, 2H; backward x, dy
+		 * and g out, dx and dg back, 3H and 2 routing values). The
+		 * backward's identity pair order (4r, host memory of the pass)
+		 * lives throughout. */
+		const int64_t D = RMOE_A2A_DEPTH;
+		const int64_t block = N == 1 ? P : (int64_t)ceil(c->skew * (double)P / (double)N);
+		const int chunked = c->chunk_rows > 0 && c->chunk_rows < block;
+		const int64_t in_exp = chunked ? D : (N < D ? N : D);
+		const int64_t in_tok = N == 1 ? 0 : chunked ? D : (N - 1 < D ? N - 1 : D);
+		fwd = max2(shared, r * ((2 * H + 3 * F) * s + (in_exp - 1) * H * s + in_tok * 2 * H * s));
+		bwd = max2(shared, r * ((2 * H + 4 * F) * s + 8 + (in_exp - 1) * (2 * H * s + 4) +
+		                        in_tok * (3 * H * s + 8) + 4));
+		o->fixed_backward = o->resident_backward;
+		o->per_row_backward = (2 * H + 4 * F) * s + 12 + (in_exp - 1) * (2 * H * s + 4) + in_tok * (3 * H * s + 8);
+		largest = max2(largest, r * max2(H, 4 * F) * s);
+		break;
+	}
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON: {
-		/* rows of my own tokens that stay here */
-		const int64_t own = even;
-		/* one exchange of rows: my pairs' sent, the peers' received */
-		const int64_t ex = P + M - own;
-		int64_t f1 = ex * H, f2 = 2 * M * H, f3 = M * (2 * H + 3 * F);
-		int64_t f5 = M * H + (P - own) * H;
-		fwd = s * max2(max2(f1, f2), max2(f3, f5));
-		if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON) {
-			/* recompute (f1, f2), expert backward, unsort, the dx
-			 * exchange with the kept outputs, unpermute */
-			int64_t b4 = M * (3 * H + 3 * F), b5 = M * (2 * H + 3 * F) + (P - own) * H;
-			int64_t b6 = M * (H + 3 * F) + 2 * P * H;
-			bwd = s * max2(max2(f1, f2), max2(max2(b4, b5), b6));
-			largest = max2(largest, s * max2(M * H, M * 3 * F));
-		} else {
-			/* The lean graph's stages (graph/alltoall.c), in order: x
-			 * exchanged (f1) and sorted (f2); dy exchanged and sorted
-			 * beside the sorted x; g (4-byte) exchanged and sorted; the
-			 * pair-weighted expert backward on x, dy, work [M,4F], g and
-			 * dg [M]; dx rows and dg unsorted to the peers; the dx
-			 * exchange beside the unsorted dg. The identity pair order
-			 * (4M, host memory of the pass) lives throughout. */
-			int64_t b3 = s * (M * H + ex * H), b4 = s * 3 * M * H;
-			int64_t b5 = s * 2 * M * H + 4 * ex, b6 = s * 2 * M * H + 8 * M;
-			int64_t b7 = s * M * (2 * H + 4 * F) + 8 * M, b9 = s * (M + P - own) * H + 4 * M;
-			bwd = max2(s * max2(f1, f2), max2(max2(b3, b4), max2(max2(b5, b6), max2(b7, b9)))) + 4 * M;
-			largest = max2(largest, s * max2(M * H, M * 4 * F));
-		}
+		/* Megatron Core 0.13's MoEAlltoAllTokenDispatcher (the
+		 * probabilities exchanged beside the tokens and applied in the
+		 * expert, the unpermute without them; graph/alltoall_megatron.c),
+		 * stage by stage, each exchange ordered as a collective on a
+		 * stream by data dependencies (receives posted once its inputs
+		 * exist, sent buffers freed before the next stage's first task).
+		 * One exchange of rows holds my pairs' sent and the peers'
+		 * received (my own handed over): ex rows; of probabilities, ex
+		 * 4-byte values. The unsort map (4M, host memory of the pass)
+		 * lives throughout, as the backward's identity pair order. */
+		const int64_t own = even, ex = P + M - own;
+		/* forward: x exchanged, sorted; probabilities exchanged and
+		 * sorted beside the sorted x; the experts (x, [M,3F], outputs,
+		 * probabilities); outputs scaled and unsorted; the combine
+		 * exchange */
+		int64_t f1 = s * ex * H, f2 = s * 2 * M * H, f3 = s * M * H + 4 * ex, f4 = s * M * H + 8 * M;
+		int64_t f5 = s * M * (2 * H + 3 * F) + 4 * M, f6 = s * 2 * M * H + 4 * M;
+		fwd = max2(max2(max2(f1, f2), max2(f3, f4)), max2(f5, f6)) + 4 * M;
+		/* backward: the recompute's dispatch (as f1 to f4); the
+		 * recompute into [M,4F] beside the sorted x and probabilities
+		 * (kept as autograd keeps them); dy exchanged and sorted beside
+		 * them; the expert backward adds the probabilities' gradients;
+		 * dx rows and those gradients unsorted; the dx exchange beside
+		 * the unsorted gradients; theirs */
+		int64_t kept = s * M * (H + 4 * F) + 4 * M;
+		int64_t b6 = kept + s * ex * H, b7 = kept + s * 2 * M * H, b8 = kept + s * M * H + 4 * M;
+		int64_t b9 = s * 2 * M * H + 8 * M, b10 = s * ex * H + 4 * M, b11 = 4 * ex;
+		bwd = max2(max2(max2(f1, f2), max2(f3, f4)), max2(max2(max2(kept, b6), max2(b7, b8)),
+		                                                max2(b9, max2(b10, b11)))) + 4 * M;
+		largest = max2(largest, s * max2(M * H, M * 4 * F));
 		fwd = max2(fwd, shared);
 		bwd = max2(bwd, shared);
 		o->fixed_backward = o->resident_backward + bwd;
@@ -220,9 +248,9 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows)
 {
-	if (rmoe_dispatch_alltoall(d))
+	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
 		return rmoe_error(RMOE_ENOTSUP,
-		                  "a memory cap applies to the ring dispatchers; the all-to-all builds its "
+		                  "a memory cap applies to the ring dispatchers and a2a; a2a-megatron builds its "
 		                  "top-k-expanded buffers whole");
 	/* The chunks are planned against the cap less 1/RMOE_CAP_HEADROOM of
 	 * it: the model orders the buffers as the graphs submit them, but a

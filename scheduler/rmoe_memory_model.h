@@ -51,13 +51,19 @@ void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_lay
 int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
                       struct rmoe_mem_estimate *out);
 
-/* Memory cap (ring dispatch): the largest chunk (rows per chunk of a hop)
+/* Memory cap (ring dispatch and a2a): the largest chunk (rows per chunk of a hop)
  * whose modelled peak stays within cap bytes less 1/RMOE_CAP_HEADROOM of
  * them (memory_model.c says why). 0, or RMOE_EINVAL when even one row does
  * not fit, naming what the layer needs at least. */
 #define RMOE_CAP_HEADROOM 64
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows);
+
+/* The lean all-to-all (a2a) pipelines its exchanges chunk by chunk: each
+ * rank has at most this many chunks in flight as a sender of its tokens
+ * (rows out, results back) and as many as the owner of experts (rows in,
+ * computed, results out), as the ring double-buffers its hops. */
+#define RMOE_A2A_DEPTH 2
 
 /* Largest local token count whose peak fits budget bytes (0 if none). */
 int64_t rmoe_memory_max_tokens(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t budget);

@@ -7,8 +7,10 @@
 DIR holds one CSV per `relaymoe run` (named NNN__PRESET__RANKS__FACTOR__DISPATCH.csv),
 torch__PRESET__ROUND.json from torch_moe.py bench, and check.log from torch_moe.py
 check. The model's full-size predictions come from `relaymoe plan --json`.
-Exits 1 when the memory model is more than 10% off a measured peak or the
-PyTorch layer disagrees with relaymoe's outputs.
+Exits 1 when the memory model is more than 10% off a measured peak (for the
+pipelined a2a, whose model bounds the chunks in flight: more than 10% under
+it or more than 50% over it) or the PyTorch layer disagrees with relaymoe's
+outputs.
 """
 import argparse
 import csv
@@ -22,13 +24,18 @@ import sys
 import time
 
 MODEL_TOLERANCE = 0.10
+# a2a pipelines its chunks (graph/alltoall_fwd.c): the model counts the
+# chunks the graph lets be in flight, how many coexist is the network's
+# timing, so the model may lie above the measured peak by this much.
+BOUND_SLACK = 0.50
 MIB = 1024.0 * 1024.0
 GIB = 1024.0 * MIB
 DISPATCHERS = ("ring", "token", "a2a", "a2a-megatron")
 RINGS = ("ring", "token")
-# The two all-to-all baselines: `a2a` with the ring's kernel discipline (the
-# strongest all-to-all the project can write), `a2a-megatron` with
-# Megatron-LM's buffers (the paper's baseline).
+# The two all-to-all baselines: `a2a`, pipelined per peer and chunk with the
+# ring's kernel discipline (the strongest all-to-all the project can write),
+# `a2a-megatron`, Megatron Core 0.13's alltoall dispatcher (the paper's
+# baseline, as Megatron runs it today).
 BASELINES = ("a2a", "a2a-megatron")
 LABEL = {"ring": "ring, expert routing", "token": "ring, token routing", "a2a": "all-to-all (lean)",
          "a2a-megatron": "all-to-all (Megatron)"}
@@ -395,10 +402,14 @@ def main():
     figs = plots(a.out, pts, full, S, base_tokens)
 
     # ---- the Markdown summary ----
+    def missed(r, e):
+        if r["dispatch"] == "a2a":
+            return r[e] < -MODEL_TOLERANCE or r[e] > BOUND_SLACK
+        return abs(r[e]) > MODEL_TOLERANCE
     errs = [(abs(r[e]), r, e) for r in rows for e in ("err_fwd", "err_bwd")]
     worst = max(errs, key=lambda x: x[0]) if errs else (0.0, None, None)
-    model_failed = worst[0] > MODEL_TOLERANCE
-    off = [(abs(r[e]), r, e) for r in rows for e in ("err_fwd", "err_bwd") if abs(r[e]) > MODEL_TOLERANCE]
+    off = [(abs(r[e]), r, e) for r in rows for e in ("err_fwd", "err_bwd") if missed(r, e)]
+    model_failed = bool(off)
     # The model against the independent figure: reported, each miss named
     # with its numbers (the StarPU figure is the one the run fails on).
     herrs = [(abs(r[e]), r, e) for r in rows for e in ("err_heap_fwd", "err_heap_bwd") if e in r]
@@ -489,7 +500,8 @@ def main():
         say(f"- Largest model error against StarPU's figure: {worst[0]:.1%} ({r['preset']}, EP={r['ranks']}, "
             f"{r['tokens']} tokens, {r['dispatch']}, {'forward' if worst[2] == 'err_fwd' else 'backward'}) "
             f"over {len(rows)} measured dispatcher runs: "
-            + ("**FAIL**, above 10%." if model_failed else "within 10%."))
+            + ("**FAIL**, above 10% (a2a: under it by 10% or over by 50%)." if model_failed
+               else "within 10% (a2a, a bound: at most 10% under the measured peak, at most 50% over)."))
     if hworst[1] is not None:
         r = hworst[1]
         say(f"- Largest model error against the independent heap figure: {hworst[0]:.1%} ({r['preset']}, "
@@ -498,7 +510,7 @@ def main():
             + (f"{len(hoff)} of {len(herrs)} pass peaks are more than 10% off (listed below)."
                if hoff else f"all {len(herrs)} pass peaks within 10%."))
     # Measured above the model: the all-to-all's exchanges are
-    # asynchronous (graph/alltoall.c); StarPU frees an unregistered
+    # asynchronous (graph/alltoall_megatron.c); StarPU frees an unregistered
     # buffer in a callback after its last task, and the next stage's
     # first task, released by the same completion, can allocate first.
     for b in BASELINES:
@@ -741,7 +753,7 @@ def main():
     if model_failed:
         for e, r, which in off:
             print(f"FAIL: model {r[which]:+.1%} off the measured {which[4:]} peak: {r['preset']} EP={r['ranks']} "
-                  f"{r['tokens']} tokens {r['dispatch']} (tolerance 10%)", file=sys.stderr)
+                  f"{r['tokens']} tokens {r['dispatch']} (tolerance 10%; a2a -10% to +50%)", file=sys.stderr)
         rc = 1
     if check_failed:
         print("FAIL: the PyTorch layer disagrees with relaymoe's outputs (check.log)", file=sys.stderr)

@@ -15,8 +15,35 @@
 extern "C" {
 #endif
 
+/* Where the tasks of a pass report a failure, as Chameleon's sequence and
+ * request in its codelets' arguments: the first task that fails (a buffer
+ * or argument that does not match its codelet, a CUDA launch, a cuBLAS
+ * status) records its code, its name (with the hop) and why; a task that
+ * starts after that does no work. The pass reads it once its tasks have
+ * ended (rmoe_task_status_check) and every rank returns the error. Plain
+ * ints with atomic accesses (status.c), so that C++ can include this. */
+struct rmoe_task_status {
+	int code;            /* 0, or the RMOE_E* code of the first failure */
+	int claimed;         /* 1 once a failing task writes task and message */
+	char task[64];
+	char message[448];
+};
+
+/* Clears s before a pass submits its tasks. */
+void rmoe_task_status_reset(struct rmoe_task_status *s);
+/* After the tasks that report to s have ended: 0, or the first failure's
+ * code, reported (rmoe_error) with the task's name and message. */
+int rmoe_task_status_check(const struct rmoe_task_status *s);
+/* Records a failure of task (its name) in s, the first only; returns -1.
+ * Tasks call it through their prologue; the CUDA launchers' error codes
+ * reach it through rmoe_cl_cuda_done. */
+int rmoe_task_status_record(struct rmoe_task_status *s, int code, const char *task, const char *message);
+/* Where a task inserted without a status (opts.status NULL) reports. */
+struct rmoe_task_status *rmoe_task_status_default(void);
+
 /* What every insert function takes besides the operation's own data. */
 struct rmoe_task_opts {
+	struct rmoe_task_status *status; /* where the task reports failure; NULL: rmoe_task_status_default() */
 	const char *name;            /* STARPU_NAME and the trace colour; must outlive the task */
 	int prio;                    /* clamped into the policy's range */
 	int deterministic;           /* accumulations in submission order (no STARPU_COMMUTE) */

@@ -30,6 +30,15 @@ enum rmoe_cuda_status {
 	RMOE_CUDA_ECUBLAS = -3,  /* a cuBLAS call's status */
 };
 
+/* What a launcher's non-zero return says, for the task's status. */
+static inline const char *rmoe_cuda_status_what(int rc)
+{
+	return rc == RMOE_CUDA_ELAUNCH    ? "a CUDA kernel launch failed"
+	       : rc == RMOE_CUDA_ERUNTIME ? "a CUDA runtime call failed"
+	       : rc == RMOE_CUDA_ECUBLAS  ? "a cuBLAS call failed"
+	                                  : "a CUDA launcher failed";
+}
+
 /* Device scratch given to a launcher: the task's STARPU_SCRATCH buffer,
  * bytes at p, sized by the rmoe_cuda_*_scratch function of the launcher
  * (host code, no CUDA call). With p NULL, or too small, the launcher

@@ -148,13 +148,15 @@ RMOE_API int rmoe_ctx_ring_order(const rmoe_ctx *ctx, int *order);
 typedef struct rmoe_layer rmoe_layer;
 
 enum rmoe_dispatch {
-	RMOE_DISPATCH_ALLTOALL = 0,    /* permute / all-to-all / unpermute, backward with the ring's
-	                                * pair-weighted expert kernel (lean buffers) */
+	RMOE_DISPATCH_ALLTOALL = 0,    /* permute / all-to-all / unpermute pipelined per peer and
+	                                * chunk, backward with the ring's pair-weighted expert kernel
+	                                * (lean buffers; chunk_rows and mem_cap apply) */
 	RMOE_DISPATCH_RING_EXPERT = 1, /* expert weights circulate (paper §3.1) */
 	RMOE_DISPATCH_RING_TOKEN = 2,  /* token activations circulate (paper §3.2) */
 	RMOE_DISPATCH_AUTO = 3,        /* chosen at creation from per-hop volumes (Table 2) */
-	RMOE_DISPATCH_ALLTOALL_MEGATRON = 4, /* the all-to-all with Megatron-LM's buffers: backward
-	                                      * recomputes the whole block, preweighted expert backward */
+	RMOE_DISPATCH_ALLTOALL_MEGATRON = 4, /* Megatron Core 0.13's alltoall dispatcher: probabilities
+	                                      * exchanged and applied in the expert, unpermute without
+	                                      * them; backward recomputes dispatch and experts */
 };
 
 enum rmoe_dtype {
@@ -248,7 +250,12 @@ RMOE_API int rmoe_layer_set_shared(rmoe_layer *layer, const float *w_gate, const
 /* Forward: x [T, H] -> y [T, H]. Collective. The layer keeps a copy of x and
  * the routing (indices and weights) for backward; nothing else. Arguments
  * (and, with check_finite, x and the weights) are checked on every rank
- * before any work: one rank's bad argument fails every rank, alike. */
+ * before any work: one rank's bad argument fails every rank, alike. A task
+ * that fails during the pass (a buffer that does not match its codelet, a
+ * CUDA launch or cuBLAS error) fails the call on every rank with
+ * RMOE_ESTARPU, naming the task, its hop and the rank it failed on; the
+ * contents of y (dx, and the gradients, for the backward) are then
+ * unspecified, and the next call runs afresh. */
 RMOE_API int rmoe_layer_forward(rmoe_layer *layer, const float *x, float *y);
 
 /* Backward of the last forward: dy [T, H] -> dx [T, H]; weight gradients are

@@ -252,8 +252,8 @@ class Layer:
 
     Keywords are the fields of rmoe_layer_config; None keeps the library's
     default (rmoe_layer_config_init). dispatch: 'ring' (expert routing),
-    'token', 'a2a' (the lean all-to-all), 'a2a-megatron' (the all-to-all
-    with Megatron-LM's buffers) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
+    'token', 'a2a' (the lean all-to-all, pipelined per peer and chunk),
+    'a2a-megatron' (Megatron Core 0.13's alltoall dispatcher) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
     weights, activations and transfers, fp32 accumulation): arrays stay
     float32 at this interface either way, as the C API's are.
     """

@@ -29,6 +29,31 @@ for d in ring a2a a2a-megatron token; do
   if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "npy interop $d: $(tail -1 <<<"$chk")"; else bad "npy interop $d (run $rc, check $crc)"; echo "$out"; echo "$chk"; fi
 done
 
+# The pipelined all-to-all in chunks (chunk boundaries inside a peer's
+# block and inside an expert's rows) against NumPy too.
+out=$(run 2 "${small[@]}" --dispatch a2a --chunk-rows 7 --load "$work/in" --dump "$work/out-a2a-chunked" 2>&1); rc=$?
+chk=$($py "$src/tests/app/moe_numpy.py" check "$work/in" "$work/out-a2a-chunked" --topk 2 2>&1); crc=$?
+if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "npy interop a2a in 7-row chunks: $(tail -1 <<<"$chk")"
+else bad "npy interop a2a in 7-row chunks (run $rc, check $crc)"; echo "$out"; echo "$chk"; fi
+
+# Every all-to-all against the reference at 1, 3 and 4 ranks (2 above).
+for np in 1 3 4; do
+  out=$(run $np "${small[@]}" --experts 12 --dispatch baselines --check 2>&1); rc=$?
+  if [ $rc -eq 0 ] && grep -q "check a2a vs reference.*PASS" <<<"$out" \
+     && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out"; then ok "run --check baselines at $np rank(s)"
+  else bad "run --check baselines at $np rank(s) (rc=$rc)"; echo "$out"; fi
+done
+
+# a2a under a memory cap: chunked by the model, its measured peak under the
+# cap, still right.
+out=$(run 2 --hidden 64 --ffn 32 --experts 8 --topk 4 --tokens 2048 --repeat 1 --dispatch a2a --mem-cap 3M --check 2>&1)
+rc=$?
+line=$(grep "^a2a: memory cap" <<<"$out")
+if [ $rc -eq 0 ] && [ -n "$line" ] && awk '{ for (i = 1; i <= NF; i++) { if ($i == "cap") c = $(i + 1); if ($i == "peak") p = $(i + 1) } }
+     END { exit !(p + 0 > 0 && p + 0 <= c + 0) }' <<<"$line" && grep -q "check a2a vs reference.*PASS" <<<"$out"; then
+  ok "a2a --mem-cap 3M: $line"
+else bad "a2a --mem-cap 3M (rc=$rc)"; echo "$out"; fi
+
 # 3. Bad input: message, exit code, nothing written, no hang (timeout 124).
 expect_fail() { # expect_fail NAME PATTERN NP ARGS...
   local name=$1 pat=$2 np=$3; shift 3

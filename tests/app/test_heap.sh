@@ -14,7 +14,9 @@
 #   which the model matches exactly: 0.1-0.3%. A hop's buffer the model
 #   missed is past 5% here: the ring's travelling partition (4.5 MiB of
 #   weights, 8% of the backward's 55 MiB) and the all-to-all's receive
-#   buffer from the peer (6 MiB, 9% of 67 MiB).
+#   buffer from the peer (6 MiB, 9% of 67 MiB). a2a pipelines its chunks
+#   (graph/alltoall_fwd.c): the model bounds the chunks in flight, how many
+#   coexist is timing; its heap must not pass the model by more than 5%.
 #   test_heap.sh RELAYMOE MPIEXEC WORK_DIR
 set -uo pipefail
 app=$1 mpiexec=$2 work=$3
@@ -37,7 +39,8 @@ for r in rows:
     for p in ("fwd", "bwd"):
         heap, starpu, model = (float(r[k]) for k in (f"heap_{p}_bytes", f"peak_{p}_bytes", f"model_peak_{p}_bytes"))
         dev = model / heap - 1.0
-        ok = heap > 0 and heap - resident >= starpu - resident - MiB and abs(dev) <= 0.05
+        within = dev >= -0.05 if r["dispatch"] == "a2a" else abs(dev) <= 0.05
+        ok = heap > 0 and heap - resident >= starpu - resident - MiB and within
         print(f"{'ok' if ok else 'FAIL'}: {r['dispatch']} {p}: heap {heap / MiB:.2f} MiB, StarPU {starpu / MiB:.2f} MiB, "
               f"model {model / MiB:.2f} MiB ({dev:+.1%} of the heap; bound 5%)")
         fails += not ok

@@ -852,6 +852,12 @@ static void test_cuda_host_errors(void **state)
 		assert_int_equal(rmoe_cuda_scatter_add(NULL, 0, NH, NK, NP, 0, NP, rows.d, r.order, r.w, dst.d, 1, sc),
 		                 RMOE_CUDA_ELAUNCH);
 	}
+	/* What a task's status then records (rmoe_cl_cuda_done: any non-zero
+	 * code fails the task as a mis-sized buffer does, tests/mpi/
+	 * test_task_errors.c): each code's own words. */
+	assert_non_null(strstr(rmoe_cuda_status_what(RMOE_CUDA_ELAUNCH), "kernel launch"));
+	assert_non_null(strstr(rmoe_cuda_status_what(RMOE_CUDA_ERUNTIME), "runtime call"));
+	assert_non_null(strstr(rmoe_cuda_status_what(RMOE_CUDA_ECUBLAS), "cuBLAS"));
 	rmoe_cuda_host_fail_launch(0);
 	rmoe_cuda_host_fail_gemm(0, CUBLAS_STATUS_SUCCESS);
 	rmoe_cuda_host_fail_malloc(0);

@@ -139,6 +139,16 @@ def main(src, app):
     files = [readme] + docs
     texts = {f: open(f, encoding="utf-8").read() for f in files}
 
+    # One version: the C header's; the Python package states the same.
+    header = open(os.path.join(src, "include", "relaymoe", "relaymoe.h"), encoding="utf-8").read()
+    parts = [re.search(r"#define RMOE_VERSION_%s (\d+)" % k, header) for k in ("MAJOR", "MINOR", "PATCH")]
+    c_version = ".".join(m.group(1) for m in parts) if all(parts) else None
+    init = open(os.path.join(src, "python", "relaymoe", "__init__.py"), encoding="utf-8").read()
+    m = re.search(r'^__version__ = "([^"]+)"', init, re.M)
+    if not c_version or not m or m.group(1) != c_version:
+        fail("python/relaymoe/__init__.py __version__ %s, relaymoe.h RMOE_VERSION_* %s: they must be equal"
+             % (m.group(1) if m else "missing", c_version or "missing"))
+
     n_lines = texts[readme].count("\n")
     if n_lines > README_MAX_LINES:
         fail("README.md has %d lines: at most %d" % (n_lines, README_MAX_LINES))

@@ -5,9 +5,12 @@
 # with finite simulated times; the two runs must give the same times to the
 # microsecond (a simulation is deterministic: that is what it is for; the
 # runs go without address randomisation, scripts/lib/norand.sh, and where
-# the kernel refuses that, within 0.05%); and
-# on this machine, as in the paper's Fig. 10 at EP=8, the ring must beat the
-# all-to-all forward+backward while holding less memory.
+# the kernel refuses that, within 0.05%); and each dispatcher's simulated
+# peak (StarPU's accounting of the buffers it allocates, which a simulation
+# keeps though no memory backs them) must lie above what lives across calls
+# and at most 5% above the memory model's peak for the routing seen (the
+# model counts every buffer of the graphs). Which dispatcher is faster or
+# smaller is for the benchmarks (bench/sim/run.sh) to report, not a test.
 #   test_sim.sh STARPU_SMPIRUN RELAYMOE WORKDIR
 # The platform is scripts/sim/platform.py's MareNostrum 5 ACC (4 H100 per
 # node) when that script and python3 are there, else platform8.xml with
@@ -83,18 +86,16 @@ awk -F, -v want="ring a2a token" -v tol="$tol" '
     printf "test_sim: %-5s forward %s ms, backward %s ms simulated, again %s: %s\n", $1, $9, $10, first[$1],
            ok && same ? "ok" : "BAD"
     if (!ok || !same) bad = 1
-    t[$1] = $9 + $10
-    m[$1] = ($11 > $12 ? $11 : $12)
+    # peak_fwd (11), peak_bwd (12), resident (13), model_peak_fwd (18), model_peak_bwd (19)
+    fits = ($11 + 0 > $13 + 0) && ($12 + 0 > $13 + 0) && ($11 + 0 <= 1.05 * $18) && ($12 + 0 <= 1.05 * $19)
+    printf "test_sim: %-5s peak forward %s, backward %s bytes, model %s, %s: %s\n", $1, $11, $12, $18, $19,
+           fits ? "ok" : "BAD"
+    if (!fits) bad = 1
   }
   END {
     n = split(want, w, " ")
     for (i = 1; i <= n; i++)
       if (!(w[i] in seen)) { printf "test_sim: no row for %s\n", w[i]; bad = 1 }
-    if (!bad) {
-      printf "test_sim: a2a/ring forward+backward time %.2fx, peak memory %.2fx (both must exceed 1)\n",
-             t["a2a"] / t["ring"], m["a2a"] / m["ring"]
-      if (!(t["a2a"] > t["ring"]) || !(m["a2a"] > m["ring"])) bad = 1
-    }
     exit bad
   }' "$work/sim1.csv" "$work/sim2.csv" || { echo "test_sim: FAIL" >&2; exit 1; }
 echo "test_sim: PASS ($(( $(date +%s) - start )) s wall)"

@@ -105,52 +105,74 @@ static void test_memory_model_ring_token_by_hand(void **state)
 	assert_int_equal(e.dynamic_backward, 192 + 64 + 256);
 }
 
-/* All-to-all, 2 ranks, stage by stage (graph/alltoall.c), in floats:
+/* Megatron Core's all-to-all, 2 ranks, stage by stage
+ * (graph/alltoall_megatron.c), in bytes (activations 4 bytes, 2 per row;
+ * probabilities 4 bytes each). An exchange holds my 8 pairs' rows sent
+ * and the peer's 4 received (my own 4 handed over): 12 rows.
  * forward
- *   dispatch: the permuted rows to send, all P = 8 of them (2 floats each:
- *   16), and those received (M - own = 4 rows: 8), the own ones handed
- *   over: 24;
- *   the sort: received (8 rows: 16) and sorted (16): 32;
- *   the experts: sorted (16), workspace (8 * 3F = 72), outputs (16): 104;
- *   the combine: unsorted outputs (16) and what came back (4 rows: 8): 24;
- *   peak 104 floats = 416 bytes.
- * backward (recompute, then the reverse path, keeping sorted input and
- * workspace as autograd would)
- *   after the combine back: kept sorted (16), work (72), returned (16),
- *   back rows (16): 120; the dout stage: kept (16 + 72), returned outputs
- *   (16) and dout rows to send (8): 112; the expert backward: kept (16 +
- *   72), dout sorted (16), dx rows (16) = 120; peak 120 floats = 480 bytes. */
+ *   x exchanged: 12 rows: 96; sorted: received and sorted (2 * 8 rows): 128;
+ *   probabilities exchanged beside the sorted x: 64 + 12 * 4 = 112; sorted:
+ *   64 + 2 * 8 * 4 = 128;
+ *   the experts: sorted x, workspace [8, 3F] and outputs, 8 * (2H + 3F)
+ *   floats = 416, and the probabilities (32): 448;
+ *   scaled and unsorted: outputs and unsorted (128) and probabilities (32):
+ *   160; the combine exchange 96;
+ *   peak 448, and the unsort map (8 int32: 32) throughout: 480.
+ * backward
+ *   the recompute's dispatch as above (at most 128); the recompute keeps
+ *   sorted x (64), workspace [8, 4F] (384) and probabilities (32): 480;
+ *   dy exchanged beside them: 480 + 96 = 576; sorted: 480 + 128 = 608;
+ *   the expert backward: 480 + dy sorted (64) + dg rows (32) = 576;
+ *   dx rows and dg unsorted: 128 + 64 = 192; the dx exchange beside the
+ *   unsorted dg: 96 + 32; the dg exchange: 48;
+ *   peak 608, and the identity pair order (32) throughout: 640. */
 static void test_memory_model_alltoall_megatron_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL_MEGATRON);
-	assert_int_equal(e.dynamic_forward, 104 * 4);
-	assert_int_equal(e.dynamic_backward, 120 * 4);
-	/* The largest buffer: the experts' workspace, 8 rows of 3F. */
-	assert_int_equal(e.largest_buffer, 72 * 4);
+	assert_int_equal(e.dynamic_forward, 480);
+	assert_int_equal(e.dynamic_backward, 640);
+	/* The largest buffer: the recompute's workspace, 8 rows of 4F. */
+	assert_int_equal(e.largest_buffer, 96 * 4);
 }
 
-/* The lean all-to-all, same layer: its forward is the one above (416
- * bytes). Backward, in bytes (activations 4 bytes, 2 per row):
- *   x exchanged (24 floats: 96), sorted (32 floats: 128);
- *   dy exchanged beside the sorted x (16 + 24 floats: 160), sorted (3 * 16
- *   floats: 192);
- *   g exchanged (2 * 16 floats + 12 weights: 176), sorted (128 + 2 * 8
- *   weights: 192);
- *   the expert backward: sorted x and dy, workspace [8 * 4F] (16 + 16 + 96
- *   floats: 512), g and dg (2 * 8 weights: 64): 576;
- *   the unsort (32 floats and 2 * 8 weights: 192), the dx exchange (8 + 4
- *   rows of 2 floats: 96, unsorted dg 32): 128;
- *   peak 576, and the identity pair order (8 int32: 32) throughout: 608. */
+/* The lean all-to-all, same layer (graph/alltoall_fwd.c, alltoall_bwd.c):
+ * chunks are whole blocks of P/N = 4 rows; as the owner of experts a rank
+ * has its own block and the peer's (2, the depth), one computing; as a
+ * sender one block out (N - 1 = 1). In bytes (activations 4 bytes, 2 per
+ * row):
+ * forward
+ *   computing: x (8 floats), workspace [4, 3F] (36), outputs (8): 208;
+ *   the other block received or going back: 4 rows of H: 32;
+ *   the block out: x rows sent (32) and results back (32): 64;
+ *   peak 304.
+ * backward
+ *   computing: x (its dx in place) and dy (16 floats), workspace [4, 4F]
+ *   (48 floats), g and dg (8 values): 288;
+ *   the other block: x, dy (16 floats) and g (4): 80;
+ *   the block out: x, dy and g (16 floats, 4 weights), dx and dg back (8
+ *   floats, 4 values): 128;
+ *   the identity pair order (4 int32): 16; peak 512. */
 static void test_memory_model_alltoall_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL);
-	assert_int_equal(e.dynamic_forward, 104 * 4);
-	assert_int_equal(e.dynamic_backward, 608);
-	/* The largest buffer: the workspace of the pair-weighted backward, 8
-	 * rows of 4F. */
-	assert_int_equal(e.largest_buffer, 96 * 4);
+	assert_int_equal(e.dynamic_forward, 304);
+	assert_int_equal(e.dynamic_backward, 512);
+	/* The largest buffer: the backward's workspace, 4 rows of 4F. */
+	assert_int_equal(e.largest_buffer, 48 * 4);
+	/* Chunks of 2 rows: the depth's 2 chunks in flight in each role. Per
+	 * row forward: computing 52 bytes, the other chunk in 8, the two out
+	 * 2 * 16. */
+	struct rmoe_mem_config c = tiny();
+	c.chunk_rows = 2;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL, &c, &e), 0);
+	assert_int_equal(e.dynamic_forward, 2 * (52 + 8 + 32));
+	/* a cap fits it: the chunk rows that fit a cap a little above the
+	 * 2-row chunks' peak are 2 */
+	int64_t rows = 0;
+	assert_int_equal(rmoe_memory_cap_chunk(RMOE_DISPATCH_ALLTOALL, &c, e.peak + e.peak / 32, &rows), 0);
+	assert_int_equal(rows, 2);
 }
 
 /* Two partitions per rank (a ring of 4 partitions over 2 ranks): a hop

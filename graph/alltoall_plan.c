@@ -1,0 +1,210 @@
+/* The all-to-alls' plan: every rank's expert counts exchanged once per
+ * layer call, in the forward (Megatron's dispatcher synchronises on its
+ * "tokens per expert" the same way), and who sends what to whom from them,
+ * in chunks; kept for the backward, whose routing is the forward's. With
+ * it, the transfers and small tasks the chunked graphs share. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu_mpi.h>
+
+#include "rmoe_alltoall.h"
+
+void rmoe_a2a_plan_free(struct rmoe_a2a_plan *p)
+{
+	if (!p)
+		return;
+	for (int q = 0; q < p->N; q++) {
+		if (p->send)
+			rmoe_chunks_free(p->send[q], p->nsend[q]);
+		if (p->recv)
+			rmoe_chunks_free(p->recv[q], p->nrecv[q]);
+	}
+	free(p->send);
+	free(p->recv);
+	free(p->nsend);
+	free(p->send_first);
+	free(p->peer_counts);
+	free(p->peer_offsets);
+	free(p->unsort_map);
+	free(p);
+}
+
+/* The chunks of the blocks, both ways (struct rmoe_a2a_plan). */
+static int plan_chunks(const struct rmoe_layer *L, struct rmoe_a2a_plan *p)
+{
+	const int N = p->N;
+	const int64_t E = L->E, c = L->cfg.chunk_rows;
+	p->send = calloc((size_t)N, sizeof(*p->send));
+	p->recv = calloc((size_t)N, sizeof(*p->recv));
+	p->nsend = calloc((size_t)(2 * N), sizeof(int64_t));
+	if (!p->send || !p->recv || !p->nsend)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+	p->nrecv = p->nsend + N;
+	for (int q = 0; q < N; q++) {
+		p->nsend[q] = rmoe_partition_chunks(L, L->expert_offsets, q, c, &p->send[q]);
+		p->nrecv[q] = rmoe_partition_chunks(L, p->peer_offsets + (int64_t)q * (E + 1), p->me, c, &p->recv[q]);
+		if (p->nsend[q] < 0 || p->nrecv[q] < 0) {
+			p->nsend[q] = p->nsend[q] < 0 ? 0 : p->nsend[q];
+			p->nrecv[q] = p->nrecv[q] < 0 ? 0 : p->nrecv[q];
+			return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all's chunks");
+		}
+		for (int64_t j = 0; j < p->nrecv[q]; j++)
+			if (p->recv[q][j].rows > p->max_recv_rows)
+				p->max_recv_rows = p->recv[q][j].rows;
+	}
+	return 0;
+}
+
+static int plan_fill(struct rmoe_layer *L, struct rmoe_pass *pass, struct rmoe_a2a_plan *p)
+{
+	const int N = L->N, me = L->ctx->rank;
+	const int64_t el = L->e_local, E = L->E;
+	p->N = N;
+	p->me = me;
+	p->send_first = calloc((size_t)(3 * N + N * el + el), sizeof(int64_t));
+	p->peer_counts = calloc((size_t)(N * E), sizeof(int32_t));
+	p->peer_offsets = calloc((size_t)(N * (E + 1)), sizeof(int64_t));
+	if (!p->send_first || !p->peer_counts || !p->peer_offsets)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+	p->send_rows = p->send_first + N;
+	p->recv_rows = p->send_rows + N;
+	p->chunk_rows = p->recv_rows + N;
+	p->rows_per_expert = p->chunk_rows + N * el;
+
+	int rc = rmoe_exchange_counts(L, pass, pass->tag_base, p->peer_counts);
+	if (rc)
+		return rc;
+	for (int q = 0; q < N; q++) {
+		int64_t *off = p->peer_offsets + (int64_t)q * (E + 1);
+		for (int64_t e = 0; e < E; e++)
+			off[e + 1] = off[e] + p->peer_counts[(int64_t)q * E + e];
+		p->send_first[q] = rmoe_pairs_first(L->expert_offsets, q * el);
+		p->send_rows[q] = rmoe_pairs_count(L->expert_offsets, q * el, el);
+		for (int64_t e = 0; e < el; e++) {
+			int64_t c = p->peer_counts[(int64_t)q * E + me * el + e];
+			p->chunk_rows[q * el + e] = c;
+			p->recv_rows[q] += c;
+			p->rows_per_expert[e] += c;
+			p->M += c;
+		}
+	}
+	p->unsort_map = malloc((size_t)(p->M > 0 ? p->M : 1) * sizeof(int32_t));
+	if (!p->unsort_map)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+	int64_t j = 0;
+	for (int q = 0; q < N; q++)
+		for (int64_t e = 0, at = 0; e < el; at += p->rows_per_expert[e], e++) {
+			int64_t before = 0;
+			for (int r = 0; r < q; r++)
+				before += p->chunk_rows[r * el + e];
+			for (int64_t i = 0; i < p->chunk_rows[q * el + e]; i++)
+				p->unsort_map[j++] = (int32_t)(at + before + i);
+		}
+	return plan_chunks(L, p);
+}
+
+int rmoe_a2a_plan_build(struct rmoe_layer *L, struct rmoe_pass *pass)
+{
+	rmoe_a2a_plan_free(L->a2a);
+	L->a2a = calloc(1, sizeof(*L->a2a));
+	if (!L->a2a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
+	int rc = plan_fill(L, pass, L->a2a);
+	if (rc) {
+		rmoe_a2a_plan_free(L->a2a);
+		L->a2a = NULL;
+	}
+	return rc;
+}
+
+int rmoe_a2a_plan_get(struct rmoe_layer *L, const struct rmoe_a2a_plan **p)
+{
+	*p = L->a2a;
+	return L->a2a ? 0 : rmoe_error(RMOE_ESTATE, "the all-to-all's backward has no plan: its forward did not complete");
+}
+
+/* Chunks of one block: at most the pairs of a rank, in chunks of the
+ * layer's chunk rows (a block is one chunk without). */
+static int64_t max_chunks(const struct rmoe_layer *L)
+{
+	const int64_t P = L->T * L->K, c = L->cfg.chunk_rows;
+	return c > 0 && c < P ? (P + c - 1) / c : 1;
+}
+
+int64_t rmoe_a2a_tags(const struct rmoe_layer *L)
+{
+	return 1 + RMOE_A2A_KINDS * max_chunks(L);
+}
+
+int64_t rmoe_a2a_tag(const struct rmoe_layer *L, const struct rmoe_pass *pass, int kind, int64_t j)
+{
+	return pass->tag_base + 1 + kind * max_chunks(L) + j;
+}
+
+int rmoe_a2a_post_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                       struct starpu_task *after, const char *what)
+{
+	/* StarPU-MPI posts a receive, and allocates its buffer, once the
+	 * handle's earlier accesses have ended: this fence's. */
+	int rc = rmoe_pass_fence(L, pass, NULL, 0, &h, 1, after, NULL, "a2a-post");
+	if (!rc)
+		rc = rmoe_recv(L, h, peer, tag);
+	if (!rc)
+		rc = rmoe_pass_watch(L, pass, h, peer, tag, 1, what);
+	return rc;
+}
+
+int rmoe_a2a_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                  int prio, const char *what)
+{
+	int rc = rmoe_send(L, pass, h, peer, tag, prio, NULL, NULL);
+	if (!rc)
+		rc = rmoe_pass_watch(L, pass, h, peer, tag, 0, what);
+	return rc;
+}
+
+int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h, int n,
+                  struct starpu_task **done)
+{
+	int rc = rmoe_pass_fence(L, pass, NULL, 0, h, n, NULL, done, "a2a-done");
+	for (int i = 0; i < n; i++)
+		if (h[i]) {
+			/* A sent buffer's last access is StarPU-MPI's, which releases
+			 * the data while it still holds the handle busy: unregistered
+			 * alone it would be freed only after the fence's successors
+			 * have started. The invalidation frees it when the fence ends. */
+			starpu_data_invalidate_submit(h[i]);
+			starpu_data_unregister_submit(h[i]);
+			h[i] = NULL;
+		}
+	return rc;
+}
+
+int rmoe_a2a_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t width, int64_t topk, int64_t first,
+                    int64_t rows, starpu_data_handle_t out, struct starpu_task *after, int prio, const char *name)
+{
+	struct rmoe_task_opts o = rmoe_opts(L, name, prio);
+	o.after = after;
+	struct rmoe_pair_slice s = {first, rows, width, topk};
+	return rmoe_insert_gather(&o, &s, src, L->h_pair_order, NULL, out);
+}
+
+int rmoe_a2a_identity_grow(struct rmoe_layer *L, int64_t n)
+{
+	if (n <= L->iota_n)
+		return 0;
+	int32_t *v = realloc(L->iota, (size_t)n * sizeof(int32_t));
+	if (!v)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for %lld rows' pair order", (long long)n);
+	for (int64_t i = L->iota_n; i < n; i++)
+		v[i] = (int32_t)i;
+	L->iota = v;
+	L->iota_n = n;
+	return 0;
+}
+
+starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n)
+{
+	return rmoe_host_vector(NULL, L->iota, n, sizeof(int32_t));
+}

@@ -1,0 +1,97 @@
+/* The all-to-all dispatchers' plan (alltoall_plan.c): who sends what to
+ * whom, from every rank's expert counts, built once by a layer's forward
+ * and kept for its backward; and the helpers their graphs share. Private to
+ * graph/. */
+#ifndef RMOE_ALLTOALL_H
+#define RMOE_ALLTOALL_H
+
+#include "rmoe_dispatch.h"
+
+/* Tags of a pass beyond its first (the counts'): kind k, block chunk j at
+ * tag_base + 1 + k * max_chunks + j. */
+enum { RMOE_A2A_KINDS = 5 };
+
+struct rmoe_a2a_plan {
+	int N, me;
+	int64_t *send_first, *send_rows;  /* [N] my pairs routed to partition q */
+	int64_t *recv_rows;               /* [N] q's pairs routed to my partition */
+	int64_t *chunk_rows;              /* [N * e_local] rows of (peer q, local expert e) */
+	int64_t *rows_per_expert;         /* [e_local] over all peers */
+	int64_t M;                        /* rows my experts compute */
+	int32_t *peer_counts;             /* [N * E] */
+	int64_t *peer_offsets;            /* [N * (E + 1)]: prefix sums of each rank's counts */
+	/* [M]: for the received rows in peer order (peer, local expert, row),
+	 * their place among the rows sorted by (local expert, peer). */
+	int32_t *unsort_map;
+	/* The blocks in chunks of at most the layer's chunk rows (a whole
+	 * block without): send[q] of my pairs for q (rows of my pair order),
+	 * recv[q] of q's pairs for me (rows of q's pair order: the same split
+	 * q makes of its send[me]). */
+	struct rmoe_chunk **send, **recv;
+	int64_t *nsend, *nrecv;
+	int64_t max_recv_rows;            /* the largest received chunk */
+};
+
+/* Exchanges the expert counts (the host's one wait of a layer call: it
+ * sizes the buffers with them) and plans the exchanges into L->a2a,
+ * replacing an earlier plan. */
+int rmoe_a2a_plan_build(struct rmoe_layer *L, struct rmoe_pass *pass);
+/* The forward's plan for its backward: the same routing, so the same
+ * counts; RMOE_ESTATE without one. */
+int rmoe_a2a_plan_get(struct rmoe_layer *L, const struct rmoe_a2a_plan **p);
+void rmoe_a2a_plan_free(struct rmoe_a2a_plan *p);
+
+/* Tags a pass of L reserves: the counts' and the chunked exchanges'. */
+int64_t rmoe_a2a_tags(const struct rmoe_layer *L);
+/* The tag of chunk j of a block, of kind kind (< RMOE_A2A_KINDS). */
+int64_t rmoe_a2a_tag(const struct rmoe_layer *L, const struct rmoe_pass *pass, int kind, int64_t j);
+
+/* The kept fences that bound the chunks in flight of one role of a rank
+ * (RMOE_A2A_DEPTH of them, scheduler/rmoe_memory_model.h): the next
+ * chunk's first task waits for the one RMOE_A2A_DEPTH chunks before. */
+struct rmoe_a2a_depth {
+	struct starpu_task *done[RMOE_A2A_DEPTH];
+	int64_t n;
+	/* The owner of experts computes one chunk at a time, as a ring hop
+	 * (the window of window.c): a chunk's expert task waits for the one
+	 * before, whose end this kept fence marks. */
+	struct starpu_task *computed;
+};
+static inline struct starpu_task *rmoe_a2a_depth_wait(const struct rmoe_a2a_depth *d)
+{
+	return d->n >= RMOE_A2A_DEPTH ? d->done[d->n % RMOE_A2A_DEPTH] : NULL;
+}
+static inline void rmoe_a2a_depth_push(struct rmoe_a2a_depth *d, struct starpu_task *t)
+{
+	d->done[d->n % RMOE_A2A_DEPTH] = t;
+	d->n++;
+}
+
+/* A fresh receive handle h from peer on tag, posted (and so allocated)
+ * only after the task after; watched. */
+int rmoe_a2a_post_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                       struct starpu_task *after, const char *what);
+int rmoe_a2a_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
+                  int prio, const char *what);
+/* A fence kept to the pass's end that ends once every earlier access of
+ * the n handles h has (a send's included); the handles are then released,
+ * a sent one freed as soon as the fence ends. */
+int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h, int n,
+                  struct starpu_task **done);
+
+/* Rows of width elements of src (x or dy: topk K; the routing weights:
+ * width 1, topk 1) of my pairs [first, first + rows), after the task after. */
+int rmoe_a2a_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t width, int64_t topk, int64_t first,
+                    int64_t rows, starpu_data_handle_t out, struct starpu_task *after, int prio, const char *name);
+
+/* 0, 1, ..., n-1: the pair order of rows that are their own pairs (K = 1),
+ * host memory of the layer, grown before a pass registers any of it (a
+ * growth moves it), then registered for each chunk (n at most the grown
+ * size; counted by the caller). */
+int rmoe_a2a_identity_grow(struct rmoe_layer *L, int64_t n);
+starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n);
+
+/* Megatron-LM's all-to-all (alltoall_megatron.c). */
+int rmoe_alltoall_megatron_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+
+#endif /* RMOE_ALLTOALL_H */
