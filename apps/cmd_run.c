@@ -201,8 +201,8 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	*c = (struct contender){.d = d};
 	struct rmoe_layer_config cfg = prob->cfg;
 	cfg.dispatch = d;
-	/* The cap and the partitions shape the rings' hops; the all-to-all
-	 * builds its buffers whole. */
+	/* The partitions are the rings' hops; the cap chunks the rings' hops
+	 * and a2a's blocks, a2a-megatron builds its buffers whole. */
 	if (rmoe_dispatch_alltoall(d))
 		cfg.partitions = 1;
 	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
