@@ -14,7 +14,7 @@ void rmoe_a2a_plan_free(struct rmoe_a2a_plan *p)
 {
 	if (!p)
 		return;
-	for (int q = 0; q < p->N; q++) {
+	for (int q = 0; q < p->N && p->nsend; q++) {
 		if (p->send)
 			rmoe_chunks_free(p->send[q], p->nsend[q]);
 		if (p->recv)

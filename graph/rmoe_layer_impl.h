@@ -51,8 +51,9 @@ struct rmoe_layer {
 	float *probs, *topk_w, *dg;
 	int32_t *topk_idx, *pair_order, *expert_counts;
 	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
-	/* 0, 1, ...: the lean all-to-all's pair order of its sorted rows
-	 * (alltoall.c), grown to the largest row count seen, kept to the end. */
+	/* 0, 1, ...: the all-to-alls' pair order of rows that are their own
+	 * pairs (alltoall_plan.c), grown to the largest row count seen, kept
+	 * to the end. */
 	int32_t *iota;
 	int64_t iota_n;
 	/* The all-to-alls' plan, built by the forward from every rank's expert

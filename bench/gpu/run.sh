@@ -357,10 +357,10 @@ if want peer; then
 fi
 
 # ---- (c) the layer ---------------------------------------------------------
-# The all-to-all's expert grouping: relaymoe's a2a builds its buffers whole,
-# one group of all E experts (cmd_run.c gives it one partition). When it
-# takes a grouping of its own (chunked rows per expert group), pass the
-# ring's here; report.py reads each row's grouping from its CSV (partitions).
+# The all-to-all's expert grouping: relaymoe's a2a computes per source rank
+# and chunk over one group of all its E/N experts (cmd_run.c gives it one
+# partition). When it takes a grouping of its own, pass the ring's here;
+# report.py reads each row's grouping from its CSV (partitions).
 a2a_grouping=()
 layer_impls="ring a2a torch torch-part ring-live a2a-live"
 [ $torch_ok = 1 ] || layer_impls="ring a2a ring-live a2a-live"

@@ -92,6 +92,7 @@ expect "gated shared expert without one" 2 "--shared-gated needs a shared expert
 expect "both top-k normalisations" 2 "--norm-topk and --no-norm-topk: expected one of them" 1 run --norm-topk --no-norm-topk "${never[@]}"
 expect "shared expert too wide" 2 "shared expert weights = 384 x 1000000000 elements" 1 run --shared-ffn 1000000000 "${never[@]}"
 expect "partitions not dividing the experts" 2 "partitions = 3 does not divide the 8 experts of each of the 1 rank\(s\): expected a divisor of experts/ranks" 1 run "${small[@]}" --partitions 3 "${never[@]}"
+expect "ring window of one buffer" 2 "window = 1: expected 0 \(default 2\) or at least 2 receive buffers per relayed kind" 2 run "${small[@]}" --window 1 "${never[@]}"
 every_rank "unknown scheduling policy" "scheduling policy 'nosuchpolicy' is not one StarPU knows: expected one of eager, prio" 2 run "${small[@]}" --sched nosuchpolicy "${never[@]}"
 every_rank "device activations without a GPU" "--io device: rmoe_ctx_alloc: RMOE_MEMORY_DEVICE but rank [0-9] has no CUDA worker" 2 run "${small[@]}" --io device "${never[@]}"
 expect "memory cap too small" 1 "mem_cap|memory cap|cap of" 2 run "${small[@]}" --dispatch ring --mem-cap 1K "${never[@]}"

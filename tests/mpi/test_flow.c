@@ -4,11 +4,11 @@
  * send hops whose receive buffers are still in use: StarPU-MPI would keep
  * them outside StarPU's accounting (early data) and the heap figure would
  * exceed the model by about a partition per hop ahead. With the credits of
- * graph/flow.c it may not. Every dispatcher, forward and backward, on even
- * routing and on a router skewed to a few hot experts; outputs checked
- * against the double-precision reference (ring) and against the ring
- * (others).
- *   test_flow [--window W] [--delay-us US]   (W: rmoe_layer_config.window) */
+ * graph/flow.c it may not. Both rings (with --all the all-to-alls too),
+ * forward and backward, on even routing and on a router skewed to a few hot
+ * experts; outputs checked against the double-precision reference (ring)
+ * and against the ring (others).
+ *   test_flow [--window W] [--delay-us US] [--all]   (W: rmoe_layer_config.window) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +87,8 @@ static int measure(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const str
 	return 0;
 }
 
-static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_problem *prob, const char *name)
+static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_problem *prob, const char *name,
+                    int ndispatch)
 {
 	static const enum rmoe_dispatch which[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
 	                                           RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON};
@@ -95,7 +96,7 @@ static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rm
 	memset(res, 0, sizeof(res));
 	int rc = 0;
 	rmoe_app_say("%s routing:\n", name);
-	for (int i = 0; i < 4 && !rc; i++) {
+	for (int i = 0; i < ndispatch && !rc; i++) {
 		cfg.dispatch = which[i];
 		double heap[2], model[2];
 		if ((rc = measure(ctx, &cfg, prob, &res[i], heap, model)))
@@ -122,13 +123,15 @@ static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rm
 
 int main(int argc, char **argv)
 {
-	int window = 0;
+	int window = 0, ndispatch = 2;
 	long delay_us = 100000;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--window"))
-			window = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--delay-us"))
-			delay_us = atol(argv[i + 1]);
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--all"))
+			ndispatch = 4;
+		else if (!strcmp(argv[i], "--window") && i + 1 < argc)
+			window = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc)
+			delay_us = atol(argv[++i]);
 	}
 	int nranks, rank;
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0});
@@ -161,12 +164,12 @@ int main(int argc, char **argv)
 	struct rmoe_problem prob;
 	int rc = rmoe_problem_init(&prob, &cfg, 11, NULL);
 	if (!rc)
-		rc = run_case(ctx, cfg, &prob, "even");
+		rc = run_case(ctx, cfg, &prob, "even", ndispatch);
 	/* Skewed: experts of a quarter of rank 0's partition take nearly every
 	 * pair, so hops differ in size and the busiest hop sets the peak. */
 	if (!rc) {
 		rmoe_problem_skew_router(&prob, cfg.experts / nranks / 4);
-		rc = run_case(ctx, cfg, &prob, "skewed");
+		rc = run_case(ctx, cfg, &prob, "skewed", ndispatch);
 	}
 	rmoe_problem_free(&prob);
 	if (rc) {

@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""The memory headline in its one metric, from the committed result files.
+
+  headline.py [--results DIR] [--check README.md]
+
+The metric is fixed before any measurement and used for every ratio: the
+total peak of a pass, the larger of StarPU's figure (peak_*_bytes) and the
+heap figure (heap_*_bytes), the larger of forward and backward, max over
+ranks. Prints each all-to-all baseline over the ring for the default layer
+at 2 and 4 ranks (layer_default.csv) and Qwen3-30B-A3B at EP=8, sizes / 16
+(memory_sweep.csv). With --check, exits 1 unless README.md states every one
+of those figures on the line that names it.
+"""
+import argparse
+import csv
+import os
+import sys
+
+BASELINES = ("a2a", "a2a-megatron")
+
+
+def total_peak(r):
+    return max(float(r["peak_fwd_bytes"]), float(r["peak_bwd_bytes"]),
+               float(r.get("heap_fwd_bytes") or 0), float(r.get("heap_bwd_bytes") or 0))
+
+
+def ratios(rows):
+    """{baseline: baseline / ring} in the total peak, from one point's rows."""
+    by = {r["dispatch"]: r for r in rows}
+    return {b: total_peak(by[b]) / total_peak(by["ring"]) for b in BASELINES if b in by and "ring" in by}
+
+
+def headline(results):
+    out = []
+    with open(os.path.join(results, "layer_default.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    per = [ratios([r for r in rows if r["ranks"] == str(n)]) for n in (2, 4)]
+    out.append(("default layer, 2 and 4 ranks",
+                "; ".join(", ".join(f"{q[b]:.2f}x" for b in BASELINES) for q in per)))
+    with open(os.path.join(results, "memory_sweep.csv"), newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["preset"] == "Qwen3-30B-A3B" and r["ranks"] == "8"
+                and float(r["token_factor"]) == 1.0 and float(r["scale"]) == 16.0]
+    q = ratios(rows)
+    out.append(("Qwen3-30B-A3B at EP 8", ", ".join(f"{q[b]:.2f}x" for b in BASELINES)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--results", default=os.path.join(here, "..", "results"))
+    ap.add_argument("--check")
+    a = ap.parse_args()
+    lines = headline(a.results)
+    for label, figs in lines:
+        print(f"{label}: total peak, {' and '.join(b + '/ring' for b in BASELINES)}: {figs}")
+    if not a.check:
+        return 0
+    with open(a.check) as f:
+        text = f.read().splitlines()
+    bad = [(label, figs) for label, figs in lines if not any(label in t and figs in t for t in text)]
+    for label, figs in bad:
+        print(f"FAIL: {a.check} has no line naming '{label}' with '{figs}' (the result files' total peak)",
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
