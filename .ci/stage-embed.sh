@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI stage: embedding from Fortran and Python. Installs what those need from
-# Debian (gfortran, python3-mpi4py, python3-pytest, python3-torch,
+# Debian (gfortran, python3-mpi4py, python3-pip, python3-pytest, python3-torch,
 # python3-venv; scripts/setup.sh adds only the missing ones), configures the
 # main build tree again (it now finds gfortran and builds the Fortran
 # interface), builds what the installed package holds, and runs the tests
@@ -18,14 +18,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${RMOE_BUILD_DIR:-$here/build}
 start=$(date +%s)
+sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
 since() { echo "$(( $(date +%s) - start )) s"; }
 
-RMOE_SETUP_EXTRA="gfortran python3-mpi4py python3-pytest python3-torch python3-venv ${RMOE_SETUP_EXTRA:-}" \
+RMOE_SETUP_EXTRA="gfortran python3-mpi4py python3-pip python3-pytest python3-torch python3-venv ${RMOE_SETUP_EXTRA:-}" \
   "$here/scripts/setup.sh"
 # transformers from PyPI for Debian's python3 (its torch): relaymoe.hf's tests.
-RMOE_TRANSFORMERS=${RMOE_TRANSFORMERS:-transformers==4.47.1}
-/usr/bin/python3 -c "import transformers" 2> /dev/null ||
-  /usr/bin/python3 -m pip install -q --break-system-packages "$RMOE_TRANSFORMERS"
+transformers=${RMOE_TRANSFORMERS_VERSION:-4.47.1}
+[ "$(/usr/bin/python3 -c 'import transformers; print(transformers.__version__)' 2> /dev/null)" = "$transformers" ] ||
+  "${sudo[@]}" /usr/bin/python3 -m pip install -q --break-system-packages "transformers==$transformers"
 /usr/bin/python3 -c "import torch, transformers; print('stage-embed: torch', torch.__version__, 'transformers', transformers.__version__)"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE="${RMOE_BUILD_TYPE:-RelWithDebInfo}" -DRMOE_FORTRAN=ON > /dev/null
 grep -q '^CMAKE_Fortran_COMPILER:[A-Z]*=/' "$build/CMakeCache.txt" ||

@@ -358,7 +358,7 @@ double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmode
 double rmoe_sim_cost_shared_gate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {
 	(void)nimpl;
-	const struct rmoe_shared_gate_args *a = task->cl_arg;
+	const struct rmoe_shared_gate_args *a = rmoe_cl_payload(task->cl_arg);
 	return cost(task, arch, 8.0 * (double)a->tokens * (double)a->hidden, task_bytes(task));
 }
 

@@ -88,6 +88,8 @@ expect "fewer experts than ranks" 2 "experts = 2 is not divisible by the 4 ranks
 expect "pairs overflow int32" 2 "tokens x topk = 1000000000000 x 8 pairs: more than 2147483647" 1 run --tokens 1000000000000 "${never[@]}"
 expect "buffer over 2^32 elements" 2 "tokens x hidden = 40000000 x 128 elements: more than 4294967295" 1 run --tokens 40000000 "${never[@]}"
 expect "expert weights over 2^32 elements" 2 "partition weights .* more than 4294967295" 1 run --hidden 100000 --ffn 100000 --experts 1 --topk 1 --tokens 1 "${never[@]}"
+expect "gated shared expert without one" 2 "--shared-gated needs a shared expert: expected --shared-ffn FS with FS > 0" 1 run --shared-gated "${never[@]}"
+expect "both top-k normalisations" 2 "--norm-topk and --no-norm-topk: expected one of them" 1 run --norm-topk --no-norm-topk "${never[@]}"
 expect "shared expert too wide" 2 "shared expert weights = 384 x 1000000000 elements" 1 run --shared-ffn 1000000000 "${never[@]}"
 expect "partitions not dividing the experts" 2 "partitions = 3 does not divide the 8 experts of each of the 1 rank\(s\): expected a divisor of experts/ranks" 1 run "${small[@]}" --partitions 3 "${never[@]}"
 expect "ring window of one buffer" 2 "window = 1: expected 0 \(default 2\) or at least 2 receive buffers per relayed kind" 2 run "${small[@]}" --window 1 "${never[@]}"

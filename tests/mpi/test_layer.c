@@ -26,6 +26,7 @@ struct scenario {
 	const char *name;
 	int64_t hidden, ffn, experts_per_rank, topk, tokens, shared_ffn, chunk_rows;
 	int norm_topk, skew, overlap;
+	int shared_gated;         /* Qwen2-MoE's gate on the shared expert */
 };
 
 static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
@@ -36,6 +37,7 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 	const int64_t experts = s->experts_per_rank * nranks;
 	rmoe_app_layer_shape(&cfg, s->hidden, s->ffn, experts, s->topk < 0 ? experts : s->topk, s->tokens);
 	cfg.shared_ffn = s->shared_ffn;
+	cfg.shared_gated = s->shared_gated;
 	cfg.chunk_rows = s->chunk_rows;
 	cfg.norm_topk = s->norm_topk;
 	cfg.overlap = s->overlap;
@@ -105,16 +107,17 @@ int main(int argc, char **argv)
 	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
 	rmoe_app_say("test_layer on %d rank(s)\n", nranks);
 	const struct scenario scenarios[] = {
-		/* name, H, F, E/rank, K, T, shared, chunk, norm, skew, overlap */
-		{"even, norm top-k", 24, 16, 3, 3, 37, 0, 0, 1, 0, 1},
-		{"no renormalisation", 24, 16, 3, 2, 29, 0, 0, 0, 0, 1},
-		{"K=1", 16, 8, 2, 1, 33, 0, 0, 1, 0, 1},
-		{"K=E", 16, 8, 2, -1, 11, 0, 0, 1, 0, 1},
-		{"skewed: idle experts", 24, 16, 3, 2, 41, 0, 0, 1, 2, 1},
-		{"all tokens on one expert", 16, 12, 2, 1, 23, 0, 0, 1, 1, 1},
-		{"shared expert", 24, 16, 2, 2, 19, 20, 0, 1, 0, 1},
-		{"chunks of 5 rows", 24, 16, 3, 3, 37, 0, 5, 1, 0, 1},
-		{"no overlap", 24, 16, 3, 3, 21, 0, 0, 1, 0, 0},
+		/* name, H, F, E/rank, K, T, shared, chunk, norm, skew, overlap, gated */
+		{"even, norm top-k", 24, 16, 3, 3, 37, 0, 0, 1, 0, 1, 0},
+		{"no renormalisation", 24, 16, 3, 2, 29, 0, 0, 0, 0, 1, 0},
+		{"K=1", 16, 8, 2, 1, 33, 0, 0, 1, 0, 1, 0},
+		{"K=E", 16, 8, 2, -1, 11, 0, 0, 1, 0, 1, 0},
+		{"skewed: idle experts", 24, 16, 3, 2, 41, 0, 0, 1, 2, 1, 0},
+		{"all tokens on one expert", 16, 12, 2, 1, 23, 0, 0, 1, 1, 1, 0},
+		{"shared expert", 24, 16, 2, 2, 19, 20, 0, 1, 0, 1, 0},
+		{"gated shared expert, chunks, skewed", 24, 16, 2, 2, 19, 20, 4, 0, 2, 1, 1},
+		{"chunks of 5 rows", 24, 16, 3, 3, 37, 0, 5, 1, 0, 1, 0},
+		{"no overlap", 24, 16, 3, 3, 21, 0, 0, 1, 0, 0, 0},
 	};
 	for (unsigned i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
 		run_scenario(ctx, &scenarios[i]);

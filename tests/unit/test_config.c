@@ -45,6 +45,8 @@ static void test_config_rejects_bad_values(void **state)
 	c = good(); c.topk = 200; expect_invalid(c, 1, "topk = 200");
 	c = good(); c.experts = 10; expect_invalid(c, 4, "not divisible by the 4 ranks");
 	c = good(); c.shared_ffn = -1; expect_invalid(c, 1, "shared_ffn");
+	c = good(); c.shared_gated = 1; expect_invalid(c, 1, "shared_gated = 1 but shared_ffn = 0");
+	c = good(); c.shared_ffn = 8; c.shared_gated = 2; expect_invalid(c, 1, "shared_gated = 2");
 	c = good(); c.chunk_rows = -5; expect_invalid(c, 1, "chunk_rows");
 	c = good(); c.window = 1; expect_invalid(c, 4, "window = 1");
 	c = good(); c.window = -2; expect_invalid(c, 4, "window = -2");
@@ -69,6 +71,11 @@ static void test_config_hash_tracks_fields(void **state)
 	b = good();
 	b.dispatch = RMOE_DISPATCH_ALLTOALL;
 	assert_true(rmoe_config_hash(&a) != rmoe_config_hash(&b));
+	/* a gated and an ungated shared expert are different layers */
+	a.shared_ffn = b.shared_ffn = 8;
+	b = a;
+	b.shared_gated = 1;
+	assert_true(rmoe_config_hash(&a) != rmoe_config_hash(&b));
 }
 
 static void test_config_presets_match_table3(void **state)
@@ -81,9 +88,31 @@ static void test_config_presets_match_table3(void **state)
 	assert_int_equal(p->experts, 128);
 	assert_int_equal(p->topk, 8);
 	assert_int_equal(p->layers, 48);
+	/* the models' routing (their published configurations) */
+	assert_int_equal(p->norm_topk, 1);
+	assert_int_equal(p->shared_ffn, 0);
+	p = rmoe_preset_find("Qwen2-57B-A14B");
+	assert_non_null(p);
+	assert_int_equal(p->hidden, 3584);
+	assert_int_equal(p->ffn, 2560);
+	assert_int_equal(p->experts, 64);
+	assert_int_equal(p->topk, 8);
+	assert_int_equal(p->norm_topk, 0);
+	assert_int_equal(p->shared_ffn, 20480);
+	assert_int_equal(p->shared_gated, 1);
+	struct rmoe_layer_config cfg;
+	char msg[256];
+	rmoe_layer_config_init(&cfg);
+	assert_int_equal(rmoe_preset_apply("Qwen2-57B-A14B", 16, &cfg, msg, sizeof(msg)), 0);
+	assert_int_equal(cfg.norm_topk, 0);
+	assert_int_equal(cfg.shared_ffn, 1280);
+	assert_int_equal(cfg.shared_gated, 1);
+	assert_int_equal(rmoe_config_check(&cfg, 4), 0);
 	p = rmoe_preset_find("MoE-K16");
 	assert_non_null(p);
 	assert_int_equal(p->topk, 16);
+	assert_int_equal(p->norm_topk, 1);
+	assert_int_equal(p->shared_ffn, 0);
 	assert_null(rmoe_preset_find("Qwen4"));
 	size_t n;
 	rmoe_preset_list(&n);

@@ -240,6 +240,32 @@ static void test_memory_model_bf16_halves_the_tensors(void **state)
 	assert_int_equal(e.dynamic_backward, (576 + 256) / 2);
 }
 
+/* A shared expert of Fs = 50, wide enough that its phase is the peak.
+ * Resident: its weights and gradient, 6 * H*Fs = 600 floats = 2400 bytes;
+ * gated, its gate and the gate's gradient, 2 * H fp32 = 16 bytes more. Its
+ * phase (forward_backward.c): work [T*3Fs = 600] and the output (forward)
+ * or its dx [T*H = 8]: 608 floats = 2432 bytes; the gated backward also
+ * holds the recomputed output, turned into the gated dy, beside dx: 8
+ * floats more, 2464. */
+static void test_memory_model_shared_expert_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	c.shared_ffn = 50;
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	assert_int_equal(e.resident_forward, 624 + 2400);
+	assert_int_equal(e.dynamic_forward, 2432);
+	assert_int_equal(e.dynamic_backward, 2432);
+	c.shared_gated = 1;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	assert_int_equal(e.resident_forward, 624 + 2400 + 16);
+	assert_int_equal(e.dynamic_forward, 2432);
+	assert_int_equal(e.dynamic_backward, 2464);
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_MEGATRON, &c, &e), 0);
+	assert_int_equal(e.dynamic_backward >= 2464, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -249,6 +275,7 @@ int main(void)
 		cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
 		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
 		cmocka_unit_test(test_memory_model_partitions_by_hand),
+		cmocka_unit_test(test_memory_model_shared_expert_by_hand),
 		cmocka_unit_test(test_memory_model_window_counts_slots),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
