@@ -240,9 +240,14 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 		return rc;
 	rmoe_task_status_reset(L->tasks);
 	*t0 = starpu_timing_now();
-	int64_t tags = RMOE_PASS_TAGS(L->N);
+	/* Whole blocks of RMOE_PASS_TAGS(N): a pass that needs more (the
+	 * pipelined all-to-all's chunks) takes several, so every pass starts
+	 * on a block boundary and a trace's tags decode pass by pass
+	 * (scripts/trace/rmoe_trace.py). */
+	const int64_t block = RMOE_PASS_TAGS(L->N);
+	int64_t tags = block;
 	if (L->dispatch == RMOE_DISPATCH_ALLTOALL && rmoe_a2a_tags(L) > tags)
-		tags = rmoe_a2a_tags(L);
+		tags = (rmoe_a2a_tags(L) + block - 1) / block * block;
 	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
 }
 

@@ -8,8 +8,10 @@ and relaymoe-trace.txt (ranks, ring order, first tag of the context).
 Tasks carry the method's names, "op hN" for the ops of ring hop N. A
 transfer carries only its tag; its pass and hop come from the tag layout of
 graph/: every pass (one forward or backward of one layer) reserves a block
-of TAG_BLOCK(N) = 8N+8 consecutive tags (graph/forward_backward.c) and each dispatcher
-numbers its transfers inside the block:
+of TAG_BLOCK(N) = 10N+8 consecutive tags, RMOE_PASS_TAGS(N) of
+graph/rmoe_pass.h (the pipelined all-to-all, whole blocks: several when its
+chunks need more; graph/forward_backward.c), and each dispatcher numbers its
+transfers inside the block:
 
   expert ring (graph/ring_expert.c)  forward:  h           weights sent during hop h
                                      backward: h           weights sent during hop h
@@ -18,7 +20,9 @@ numbers its transfers inside the block:
   token ring (graph/ring_token.c)    0                     expert counts (every pair of ranks)
                                      1+6h+k                kind k sent during hop h
                                      1+6N+k                accumulator k back to its owner
-  all-to-all (graph/alltoall.c)      0 counts, 1 dispatch, 2 combine, 3 dout, 4 dx
+  both rings (graph/flow.c)          8N+8+kN+h             credit k for the slot of hop h
+  a2a-megatron (graph/alltoall_megatron.c)  0 counts, 1 dispatch, 2 combine, 3 dout, 4 dx, ...
+  a2a (graph/alltoall_plan.c)        0 counts, then 1+k*C+j for chunk j of kind k
 
 StarPU 1.3 records tags in 32 bits, so the offset is taken modulo 2^32 from
 the low 32 bits of tag_first. Which dispatcher and direction a block belongs
@@ -45,12 +49,15 @@ import re
 HOP_NAME = re.compile(r"^(?P<op>.+) h(?P<hop>\d+)$")
 TOKEN_KINDS = ["tokens", "dy", "pair-order", "topk-weights", "acc", "dg-acc"]
 # graph/alltoall.c's tags; dy, g and dg: the lean backward's
+CREDIT_KINDS = 2
 A2A_PHASES = ["counts", "dispatch", "combine", "dout", "dx", "dy", "g", "dg"]
 TAG_FIELD = re.compile(r"^\s*(-?\d+)\s*$|\(tag (-?\d+)\)")
 
 
 def tag_block(nranks):
-    return 8 * nranks + 8
+    """RMOE_PASS_TAGS(N) of graph/rmoe_pass.h: 8N+8 data tags, then the
+    rings' credits, RMOE_CREDIT_KINDS (2) x N."""
+    return 8 * nranks + 8 + CREDIT_KINDS * nranks
 
 
 def expected_transfers(kind, backward, n):
@@ -376,8 +383,15 @@ def name_transfer(x, rel, n, p):
     """What a transfer carries and the hop that sends it, from its offset in
     the pass's tag block (see the module's description)."""
     if p is None:
-        if rel < len(A2A_PHASES):
-            x.what = "a2a " + A2A_PHASES[rel]
+        # An all-to-all's pass: a2a-megatron numbers its phases from 0; the
+        # pipelined a2a, which may take several blocks, tags its chunks
+        # after the counts (graph/alltoall_plan.c).
+        x.what = "a2a " + A2A_PHASES[rel] if rel < len(A2A_PHASES) else "a2a chunk"
+        return
+    if rel >= 8 * n + 8:
+        # A credit of the ring's flow control (graph/flow.c): kind k of hop h.
+        k, h = divmod(rel - (8 * n + 8), n)
+        x.what, x.hop = "credit %d" % k, h
         return
     if p.kind == "ring":
         if rel < n - 1:

@@ -13,7 +13,9 @@
 # loaded machine) every rank
 #   - reports RMOE_EPEER naming, with their hosts, the peers it was waiting
 #     for: in a ring pass its left neighbour on the ring (the sender of
-#     every relay it receives: the lost rank, or one stalled behind it); in
+#     every relay it receives: the lost rank, or one stalled behind it), or,
+#     waiting for a credit of the rings' flow control, its right neighbour
+#     (the receiver that grants it: graph/flow.c); in
 #     the vote that starts a pass (a rank that had all its data when the
 #     link went down finishes its pass and waits there) the ranks that
 #     never reached the vote; and some rank names a rank of the other host;
@@ -121,12 +123,15 @@ fi
 ring=$(sed -n 's/^ring order (planned): //p' "$work/rank0.log")
 [ -n "$ring" ] || bad "no ring order in rank 0's output"
 read -r -a pos <<<"$ring"
-declare -A host left
+declare -A host left right
 for r in $(seq 0 $((nranks - 1))); do
   # From rank.sh (a rank whose message names no host still has one).
   host[$r]=$(cat "$work/rank$r.host" 2>/dev/null)
 done
-for i in "${!pos[@]}"; do left[${pos[$i]}]=${pos[$(( (i + ${#pos[@]} - 1) % ${#pos[@]} ))]}; done
+for i in "${!pos[@]}"; do
+  left[${pos[$i]}]=${pos[$(( (i + ${#pos[@]} - 1) % ${#pos[@]} ))]}
+  right[${pos[$i]}]=${pos[$(( (i + 1) % ${#pos[@]} ))]}
+done
 
 across=0
 for r in $(seq 0 $((nranks - 1))); do
@@ -142,8 +147,12 @@ for r in $(seq 0 $((nranks - 1))); do
   done
   kind=vote
   grep -q "pass stalled" <<<"$msg" && kind=pass
-  if [ $kind = pass ] && [ "$named" != "${left[$r]}@${host[${left[$r]}]:-}" ]; then
-    wrong="a ring pass names '$named', not its left neighbour ${left[$r]}"
+  # A ring pass waits for its left neighbour's relay, or for the credit its
+  # right neighbour grants before the next send (flow control).
+  expect_peer=${left[$r]} role="left neighbour"
+  grep -q "waiting for a credit" <<<"$msg" && expect_peer=${right[$r]} role="right neighbour (a credit)"
+  if [ $kind = pass ] && [ "$named" != "$expect_peer@${host[$expect_peer]:-}" ]; then
+    wrong="a ring pass names '$named', not its $role $expect_peer"
   fi
   if [ -z "${ended[$r]:-}" ]; then
     bad "rank $r still running"
