@@ -156,12 +156,14 @@ struct outcome {
 	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
 
-static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
+/* blocks: a2a's, the routing seen (NULL: the skew's bound). */
+static void model_peaks(const struct rmoe_problem *p, struct outcome *o, const int64_t *blocks)
 {
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, &p->cfg, p->nranks);
 	mc.chunk_rows = o->chunk_rows;
 	mc.skew = o->skew;
+	mc.blocks = blocks;
 	struct rmoe_mem_estimate e;
 	if (rmoe_memory_model(o->d, &mc, &e) == 0) {
 		o->model_fwd = (double)e.peak_forward;
@@ -304,7 +306,11 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	/* a2a's chunks are blocks of one rank's pairs for one partition, as a
 	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
 	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
-	model_peaks(prob, out);
+	int64_t *blocks = NULL;
+	if (!RMOE_SIMULATED && c->d == RMOE_DISPATCH_ALLTOALL)
+		blocks = rmoe_problem_a2a_blocks(prob, res->topk_idx);
+	model_peaks(prob, out, blocks);
+	free(blocks);
 	if (RMOE_SIMULATED) {
 		out->peak_fwd = out->model_fwd;
 		out->peak_bwd = out->model_bwd;
