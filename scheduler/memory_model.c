@@ -23,8 +23,10 @@
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of window.c).
  * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
- *   number in flight (RMOE_A2A_DEPTH per role), the ring's pair-weighted
- *   kernel in the backward (2H + 4F per row).
+ *   number in flight (RMOE_A2A_DEPTH per role; none received before its
+ *   receive is posted, the receivers' credits), the ring's pair-weighted
+ *   kernel in the backward (2H + 4F per row); for a known routing
+ *   (c->blocks) each rank's own blocks, else the busiest in both roles.
  * - a2a-megatron (Megatron Core 0.13's alltoall dispatcher): the stages of
  *   graph/alltoall_megatron.c, all T*K rows at once, ordered as collectives
  *   on a stream.
