@@ -148,6 +148,7 @@ struct outcome {
 	double resident, rss, sent;     /* bytes, max over ranks */
 	double largest_temp;
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
+	double leave_fwd, leave_bwd;    /* of them, a2a's rows that may leave first (the model's leaving_*) */
 	double skew;                    /* busiest hop (rings, a2a) or rank (a2a-megatron) over even */
 	int64_t chunk_rows;
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
@@ -156,16 +157,20 @@ struct outcome {
 	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
 };
 
-static void model_peaks(const struct rmoe_problem *p, struct outcome *o)
+/* blocks: a2a's, the routing seen (NULL: the skew's bound). */
+static void model_peaks(const struct rmoe_problem *p, struct outcome *o, const int64_t *blocks)
 {
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, &p->cfg, p->nranks);
 	mc.chunk_rows = o->chunk_rows;
 	mc.skew = o->skew;
+	mc.blocks = blocks;
 	struct rmoe_mem_estimate e;
 	if (rmoe_memory_model(o->d, &mc, &e) == 0) {
 		o->model_fwd = (double)e.peak_forward;
 		o->model_bwd = (double)e.peak_backward;
+		o->leave_fwd = (double)e.leaving_forward;
+		o->leave_bwd = (double)e.leaving_backward;
 	}
 }
 
@@ -304,7 +309,11 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	/* a2a's chunks are blocks of one rank's pairs for one partition, as a
 	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
 	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
-	model_peaks(prob, out);
+	int64_t *blocks = NULL;
+	if (!RMOE_SIMULATED && c->d == RMOE_DISPATCH_ALLTOALL)
+		blocks = rmoe_problem_a2a_blocks(prob, res->topk_idx);
+	model_peaks(prob, out, blocks);
+	free(blocks);
 	if (RMOE_SIMULATED) {
 		out->peak_fwd = out->model_fwd;
 		out->peak_bwd = out->model_bwd;
@@ -421,10 +430,11 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
 		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
 		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max,"
-		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes,device_cache\n");
+		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes,device_cache,"
+		           "model_leaving_fwd_bytes,model_leaving_bwd_bytes\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f,%s\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f,%s,%.0f,%.0f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
@@ -433,7 +443,7 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        (long long)(cfg->partitions > 1 && !rmoe_dispatch_alltoall(o[i].d) ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
-		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd, device_cache_mode());
+		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd, device_cache_mode(), o[i].leave_fwd, o[i].leave_bwd);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 

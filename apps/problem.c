@@ -326,6 +326,26 @@ void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk
 	free(all);
 }
 
+int64_t *rmoe_problem_a2a_blocks(const struct rmoe_problem *p, const int32_t *topk_idx)
+{
+	const int N = p->nranks;
+	const int64_t P = p->cfg.tokens * p->cfg.topk;
+	int64_t *mine = calloc((size_t)N, sizeof(int64_t)), *all = calloc((size_t)N * N, sizeof(int64_t));
+	int ok = mine && all;
+	for (int64_t i = 0; ok && i < P; i++)
+		mine[topk_idx[i] / p->e_local]++;
+	/* every rank takes part, whatever its allocations gave */
+	MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (ok)
+		MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, MPI_COMM_WORLD);
+	free(mine);
+	if (!ok) {
+		free(all);
+		return NULL;
+	}
+	return all;
+}
+
 void rmoe_results_free(struct rmoe_results *r)
 {
 	free(r->y);

@@ -11,6 +11,9 @@
 #include "rmoe_alltoall.h"
 
 enum { KIND_X, KIND_DY, KIND_G, KIND_DX, KIND_DG };
+static const char *const what_inputs[3] = {"the all-to-all's x rows", "the all-to-all's dy rows",
+                                           "the all-to-all's weights"};
+static const char *const what_results[2] = {"the all-to-all's dx rows", "the all-to-all's dg"};
 
 /* A chunk's three inputs of my pairs [first, first + rows): x and dy rows,
  * routing weights; after the task after. */
@@ -106,22 +109,19 @@ static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct 
 static int token_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int to, int64_t j, const struct rmoe_chunk *c,
                        starpu_data_handle_t dy, starpu_data_handle_t dx, struct rmoe_a2a_depth *tokens, int prio)
 {
-	static const char *what[3] = {"the all-to-all's x rows", "the all-to-all's dy rows", "the all-to-all's weights"};
-	struct starpu_task *credit = rmoe_a2a_depth_wait(tokens), *done = NULL;
+	struct starpu_task *credit = rmoe_a2a_depth_wait(tokens), *posted = NULL, *done = NULL;
 	starpu_data_handle_t in[3];
 	int rc = gather_inputs(L, pass, dy, c, in, credit, prio);
-	for (int k = 0; k < 3 && !rc; k++)
-		rc = rmoe_a2a_send(L, pass, in[k], to, rmoe_a2a_tag(L, pass, KIND_X + k, j), prio + 1, what[k]);
-	int drc = rmoe_a2a_done(L, pass, in, 3, NULL);
-	rc = rc ? rc : drc;
 	starpu_data_handle_t back[2] = {rmoe_act_vector(pass, L, c->rows * L->H),
 	                                rmoe_temp_vector(pass, c->rows, sizeof(float))};
+	/* The results' receives posted before the inputs leave: they cannot
+	 * arrive early. */
 	if (!rc)
-		rc = rmoe_a2a_post_recv(L, pass, back[0], to, rmoe_a2a_tag(L, pass, KIND_DX, j), credit,
-		                        "the all-to-all's dx rows");
+		rc = rmoe_a2a_post_recvs(L, pass, back, 2, to, KIND_DX, j, 0, credit, &posted, what_results);
 	if (!rc)
-		rc = rmoe_a2a_post_recv(L, pass, back[1], to, rmoe_a2a_tag(L, pass, KIND_DG, j), credit,
-		                        "the all-to-all's dg");
+		rc = rmoe_a2a_sends(L, pass, in, 3, to, KIND_X, j, 1, posted, prio + 1, what_inputs);
+	int drc = rmoe_a2a_done(L, pass, in, 3, NULL);
+	rc = rc ? rc : drc;
 	if (!rc)
 		rc = add_results(L, c, back[0], back[1], dx, prio);
 	drc = rmoe_a2a_done(L, pass, back, 2, &done);
@@ -135,23 +135,16 @@ static int token_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int to, int
 static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, int64_t j, const struct rmoe_chunk *c,
                         int *accumulate, struct rmoe_a2a_depth *experts, int prio)
 {
-	static const char *what[3] = {"the all-to-all's x rows", "the all-to-all's dy rows", "the all-to-all's weights"};
 	struct starpu_task *after = rmoe_a2a_depth_wait(experts), *done = NULL;
 	starpu_data_handle_t in[3] = {rmoe_act_vector(pass, L, c->rows * L->H), rmoe_act_vector(pass, L, c->rows * L->H),
 	                              rmoe_temp_vector(pass, c->rows, sizeof(float))};
 	starpu_data_handle_t res[2] = {NULL, NULL};
-	int rc = 0;
-	for (int k = 0; k < 3 && !rc; k++)
-		rc = rmoe_a2a_post_recv(L, pass, in[k], from, rmoe_a2a_tag(L, pass, KIND_X + k, j), after, what[k]);
+	int rc = rmoe_a2a_post_recvs(L, pass, in, 3, from, KIND_X, j, 1, after, NULL, what_inputs);
 	if (!rc)
 		rc = expert_stage(L, pass, c, in, accumulate, &res[1], experts, prio);
 	res[0] = in[0];
 	if (!rc)
-		rc = rmoe_a2a_send(L, pass, res[0], from, rmoe_a2a_tag(L, pass, KIND_DX, j), prio + 1,
-		                   "the all-to-all's dx rows");
-	if (!rc)
-		rc = rmoe_a2a_send(L, pass, res[1], from, rmoe_a2a_tag(L, pass, KIND_DG, j), prio + 1,
-		                   "the all-to-all's dg");
+		rc = rmoe_a2a_sends(L, pass, res, 2, from, KIND_DX, j, 0, NULL, prio + 1, what_results);
 	int drc = rmoe_a2a_done(L, pass, res, 2, &done);
 	for (int k = 1; k < 3; k++)
 		if (in[k])
@@ -166,6 +159,8 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 {
 	const struct rmoe_a2a_plan *p;
 	int rc = rmoe_a2a_plan_get(L, &p);
+	if (!rc)
+		rc = rmoe_a2a_reserve_credits(p, pass);
 	if (rc)
 		return rc;
 	const int N = p->N, me = p->me;

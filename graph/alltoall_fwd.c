@@ -74,17 +74,19 @@ static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct 
 static int token_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int to, int64_t j, const struct rmoe_chunk *c,
                        starpu_data_handle_t y, struct rmoe_a2a_depth *tokens, int prio)
 {
-	struct starpu_task *credit = rmoe_a2a_depth_wait(tokens), *done = NULL;
+	static const char *const what_x[1] = {"the all-to-all's rows"}, *const what_out[1] = {"the all-to-all's results"};
+	struct starpu_task *credit = rmoe_a2a_depth_wait(tokens), *posted = NULL, *done = NULL;
 	starpu_data_handle_t x = rmoe_act_vector(pass, L, c->rows * L->H);
 	starpu_data_handle_t back = rmoe_act_vector(pass, L, c->rows * L->H);
 	int rc = rmoe_a2a_gather(L, L->h_x, L->H, L->K, c->first, c->rows, x, credit, prio, "permute");
+	/* The results' receive posted before the rows leave: they cannot
+	 * arrive early. */
 	if (!rc)
-		rc = rmoe_a2a_send(L, pass, x, to, rmoe_a2a_tag(L, pass, KIND_X, j), prio + 1, "the all-to-all's rows");
+		rc = rmoe_a2a_post_recvs(L, pass, &back, 1, to, KIND_OUT, j, 0, credit, &posted, what_out);
+	if (!rc)
+		rc = rmoe_a2a_sends(L, pass, &x, 1, to, KIND_X, j, 1, posted, prio + 1, what_x);
 	int drc = rmoe_a2a_done(L, pass, &x, 1, NULL);
 	rc = rc ? rc : drc;
-	if (!rc)
-		rc = rmoe_a2a_post_recv(L, pass, back, to, rmoe_a2a_tag(L, pass, KIND_OUT, j), credit,
-		                        "the all-to-all's results");
 	if (!rc)
 		rc = rmoe_pass_scatter_add(L, &L->own, back, c->first, c->rows, 1, y, prio, "unpermute");
 	drc = rmoe_a2a_done(L, pass, &back, 1, &done);
@@ -98,15 +100,14 @@ static int token_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int to, int
 static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, int64_t j, const struct rmoe_chunk *c,
                         struct rmoe_a2a_depth *experts, int prio)
 {
+	static const char *const what_x[1] = {"the all-to-all's rows"}, *const what_out[1] = {"the all-to-all's results"};
 	starpu_data_handle_t x = rmoe_act_vector(pass, L, c->rows * L->H);
-	int rc = rmoe_a2a_post_recv(L, pass, x, from, rmoe_a2a_tag(L, pass, KIND_X, j), rmoe_a2a_depth_wait(experts),
-	                            "the all-to-all's rows");
+	int rc = rmoe_a2a_post_recvs(L, pass, &x, 1, from, KIND_X, j, 1, rmoe_a2a_depth_wait(experts), NULL, what_x);
 	starpu_data_handle_t work = rmoe_act_vector(pass, L, c->rows * 3 * L->F);
 	starpu_data_handle_t out = rmoe_act_vector(pass, L, c->rows * L->H);
 	rc = experts_ffn(rc, L, pass, c, x, work, out, experts, prio);
 	if (!rc)
-		rc = rmoe_a2a_send(L, pass, out, from, rmoe_a2a_tag(L, pass, KIND_OUT, j), prio + 1,
-		                   "the all-to-all's results");
+		rc = rmoe_a2a_sends(L, pass, &out, 1, from, KIND_OUT, j, 0, NULL, prio + 1, what_out);
 	struct starpu_task *done = NULL;
 	int drc = rmoe_a2a_done(L, pass, &out, 1, &done);
 	if (!rc && !(rc = drc))
@@ -117,6 +118,8 @@ static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, 
 int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
 	int rc = rmoe_a2a_plan_build(L, pass);
+	if (!rc)
+		rc = rmoe_a2a_reserve_credits(L->a2a, pass);
 	if (rc)
 		return rc;
 	const struct rmoe_a2a_plan *p = L->a2a;

@@ -142,26 +142,49 @@ int64_t rmoe_a2a_tag(const struct rmoe_layer *L, const struct rmoe_pass *pass, i
 	return pass->tag_base + 1 + kind * max_chunks(L) + j;
 }
 
-int rmoe_a2a_post_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
-                       struct starpu_task *after, const char *what)
+int rmoe_a2a_post_recvs(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *h, int n, int peer,
+                        int kind0, int64_t j, int grant, struct starpu_task *after, struct starpu_task **posted,
+                        const char *const *what)
 {
 	/* StarPU-MPI posts a receive, and allocates its buffer, once the
-	 * handle's earlier accesses have ended: this fence's. */
-	int rc = rmoe_pass_fence(L, pass, NULL, 0, &h, 1, after, NULL, "a2a-post");
-	if (!rc)
-		rc = rmoe_recv(L, h, peer, tag);
-	if (!rc)
-		rc = rmoe_pass_watch(L, pass, h, peer, tag, 1, what);
+	 * handle's earlier accesses have ended: this fence's (the grant's). */
+	int rc = grant ? rmoe_flow_grant_to(L, pass, peer, rmoe_a2a_tag(L, pass, RMOE_A2A_KIND_CREDIT, j), h, n, after)
+	               : rmoe_pass_fence(L, pass, NULL, 0, h, n, after, posted, "a2a-post");
+	for (int k = 0; k < n && !rc; k++) {
+		const int64_t tag = rmoe_a2a_tag(L, pass, kind0 + k, j);
+		rc = rmoe_recv(L, h[k], peer, tag);
+		if (!rc)
+			rc = rmoe_pass_watch(L, pass, h[k], peer, tag, 1, what[k]);
+	}
 	return rc;
 }
 
-int rmoe_a2a_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
-                  int prio, const char *what)
+int rmoe_a2a_sends(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *h, int n, int peer,
+                   int kind0, int64_t j, int credited, struct starpu_task *after, int prio, const char *const *what)
 {
-	int rc = rmoe_send(L, pass, h, peer, tag, prio, NULL, NULL);
-	if (!rc)
-		rc = rmoe_pass_watch(L, pass, h, peer, tag, 0, what);
+	starpu_data_handle_t credit;
+	int rc = 0;
+	if (credited) {
+		rc = rmoe_flow_await_from(L, pass, peer, rmoe_a2a_tag(L, pass, RMOE_A2A_KIND_CREDIT, j), &credit);
+		if (!rc)
+			rc = rmoe_pass_fence(L, pass, &credit, 1, h, n, after, NULL, "credit-wait");
+	}
+	for (int k = 0; k < n && !rc; k++) {
+		const int64_t tag = rmoe_a2a_tag(L, pass, kind0 + k, j);
+		rc = rmoe_send(L, pass, h[k], peer, tag, prio, NULL, NULL);
+		if (!rc)
+			rc = rmoe_pass_watch(L, pass, h[k], peer, tag, 0, what[k]);
+	}
 	return rc;
+}
+
+int rmoe_a2a_reserve_credits(const struct rmoe_a2a_plan *p, struct rmoe_pass *pass)
+{
+	int64_t n = 0;
+	for (int q = 0; q < p->N; q++)
+		if (q != p->me)
+			n += p->nsend[q] + p->nrecv[q];
+	return rmoe_flow_reserve(pass, n);
 }
 
 int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h, int n,

@@ -15,32 +15,41 @@
  *
  * The credit words are host memory of the pass, registered one per credit
  * (a detached request needs a valid copy to send) and held to its end. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "rmoe_buffers.h"
 #include "rmoe_tasks.h"
 #include "rmoe_transfers.h"
 
+int rmoe_flow_reserve(struct rmoe_pass *pass, int64_t n)
+{
+	if (pass->credits)
+		return 0;
+	if (n > INT32_MAX)
+		return rmoe_error(RMOE_EINVAL, "a pass asked for %lld credits", (long long)n);
+	pass->capcredits = (int)(n > 0 ? n : 1);
+	pass->credits = calloc((size_t)pass->capcredits, sizeof(int32_t));
+	return pass->credits ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+}
+
 /* A credit handle of the pass: a word of pass->credits (room for every
- * credit a ring pass exchanges, allocated at its first). */
+ * credit a ring pass exchanges, allocated at its first unless reserved). */
 static int credit_handle(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h)
 {
-	if (!pass->credits) {
-		pass->capcredits = 2 * RMOE_CREDIT_KINDS * L->N;
-		pass->credits = calloc((size_t)pass->capcredits, sizeof(int32_t));
-		if (!pass->credits)
-			return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	}
+	int rc = rmoe_flow_reserve(pass, 2 * RMOE_CREDIT_KINDS * (int64_t)L->N);
+	if (rc)
+		return rc;
 	if (pass->ncredits == pass->capcredits)
-		return rmoe_error(RMOE_EINVAL, "a ring pass asked for more than %d credits", pass->capcredits);
+		return rmoe_error(RMOE_EINVAL, "a pass asked for more than %d credits", pass->capcredits);
 	int32_t *word = &pass->credits[pass->ncredits++];
 	*word = (int32_t)pass->ncredits;
 	*h = rmoe_host_vector(NULL, word, 1, sizeof(int32_t));
 	return rmoe_pass_hold(pass, *h);
 }
 
-int rmoe_flow_grant(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, const starpu_data_handle_t *slots,
-                    int n)
+int rmoe_flow_grant_to(struct rmoe_layer *L, struct rmoe_pass *pass, int peer, int64_t tag,
+                       const starpu_data_handle_t *slots, int n, struct starpu_task *after)
 {
 	starpu_data_handle_t credit, next[8];
 	if (n + 1 > (int)(sizeof(next) / sizeof(next[0])))
@@ -53,20 +62,32 @@ int rmoe_flow_grant(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, c
 	next[n] = credit;
 	/* Write accesses on no node: after every earlier access of the slots,
 	 * before their receives, contents untouched. */
-	rc = rmoe_pass_fence(L, pass, NULL, 0, next, n + 1, NULL, NULL, "credit");
+	rc = rmoe_pass_fence(L, pass, NULL, 0, next, n + 1, after, NULL, "credit");
 	if (!rc)
-		rc = rmoe_send(L, pass, credit, L->left, tag, rmoe_prio_hop(0, L->N) + 1, NULL, NULL);
+		rc = rmoe_send(L, pass, credit, peer, tag, rmoe_prio_hop(0, L->N) + 1, NULL, NULL);
+	return rc;
+}
+
+int rmoe_flow_grant(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, const starpu_data_handle_t *slots,
+                    int n)
+{
+	return rmoe_flow_grant_to(L, pass, L->left, tag, slots, n, NULL);
+}
+
+int rmoe_flow_await_from(struct rmoe_layer *L, struct rmoe_pass *pass, int peer, int64_t tag,
+                         starpu_data_handle_t *credit)
+{
+	int rc = credit_handle(L, pass, credit);
+	if (!rc)
+		rc = rmoe_recv(L, *credit, peer, tag);
+	if (!rc)
+		rc = rmoe_pass_watch(L, pass, *credit, peer, tag, 1, "a credit");
 	return rc;
 }
 
 int rmoe_flow_await(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, starpu_data_handle_t *credit)
 {
-	int rc = credit_handle(L, pass, credit);
-	if (!rc)
-		rc = rmoe_recv(L, *credit, L->right, tag);
-	if (!rc)
-		rc = rmoe_pass_watch(L, pass, *credit, L->right, tag, 1, "a credit of the ring");
-	return rc;
+	return rmoe_flow_await_from(L, pass, L->right, tag, credit);
 }
 
 int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t credit,

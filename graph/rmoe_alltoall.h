@@ -8,8 +8,9 @@
 #include "rmoe_dispatch.h"
 
 /* Tags of a pass beyond its first (the counts'): kind k, block chunk j at
- * tag_base + 1 + k * max_chunks + j. */
-enum { RMOE_A2A_KINDS = 5 };
+ * tag_base + 1 + k * max_chunks + j. Kinds 0-4 are the graphs' transfers,
+ * the last the receivers' credits. */
+enum { RMOE_A2A_KIND_CREDIT = 5, RMOE_A2A_KINDS = 6 };
 
 struct rmoe_a2a_plan {
 	int N, me;
@@ -67,12 +68,25 @@ static inline void rmoe_a2a_depth_push(struct rmoe_a2a_depth *d, struct starpu_t
 	d->n++;
 }
 
-/* A fresh receive handle h from peer on tag, posted (and so allocated)
- * only after the task after; watched. */
-int rmoe_a2a_post_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
-                       struct starpu_task *after, const char *what);
-int rmoe_a2a_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int peer, int64_t tag,
-                  int prio, const char *what);
+/* Fresh receive handles h[0..n) from peer, chunk j, kinds kind0 + k,
+ * posted (and so allocated) only after the task after; watched. With
+ * grant, a credit for chunk j goes to peer once they are posted, and the
+ * peer sends only after it (rmoe_a2a_sends): no message of the chunk
+ * reaches this rank before its receive is posted, so none is kept as
+ * StarPU-MPI's early data (flow.c), outside StarPU's accounting and the
+ * memory model. With posted, the fence that posts them is kept there. */
+int rmoe_a2a_post_recvs(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *h, int n, int peer,
+                        int kind0, int64_t j, int grant, struct starpu_task *after, struct starpu_task **posted,
+                        const char *const *what);
+/* Sends h[0..n) to peer, chunk j, kinds kind0 + k; watched. With
+ * credited, once peer's credit for chunk j has come and after the task
+ * after (may be NULL). The results need none: their receives are posted
+ * before the chunk's inputs leave. */
+int rmoe_a2a_sends(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_data_handle_t *h, int n, int peer,
+                   int kind0, int64_t j, int credited, struct starpu_task *after, int prio, const char *const *what);
+/* The credit words a pass of plan p needs (one per chunk sent and per
+ * chunk received from a peer), reserved in pass. */
+int rmoe_a2a_reserve_credits(const struct rmoe_a2a_plan *p, struct rmoe_pass *pass);
 /* A fence kept to the pass's end that ends once every earlier access of
  * the n handles h has (a send's included); the handles are then released,
  * a sent one freed as soon as the fence ends. */

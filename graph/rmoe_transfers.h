@@ -55,6 +55,17 @@ int rmoe_flow_grant(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, c
  * *credit, for rmoe_flow_gate. */
 int rmoe_flow_await(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, starpu_data_handle_t *credit);
 
+/* The same between any two ranks (the all-to-all's, alltoall_plan.c):
+ * the grant to peer also after the task after (may be NULL); the credit
+ * awaited from peer. */
+int rmoe_flow_grant_to(struct rmoe_layer *L, struct rmoe_pass *pass, int peer, int64_t tag,
+                       const starpu_data_handle_t *slots, int n, struct starpu_task *after);
+int rmoe_flow_await_from(struct rmoe_layer *L, struct rmoe_pass *pass, int peer, int64_t tag,
+                         starpu_data_handle_t *credit);
+/* Room for n credit words in the pass (before its first credit; a ring's
+ * passes need none: 2 * RMOE_CREDIT_KINDS * N by default). */
+int rmoe_flow_reserve(struct rmoe_pass *pass, int64_t n);
+
 /* Sender: every later access of h (its send) waits for credit. Call just
  * before the send of h. */
 int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t credit,

@@ -23,8 +23,10 @@
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of window.c).
  * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
- *   number in flight (RMOE_A2A_DEPTH per role), the ring's pair-weighted
- *   kernel in the backward (2H + 4F per row).
+ *   number in flight (RMOE_A2A_DEPTH per role; none received before its
+ *   receive is posted, the receivers' credits), the ring's pair-weighted
+ *   kernel in the backward (2H + 4F per row); for a known routing
+ *   (c->blocks) each rank's own blocks, else the busiest in both roles.
  * - a2a-megatron (Megatron Core 0.13's alltoall dispatcher): the stages of
  *   graph/alltoall_megatron.c, all T*K rows at once, ordered as collectives
  *   on a stream.
@@ -94,6 +96,53 @@ static int check(const struct rmoe_mem_config *c)
 	if (c->chunk_rows < 0 || c->shared_ffn < 0 || c->partitions < 0)
 		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows, shared_ffn and partitions must not be negative");
 	return 0;
+}
+
+/* a2a's temporaries for a known routing (c->blocks), whole blocks: rank q
+ * computes its own block, then those of q-1, q-2, ... and sends to q+1,
+ * q+2, ...; at most RMOE_A2A_DEPTH consecutive blocks of each role are
+ * alive at once (alltoall_fwd.c), one of its expert blocks computing (comp
+ * bytes a row), the others received or waiting to go back (held), each
+ * token block tok. Both roles' largest windows, summed, plus the
+ * backward's identity pair order of the largest received block (ident
+ * bytes a row); the largest over the ranks. Of a token block's bytes,
+ * leave a row are its inputs, which may have left: *leaving, of the
+ * largest rank's. */
+static int64_t a2a_blocks(const struct rmoe_mem_config *c, int64_t comp, int64_t held, int64_t tok, int64_t ident,
+                          int64_t leave, int64_t *leaving)
+{
+	const int64_t N = c->nranks, D = RMOE_A2A_DEPTH;
+	const int64_t *b = c->blocks;
+	int64_t worst = 0;
+	for (int64_t q = 0; q < N; q++) {
+		int64_t exp = 0, out = 0, largest = 0, rows_out = 0;
+		for (int64_t w = 0; w == 0 || w + D <= N; w++) {
+			int64_t sum = 0, top = 0;
+			for (int64_t k = w; k < w + D && k < N; k++) {
+				const int64_t rows = b[((q - k + N) % N) * N + q];
+				sum += rows * held;
+				top = max2(top, rows * (comp - held));
+			}
+			exp = max2(exp, sum + top);
+		}
+		for (int64_t w = 1; w == 1 || w + D <= N; w++) {
+			int64_t sum = 0, rows = 0;
+			for (int64_t k = w; k < w + D && k < N; k++)
+				rows += b[q * N + (q + k) % N];
+			sum = rows * tok;
+			if (sum > out) {
+				out = sum;
+				rows_out = rows;
+			}
+		}
+		for (int64_t s = 0; s < N; s++)
+			largest = max2(largest, b[s * N + q]);
+		if (exp + out + largest * ident > worst) {
+			worst = exp + out + largest * ident;
+			*leaving = rows_out * leave;
+		}
+	}
+	return worst;
 }
 
 /* Long: the dispatchers' buffers side by side, one case each, so that
@@ -198,8 +247,22 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		fwd = max2(shared, r * ((2 * H + 3 * F) * s + (in_exp - 1) * H * s + in_tok * 2 * H * s));
 		bwd = max2(shared, r * ((2 * H + 4 * F) * s + 8 + (in_exp - 1) * (2 * H * s + 4) +
 		                        in_tok * (3 * H * s + 8) + 4));
+		/* With the routing known and whole blocks, each rank's own blocks
+		 * (a hot rank's are all expert blocks, a cold one's all token
+		 * blocks, where the skew's bound gives every rank both). */
+		int whole = c->blocks != NULL;
+		for (int64_t q = 0; whole && c->chunk_rows > 0 && q < N * N; q++)
+			whole = c->blocks[q] <= c->chunk_rows;
+		if (whole) {
+			fwd = max2(shared, a2a_blocks(c, (2 * H + 3 * F) * s, H * s, 2 * H * s, 0, H * s, &o->leaving_forward));
+			bwd = max2(shared, a2a_blocks(c, (2 * H + 4 * F) * s + 8, 2 * H * s + 4, 3 * H * s + 8, 4, 2 * H * s + 4,
+			                              &o->leaving_backward));
+		}
 		o->fixed_backward = o->resident_backward;
 		o->per_row_backward = (2 * H + 4 * F) * s + 12 + (in_exp - 1) * (2 * H * s + 4) + in_tok * (3 * H * s + 8);
+		/* forward x, backward x, dy and g of the token blocks */
+		o->leaving_forward = r * in_tok * H * s;
+		o->leaving_backward = r * in_tok * (2 * H * s + 4);
 		largest = max2(largest, r * max2(H, 4 * F) * s);
 		break;
 	}
@@ -243,6 +306,11 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	default:
 		return rmoe_error(RMOE_EINVAL, "memory model: dispatch %d has no model", (int)d);
 	}
+	/* where the shared expert's phase sets the peak, nothing is leaving */
+	if (fwd == shared)
+		o->leaving_forward = 0;
+	if (bwd == shared || bwd == shared_b)
+		o->leaving_backward = 0;
 	o->dynamic_forward = fwd;
 	o->dynamic_backward = bwd;
 	o->peak_forward = o->resident_forward + fwd;

@@ -23,6 +23,8 @@ struct rmoe_mem_config {
 	int dtype_bytes;       /* 4 (fp32) or 2 (bf16): activations and weights */
 	double skew;           /* rows of the busiest partition over the even share
 	                          (1: even routing; at most nranks * partitions) */
+	const int64_t *blocks; /* a2a, the routing seen: the rows rank s routes to
+	                          rank q at [s * nranks + q]; NULL: the skew's bound */
 };
 
 /* Defaults: one rank, fp32, even routing, no ETP, no chunking. */
@@ -42,6 +44,12 @@ struct rmoe_mem_estimate {
 	int64_t largest_buffer;
 	int64_t fixed_backward;     /* backward peak without the rows of a hop */
 	int64_t per_row_backward;   /* bytes each row of a hop (or chunk) adds */
+	int64_t leaving_forward;    /* a2a: of the dynamic peak, the rows still to
+	                               leave for their experts (the token blocks'
+	                               inputs), which the network may have taken
+	                               before the peak: the peak lies between
+	                               dynamic - leaving and dynamic; 0 elsewhere */
+	int64_t leaving_backward;
 };
 
 /* The model's view of a layer configuration on nranks ranks (skew 1). */
