@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A command that must succeed and print every line asked for: passes only
 # when it exits 0 and its output matches each pattern (grep -E) and none of
-# its lines says FAIL. CTest's PASS_REGULAR_EXPRESSION alone ignores the
-# exit status, so a crash after the lines it wants would pass.
+# its lines says FAIL. CTest's own output-matching pass condition ignores
+# the exit status, so a crash after the lines it wants would pass.
 #   expect_lines.sh PATTERN... -- COMMAND [ARG...]
 set -uo pipefail
 patterns=()
