@@ -560,21 +560,17 @@ static const struct reference *reference_for(const struct rmoe_problem *p, struc
 	if (!cached.hint || !cached.y || !cached.rg.dx) {
 		reference_free(&cached);
 		cached.near_ties = -1;
-		free(probs);
-		free(tw);
-		free(idx);
-		for (int i = 0; i < 3; i++)
-			free(ws[i]);
-		return &cached;
-	}
-	memcpy(cached.hint, g->idx, idx_bytes);
-	/* A float32 near-tie in the router may pick another expert than the
-	 * double-precision reference; the reference then follows the layer's
-	 * choice, but only where it is within tie_tol of the K-th best. */
-	cached.near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
-	if (cached.near_ties >= 0) {
-		rmoe_ref_forward(&L, TT, g->x, idx, tw, cached.y);
-		rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &cached.rg);
+	} else {
+		memcpy(cached.hint, g->idx, idx_bytes);
+		/* A float32 near-tie in the router may pick another expert than
+		 * the double-precision reference; the reference then follows the
+		 * layer's choice, but only where it is within tie_tol of the K-th
+		 * best. */
+		cached.near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
+		if (cached.near_ties >= 0) {
+			rmoe_ref_forward(&L, TT, g->x, idx, tw, cached.y);
+			rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &cached.rg);
+		}
 	}
 	free(probs);
 	free(tw);
