@@ -24,16 +24,7 @@ TOL = 1e-5
 H, E, K = 32, 8, 2
 
 
-@pytest.fixture(scope="module")
-def comm():
-    return MPI.COMM_WORLD
-
-
-@pytest.fixture(scope="module")
-def ctx(comm):
-    c = relaymoe.Context(comm)
-    yield c
-    c.close()
+# comm and ctx: the fixtures of conftest.py.
 
 
 def make_block(family, norm_topk=False):
