@@ -13,7 +13,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-from mpi4py import MPI
 
 import relaymoe
 import relaymoe.hf
