@@ -37,33 +37,6 @@ static double max_ranks(double v)
 	return m;
 }
 
-/* The routing skew as the model takes it (relaymoe run does the same):
- * the busiest hop's pairs (one rank's pairs routed to one partition, what a
- * ring hop or an exchanged block holds) over the even share P/N, and the
- * busiest rank's pairs over P. */
-static void routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *hop, double *rank)
-{
-	const int N = p->nranks;
-	const int64_t P = p->cfg.tokens * p->cfg.topk;
-	int64_t *mine = calloc((size_t)N, sizeof(int64_t)), *all = calloc((size_t)N * N, sizeof(int64_t));
-	for (int64_t i = 0; i < P; i++)
-		mine[topk_idx[i] / p->e_local]++;
-	MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, MPI_COMM_WORLD);
-	int64_t h = 0, r = 0;
-	for (int q = 0; q < N; q++) {
-		int64_t col = 0;
-		for (int s = 0; s < N; s++) {
-			h = all[s * N + q] > h ? all[s * N + q] : h;
-			col += all[s * N + q];
-		}
-		r = col > r ? col : r;
-	}
-	*hop = fmin((double)N, fmax(1.0, (double)h * N / (double)P));
-	*rank = fmax(1.0, (double)r / (double)P);
-	free(mine);
-	free(all);
-}
-
 struct measured {
 	double exec;       /* the larger pass's dynamic peak, max over ranks */
 	double largest;    /* largest temporary */
@@ -93,7 +66,7 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	failures += !(err <= TOLERANCE);
 
 	double hop, rank;
-	routing_skew(prob, res.topk_idx, &hop, &rank);
+	rmoe_problem_routing_skew(prob, res.topk_idx, &hop, &rank);
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, &cfg, prob->nranks);
 	mc.chunk_rows = st.chunk_rows;
