@@ -5,13 +5,8 @@
 #   test_app.sh RELAYMOE MPIEXEC SOURCE_DIR WORK_DIR
 set -uo pipefail
 app=$1 mpiexec=$2 src=$3 work=$4
-py=/usr/bin/python3
-$py -c "import numpy" 2>/dev/null || { echo "python3-numpy missing"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
-fails=0
-run() { timeout 120 "$mpiexec" -n "$1" --oversubscribe "$app" run "${@:2}"; }
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/app/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 small=(--hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 40 --repeat 1 --quiet)
 

@@ -8,13 +8,9 @@
 #   test_shared_gated.sh RELAYMOE MPIEXEC SOURCE_DIR WORK_DIR
 set -uo pipefail
 app=$1 mpiexec=$2 src=$3 work=$4
-py=/usr/bin/python3
-$py -c "import numpy" 2>/dev/null || { echo "python3-numpy missing"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
-fails=0
-run() { timeout 180 "$mpiexec" -n "$1" --oversubscribe "$app" run "${@:2}"; }
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+RUN_TIMEOUT=180
+# shellcheck source=tests/app/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 T=40 H=32 F=16 E=6 K=2 FS=24
 small=(--hidden $H --ffn $F --experts $E --topk $K --tokens $T --shared-ffn $FS --repeat 1 --quiet)
