@@ -83,6 +83,22 @@ static int expert_stage(struct rmoe_layer *L, struct rmoe_pass *pass, const stru
 	return rc;
 }
 
+/* The end of a chunk on my experts: its results done with (sent, or added
+ * here), the inputs an early failure left registered released, and the
+ * chunk counted in flight until then. */
+static int experts_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t in[3],
+                       starpu_data_handle_t res[2], struct rmoe_a2a_depth *experts, int rc)
+{
+	struct starpu_task *done = NULL;
+	int drc = rmoe_a2a_done(L, pass, res, 2, &done);
+	for (int k = 1; k < 3; k++)
+		if (in[k])
+			starpu_data_unregister_submit(in[k]);
+	if (!rc && !(rc = drc))
+		rmoe_a2a_depth_push(experts, done);
+	return rc;
+}
+
 /* My own rows (step 0): no transfer. */
 static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t dy,
                      starpu_data_handle_t dx, int *accumulate, struct rmoe_a2a_depth *experts, int prio)
@@ -94,14 +110,7 @@ static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct 
 	res[0] = in[0];
 	if (!rc)
 		rc = add_results(L, c, res[0], res[1], dx, prio);
-	struct starpu_task *done = NULL;
-	int drc = rmoe_a2a_done(L, pass, res, 2, &done);
-	for (int k = 1; k < 3; k++)
-		if (in[k])
-			starpu_data_unregister_submit(in[k]);
-	if (!rc && !(rc = drc))
-		rmoe_a2a_depth_push(experts, done);
-	return rc;
+	return experts_end(L, pass, in, res, experts, rc);
 }
 
 /* Chunk j of my pairs for peer to: its inputs out, its dx rows and dg
@@ -135,7 +144,7 @@ static int token_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int to, int
 static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, int64_t j, const struct rmoe_chunk *c,
                         int *accumulate, struct rmoe_a2a_depth *experts, int prio)
 {
-	struct starpu_task *after = rmoe_a2a_depth_wait(experts), *done = NULL;
+	struct starpu_task *after = rmoe_a2a_depth_wait(experts);
 	starpu_data_handle_t in[3] = {rmoe_act_vector(pass, L, c->rows * L->H), rmoe_act_vector(pass, L, c->rows * L->H),
 	                              rmoe_temp_vector(pass, c->rows, sizeof(float))};
 	starpu_data_handle_t res[2] = {NULL, NULL};
@@ -145,13 +154,7 @@ static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, 
 	res[0] = in[0];
 	if (!rc)
 		rc = rmoe_a2a_sends(L, pass, res, 2, from, KIND_DX, j, 0, NULL, prio + 1, what_results);
-	int drc = rmoe_a2a_done(L, pass, res, 2, &done);
-	for (int k = 1; k < 3; k++)
-		if (in[k])
-			starpu_data_unregister_submit(in[k]);
-	if (!rc && !(rc = drc))
-		rmoe_a2a_depth_push(experts, done);
-	return rc;
+	return experts_end(L, pass, in, res, experts, rc);
 }
 
 int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
