@@ -9,7 +9,8 @@
  * forward and backward, on even routing and on a router skewed to a few hot
  * experts; outputs checked against the double-precision reference (ring)
  * and against the ring (others).
- *   test_flow [--window W] [--delay-us US] [--all]   (W: rmoe_layer_config.window) */
+ *   test_flow [--window W] [--delay-us US] [--tokens T] [--all]
+ * (W: rmoe_layer_config.window; T tokens per rank, default 1024) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +140,7 @@ static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rm
 int main(int argc, char **argv)
 {
 	int window = 0, ndispatch = 2;
-	long delay_us = 100000;
+	long delay_us = 100000, tokens = 1024;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--all"))
 			ndispatch = 4;
@@ -147,6 +148,12 @@ int main(int argc, char **argv)
 			window = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc)
 			delay_us = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+			tokens = atol(argv[++i]);
+		else {
+			fprintf(stderr, "test_flow: unknown argument '%s'\n", argv[i]);
+			return 2;
+		}
 	}
 	int nranks, rank;
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0});
@@ -172,10 +179,10 @@ int main(int argc, char **argv)
 	 * partition's weights (2.4 MiB at 4 ranks) are then a larger part of
 	 * the peak, so one hop received early shows. */
 	struct rmoe_layer_config cfg;
-	rmoe_app_layer_shape(&cfg, 128, 48, 32 * nranks, 8, 1024);
+	rmoe_app_layer_shape(&cfg, 128, 48, 32 * nranks, 8, tokens);
 	cfg.window = window;
-	rmoe_app_say("test_flow on %d ranks, window %d, rank 1's expert tasks %ld us slower\n", nranks,
-	             window ? window : 2, delay_us);
+	rmoe_app_say("test_flow on %d ranks, %ld tokens per rank, window %d, rank 1's expert tasks %ld us slower\n",
+	             nranks, tokens, window ? window : 2, delay_us);
 	struct rmoe_problem prob;
 	int rc = rmoe_problem_init(&prob, &cfg, 11, NULL);
 	if (!rc)
