@@ -393,6 +393,20 @@ static void print_text(struct text *o, const struct plan_view *v)
 			       "more tasks per pass, %.1f ms at %.0f us each\n",
 			    (double)v->opts->ring.mem_cap / GiB, mode_name(rc->mode), (long long)plan->chunk_rows,
 			    cc.chunks_per_hop, cc.extra_tasks, cc.extra_tasks * TASK_SECONDS * 1e3, TASK_SECONDS * 1e6);
+		/* Every dispatcher at the chunking the cap asks of it: a hop's
+		 * rows for the rings, a block's (one peer's rows) for an
+		 * all-to-all, both E/N experts' worth at even routing. */
+		put(o, "  under the cap, worst routing (rows per chunk; chunks per hop or block at even routing):\n");
+		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+			const char *name = rmoe_dispatch_name(rmoe_plan_dispatchers[i]);
+			if (mem->cap_rc[i] == RMOE_ENOTSUP)
+				put(o, "    %-12s takes no cap (its top-k-expanded buffers are built whole)\n", name);
+			else if (mem->cap_rc[i])
+				put(o, "    %-12s cannot meet it: the cap is below what it holds before a chunk's rows\n", name);
+			else
+				put(o, "    %-12s %lld rows, %.0f per hop or block\n", name, (long long)mem->cap_chunk_rows[i],
+				    ceil(plan->routing.pairs_per_hop / (double)mem->cap_chunk_rows[i]));
+		}
 	}
 	if (!v->opts->attention)
 		return;
@@ -517,7 +531,16 @@ static void print_json(struct text *o, const struct plan_view *v)
 			put_json_string(o, plan->cap_msg);
 		else
 			put(o, "null");
-		put(o, "}");
+		put(o, ", \"dispatchers\": {");
+		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+			put(o, "%s\"%s\": ", i ? ", " : "", rmoe_dispatch_name(rmoe_plan_dispatchers[i]));
+			if (mem->cap_rc[i])
+				put(o, "{\"chunk_rows\": 0, \"error\": \"%s\"}",
+				    mem->cap_rc[i] == RMOE_ENOTSUP ? "takes no cap" : "cap too small");
+			else
+				put(o, "{\"chunk_rows\": %lld, \"error\": null}", (long long)mem->cap_chunk_rows[i]);
+		}
+		put(o, "}}");
 	}
 	put(o, "}");
 	if (v->opts->attention) {

@@ -56,17 +56,23 @@ static void plan_dispatch(const struct rmoe_layer_config *cfg, const struct rmoe
 
 /* Memory cap: the chunk size from the memory model, planned for the worst
  * routing (every pair of a rank in one partition), since a chunk bounds a
- * hop's rows whatever the skew. Smaller chunks asked for are kept. */
+ * hop's rows (an all-to-all's block) whatever the skew. */
+static int cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *mc, int64_t cap, int64_t *rows)
+{
+	struct rmoe_mem_config worst = *mc;
+	worst.chunk_rows = 0;
+	worst.skew = (double)mc->nranks;
+	return rmoe_memory_cap_chunk(d, &worst, cap, rows);
+}
+
+/* The dispatch that runs: smaller chunks asked for are kept. */
 static void plan_cap(const struct rmoe_layer_config *cfg, const struct rmoe_mem_config *mc, struct rmoe_plan *out)
 {
 	out->chunk_rows = cfg->chunk_rows;
 	if (cfg->mem_cap <= 0)
 		return;
-	struct rmoe_mem_config worst = *mc;
-	worst.chunk_rows = 0;
-	worst.skew = (double)mc->nranks;
 	int64_t c;
-	out->cap_rc = rmoe_memory_cap_chunk(out->dispatch, &worst, cfg->mem_cap, &c);
+	out->cap_rc = cap_chunk(out->dispatch, mc, cfg->mem_cap, &c);
 	if (out->cap_rc) {
 		snprintf(out->cap_msg, sizeof(out->cap_msg), "%s", rmoe_last_error_message());
 		return;
@@ -138,6 +144,10 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
 		rmoe_memory_model(rmoe_plan_dispatchers[i], &even, &m->est[i]);
 		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_plan_dispatchers[i], &even, m->budget) : 0;
+		/* Every dispatcher under the layer's cap, so the ring and the
+		 * all-to-alls compare at the chunking each would need. */
+		if (req->layer->mem_cap > 0)
+			m->cap_rc[i] = cap_chunk(rmoe_plan_dispatchers[i], mc, req->layer->mem_cap, &m->cap_chunk_rows[i]);
 	}
 	struct rmoe_mem_config run = *mc;
 	run.chunk_rows = out->chunk_rows;

@@ -289,6 +289,11 @@ struct rmoe_plan_memory {
 	 * ALLTOALL_MEGATRON, in that order), even routing, no chunking. */
 	struct rmoe_mem_estimate est[RMOE_PLAN_NDISPATCHERS];
 	int64_t max_tokens[RMOE_PLAN_NDISPATCHERS]; /* largest local token count whose peak fits budget */
+	/* Under the layer's memory cap (mem_cap > 0), worst routing: each
+	 * dispatcher's rows per chunk, or why it cannot meet the cap
+	 * (RMOE_ENOTSUP: it takes no cap; RMOE_EINVAL: too small). */
+	int64_t cap_chunk_rows[RMOE_PLAN_NDISPATCHERS];
+	int cap_rc[RMOE_PLAN_NDISPATCHERS];
 	int64_t budget;
 	/* The dispatch that runs, with its chunk rows, even routing: what the
 	 * fit check compares with the device's memory. */

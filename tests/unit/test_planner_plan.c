@@ -198,6 +198,26 @@ static void test_planner_plan_chunks_under_a_cap(void **state)
 	worst.chunk_rows = plan.chunk_rows + 1;
 	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &worst, &e), 0);
 	assert_true(e.peak > cfg.mem_cap - cfg.mem_cap / RMOE_CAP_HEADROOM);
+	/* Every dispatcher is planned under the same cap: the ring's chunk as
+	 * the run's, a2a's its own (a block's rows), each modelled within the
+	 * cap at the worst routing; a2a-megatron takes none. */
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+		enum rmoe_dispatch d = rmoe_plan_dispatchers[i];
+		if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON) {
+			assert_int_equal(plan.memory.cap_rc[i], RMOE_ENOTSUP);
+			continue;
+		}
+		if (plan.memory.cap_rc[i] == RMOE_EINVAL)
+			continue; /* a ring of tokens may need more than the expert ring's peak */
+		assert_int_equal(plan.memory.cap_rc[i], 0);
+		assert_true(plan.memory.cap_chunk_rows[i] > 0);
+		if (d == RMOE_DISPATCH_RING_EXPERT)
+			assert_int_equal(plan.memory.cap_chunk_rows[i], plan.chunk_rows);
+		worst.chunk_rows = plan.memory.cap_chunk_rows[i];
+		assert_int_equal(rmoe_memory_model(d, &worst, &e), 0);
+		assert_true(e.peak <= cfg.mem_cap);
+	}
+	assert_int_equal(plan.memory.cap_rc[2], 0); /* a2a (rmoe_plan_dispatchers' order) */
 	rmoe_plan_free(&plan);
 	cfg.mem_cap = 1024;
 	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
