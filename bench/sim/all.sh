@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every simulated table of bench/results/sim.md and the gpudirect policy
 # sweep, at one commit, by this one script: the EP sweep under transport
-# gpudirect (sim_ep: the comparison with the paper), the same under staged
-# (sim_ep_staged: StarPU-MPI 1.3's host staging), then StarPU's policies
-# under gpudirect bf16 (sim_sched_gpudirect/, its ranking set beside the
+# gpudirect (sim_ep: the comparison with the paper; its EPs below 64 first,
+# the rest last), the same under staged (sim_ep_staged: StarPU-MPI 1.3's
+# host staging), and StarPU's policies under gpudirect bf16 (sim_sched_gpudirect/, its ranking set beside the
 # staged f32 sweep's, bench/results/sim_sched.csv). Every row records the
 # commit, transport, dtype, scale, policy and platform.
 #
@@ -57,11 +57,16 @@ run_sweep() {
   "$root/bench/sim/run.sh" --ep "$3" --dispatch "$dispatches" --dispatch-64 "$dispatch64" --transport "$2" \
     --dtype bf16 --scale "$scale" --name "$1" --keep "$keep/$1" --reuse --out "$out"
 }
-run_sweep sim_ep gpudirect "$eps"
+# The costly large EPs last: the small ones, the staged sweep and the policy
+# sweep are done first, and an invocation cut short there resumes (--reuse).
+small=''
+for e in $eps; do [ "$e" -ge 64 ] || small="$small $e"; done
+[ -z "$small" ] || [ "${small# }" = "$eps" ] || run_sweep sim_ep gpudirect "${small# }"
 run_sweep sim_ep_staged staged "$eps_staged"
 if [ -n "$eps_sched" ]; then
   mkdir -p "$out/sim_sched_gpudirect"
   "$root/bench/sim/sched.sh" --ep "$eps_sched" --dispatch "ring a2a" --transport gpudirect --dtype bf16 \
     --scale "$scale" --keep "$keep/sched" --out "$out/sim_sched_gpudirect" --compare "$out/sim_sched.csv"
 fi
+run_sweep sim_ep gpudirect "$eps"
 echo "sim/all.sh: done ($(( $(date +%s) - t0 )) s)"
