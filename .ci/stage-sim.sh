@@ -3,8 +3,9 @@
 # SMPI into a prefix under the build tree (scripts/build-starpu.sh --simgrid;
 # nothing to do when it is there already), relaymoe configured against it
 # (RMOE_SIMGRID=ON: smpicc, the program and tests/sim only) and its test
-# (CTest label sim: a simulated 8-rank Qwen3-30B-A3B layer, ring, token ring
-# and all-to-all, on an 8-rank platform, with positive finite times; and a
+# (CTest label sim: a simulated 8-rank Qwen3-30B-A3B layer / 8, bf16, every
+# dispatcher under transports gpudirect (twice) and staged: deterministic, at
+# or above its bound, the transports apart in staging only; about 30 s; and a
 # calibrated simulation: history perfmodels recorded from a run of the real
 # build in $RMOE_BUILD_DIR, replayed and compared with that run).
 #   RMOE_BUILD_DIR       the main build tree (default build/)

@@ -146,6 +146,7 @@ struct outcome {
 	double fwd_ms, bwd_ms;          /* medians, max over ranks */
 	double peak_fwd, peak_bwd;      /* bytes, max over ranks */
 	double resident, rss, sent;     /* bytes, max over ranks */
+	double sent_fwd, sent_bwd;      /* of sent, each pass's, max over ranks (a bound's wire and staging terms) */
 	double largest_temp;
 	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
 	double leave_fwd, leave_bwd;    /* of them, a2a's rows that may leave first (the model's leaving_*) */
@@ -295,6 +296,8 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	out->resident = max_over_ranks((double)c->st.resident_bytes);
 	out->rss = max_over_ranks((double)c->st.peak_rss_bytes);
 	out->sent = max_over_ranks((double)(c->st.bytes_sent_forward + c->st.bytes_sent_backward));
+	out->sent_fwd = max_over_ranks((double)c->st.bytes_sent_forward);
+	out->sent_bwd = max_over_ranks((double)c->st.bytes_sent_backward);
 	out->largest_temp = max_over_ranks((double)c->st.largest_temporary_bytes);
 	out->chunk_rows = c->st.chunk_rows;
 	out->device_fwd = max_over_ranks(c->dev_f);
@@ -431,10 +434,10 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
 		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max,"
 		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes,device_cache,"
-		           "model_leaving_fwd_bytes,model_leaving_bwd_bytes\n");
+		           "model_leaving_fwd_bytes,model_leaving_bwd_bytes,sent_fwd_bytes,sent_bwd_bytes\n");
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f,%s,%.0f,%.0f\n",
+		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f,%s,%.0f,%.0f,%.0f,%.0f\n",
 		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
 		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
 		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
@@ -443,7 +446,8 @@ static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int 
 		        (long long)(cfg->partitions > 1 && !rmoe_dispatch_alltoall(o[i].d) ? cfg->partitions : 1),
 		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
 		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
-		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd, device_cache_mode(), o[i].leave_fwd, o[i].leave_bwd);
+		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd, device_cache_mode(), o[i].leave_fwd, o[i].leave_bwd,
+		        o[i].sent_fwd, o[i].sent_bwd);
 	return fclose(f) == 0 ? 0 : RMOE_EIO;
 }
 

@@ -7,13 +7,24 @@
 #   bench/sim/run.sh [options]
 #
 #   --ep "8 16 32 64"        EP degrees = ranks, one GPU each (default)
-#   --dispatch "ring token a2a"   dispatchers (default: all three)
+#   --dispatch "ring token a2a a2a-megatron"
+#                            dispatchers (default: these four; any single one
+#                            `relaymoe run --dispatch` accepts)
+#   --dispatch-64 "..."      at EP 64 and above only these (default: all of
+#                            --dispatch); the others are left out of the table
+#   --transport T            gpudirect (default: no host staging, every
+#                            dispatcher's device buffers over NVLink or the
+#                            adapter) or staged (StarPU-MPI 1.3's host staging
+#                            over PCIe for every message): scripts/sim/platform.py
+#   --dtype D                bf16 (default) or f32: the tensors' type on every
+#                            link and in every kernel's bytes; GEMMs at the
+#                            cluster file's rate for it (bf16_tflops, f32_tflops)
 #   --sched POLICY           StarPU scheduler (default dmdas)
 #   --preset NAME            Table 3 shape (default Qwen3-30B-A3B, 49152 tokens/rank)
 #   --scale S                divide H, F and tokens by S (default 1: full size)
 #   --cluster FILE           machine (default scheduler/clusters/mn5-acc.cluster)
 #   --gpu-tflops R           GPU GEMM rate of the cost model (default: the file's
-#                            bf16_tflops, the planner's rate); --gpu-gbs B its
+#                            rate for --dtype); --gpu-gbs B its
 #                            memory rate (default 2500), --floor-us U the per-task
 #                            floor (default 20): RMOE_SIM_GPU_* of codelets/sim_cost.c
 #   --history DIR --history-host HOST
@@ -29,10 +40,15 @@
 #   --name NAME              result files NAME.csv, NAME.png, NAME.meta.json
 #                            (default sim_ep); bench/results/sim.md is rewritten
 #   --keep DIR               keep platforms, plans, logs and raw CSVs in DIR
+#   --reuse                  with --keep: a case DIR holds from an invocation at
+#                            the same commit (and the same options) is not run
+#                            again (bench/sim/all.sh resumes with it)
 #
-# Writes OUT/NAME.csv (EP, dispatcher, simulated forward and backward seconds,
-# the memory model's peak per rank, bytes sent per rank, the planner's per-hop
-# transfer and compute for the ring modes, wall time), OUT/NAME.png (latency
+# Writes OUT/NAME.csv (EP, dispatcher, the commit, transport, dtype, scale,
+# policy and platform, simulated forward and backward seconds, the bound no
+# schedule could beat and its parts (bench/sim/report.py), the memory
+# model's peak per rank, bytes sent per rank and pass, the planner's per-hop
+# transfer for the ring modes, wall time), OUT/NAME.png (latency
 # against EP per dispatcher) and OUT/sim.md (with bench/sim/report.py). A run
 # that fails or times out is recorded with its status and the sweep goes on.
 # Wall time: about 1-2 ms per simulated task on this 2-core machine.
@@ -42,14 +58,16 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/scripts/lib/opts.sh"
 # shellcheck source=bench/sim/setup.sh
 . "$root/bench/sim/setup.sh"
-dispatches="ring token a2a"
+dispatches="ring token a2a a2a-megatron"
 sched=dmdas
 scale=1
 repeat=1
 tmo=900
 name=sim_ep
 die() { echo "sim/run.sh: $*" >&2; exit 2; }
-OPT_VALUE+=([--sched]=sched [--repeat]=repeat [--name]=name)
+reuse='' dispatch64=''
+OPT_VALUE+=([--dispatch-64]=dispatch64 [--sched]=sched [--repeat]=repeat [--name]=name)
+OPT_FLAG+=([--reuse]=reuse)
 opts_parse "$@"
 py=/usr/bin/python3
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] || die "--repeat: '$repeat' is not a positive integer"
@@ -61,25 +79,36 @@ mkdir -p "$out"
 if [ -n "$keep" ]; then mkdir -p "$keep"; work=$(cd "$keep" && pwd)
 else work=$(mktemp -d /tmp/rmoe-sim-ep.XXXXXX); trap 'rm -rf "$work"' EXIT; fi
 rows=$work/rows.csv
-echo "ep,dispatch,status,wall_s,run_csv,plan_json,plan_json_f32,log" >"$rows"
+echo "ep,dispatch,status,wall_s,run_csv,plan_json,log" >"$rows"
 export RMOE_SIM_GPU_TFLOPS=$gpu_tflops RMOE_SIM_GPU_GBS=$gpu_gbs RMOE_SIM_GPU_FLOOR_US=$floor_us
-export STARPU_SILENT=1
+# The worker statistics give the bound its compute term (report.py); in
+# simulated time they change nothing.
+export STARPU_SILENT=1 STARPU_PROFILING=1 STARPU_WORKER_STATS=1
 scale_args=()
 [ "$scale" = 1 ] || scale_args=(--scale "$scale")
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 t_all=$(date +%s)
-echo "sim/run.sh: $preset${scale_args:+ / $scale}, EP $eps, dispatch $dispatches, sched $sched, on $(basename "$cluster")"
+echo "sim/run.sh: $preset${scale_args:+ / $scale}, EP $eps, dispatch $dispatches, sched $sched, on $(basename "$cluster"), transport $transport, $dtype, commit $sim_commit"
 echo "sim/run.sh: GPU cost model $gpu_tflops TFLOP/s, $gpu_gbs GB/s, floor $floor_us us; app $app"
 for ep in $eps; do
   plat=$work/plat-$ep
-  "$py" "$root/scripts/sim/platform.py" "$cluster" -n "$ep" -o "$plat" | sed 's/^/  /'
-  pj=$work/plan-$ep.json pj32=$work/plan-$ep-f32.json
+  "$py" "$root/scripts/sim/platform.py" "$cluster" -n "$ep" -o "$plat" --transport "$transport" | sed 's/^/  /'
+  pj=$work/plan-$ep.json
   if [ -x "$plan_app" ]; then
-    "$plan_app" plan --preset "$preset" "${scale_args[@]}" --cluster "$cluster" --ranks "$ep" --json >"$pj" 2>/dev/null || rm -f "$pj"
-    "$plan_app" plan --preset "$preset" "${scale_args[@]}" --cluster "$cluster" --ranks "$ep" --dtype f32 --json >"$pj32" 2>/dev/null || rm -f "$pj32"
+    "$plan_app" plan --preset "$preset" "${scale_args[@]}" --cluster "$cluster" --ranks "$ep" --dtype "$dtype" --json >"$pj" 2>/dev/null || rm -f "$pj"
   fi
   for d in $dispatches; do
-    csv=$work/run-$ep-$d.csv log=$work/run-$ep-$d.log
+    if [ "$ep" -ge 64 ] && [ -n "$dispatch64" ] && [[ " $dispatch64 " != *" $d "* ]]; then continue; fi
+    csv=$work/run-$ep-$d.csv log=$work/run-$ep-$d.log stamp=$work/run-$ep-$d.done
+    # What makes a kept case the same case: the commit and every option.
+    same="$sim_commit $transport $dtype $preset $scale $sched $repeat $gpu_tflops $gpu_gbs $floor_us $history $(basename "$cluster")"
+    if [ -n "$reuse" ] && [ -n "$keep" ] && [ -s "$csv" ] && [ -f "$stamp" ] && [ "$(sed -n 1p "$stamp")" = "$same" ]; then
+      wall=$(sed -n 2p "$stamp")
+      echo "$ep,$d,ok,$wall,$csv,$pj,$log" >>"$rows"
+      echo "sim/run.sh: EP=$ep $d: kept from an earlier invocation (${wall%.*} s wall then)"
+      continue
+    fi
+    rm -f "$csv" "$stamp"
     echo "sim/run.sh: EP=$ep $d: running ($(date -u +%H:%M:%S))"
     t0=$(date +%s%N)
     rc=0
@@ -89,7 +118,7 @@ for ep in $eps; do
       # shellcheck disable=SC2086
       exec "${sim_norand[@]}" timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
         -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" $RMOE_SIM_CFG \
-        "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$sched" \
+        "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$sched" --dtype "$dtype" \
         --repeat "$repeat" --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
     wall=$(( ($(date +%s%N) - t0) / 1000000 ))
     wall=$(printf '%d.%03d' $((wall / 1000)) $((wall % 1000)))
@@ -98,7 +127,8 @@ for ep in $eps; do
     elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status=timeout
     else status=failed-rc$rc
     fi
-    echo "$ep,$d,$status,$wall,$csv,$pj,$pj32,$log" >>"$rows"
+    echo "$ep,$d,$status,$wall,$csv,$pj,$log" >>"$rows"
+    [ "$status" != ok ] || printf '%s\n%s\n' "$same" "$wall" >"$stamp"
     if [ "$status" = ok ]; then
       echo "sim/run.sh: EP=$ep $d: fwd $(tail -n 1 "$csv" | cut -d, -f9) ms, bwd $(tail -n 1 "$csv" | cut -d, -f10) ms simulated; ${wall%.*} s wall"
     else
@@ -107,8 +137,9 @@ for ep in $eps; do
     fi
   done
 done
-cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\" --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat${history:+ --history ${history#$root/} --history-host $history_host}"
+cmd="bench/sim/run.sh --ep \"$eps\" --dispatch \"$dispatches\"${dispatch64:+ --dispatch-64 \"$dispatch64\"} --transport $transport --dtype $dtype --name $name --sched $sched --preset $preset --scale $scale --cluster ${cluster#$root/} --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us --repeat $repeat${history:+ --history ${history#$root/} --history-host $history_host}"
 "$py" "$root/bench/sim/report.py" ep --rows "$rows" --out "$out" --name "$name" --cmd "$cmd" \
   --date "$started" --cluster "$cluster" --sched "$sched" --preset "$preset" --scale "$scale" \
-  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --history "${history:+$history (host $history_host)}" --wall "$(( $(date +%s) - t_all ))"
+  --gpu-tflops "$gpu_tflops" --gpu-gbs "$gpu_gbs" --floor-us "$floor_us" --commit "$sim_commit" \
+  --transport "$transport" --dtype "$dtype" --repeat "$repeat" --history "${history:+$history (host $history_host)}" --wall "$(( $(date +%s) - t_all ))"
 echo "sim/run.sh: wrote $out/$name.csv, $out/$name.png, $out/sim.md ($(( $(date +%s) - t_all )) s)"

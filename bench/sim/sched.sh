@@ -21,6 +21,11 @@
 #   --gpu-tflops R --gpu-gbs B --floor-us U   analytic cost model (as run.sh)
 #   --history DIR --history-host HOST         replay recorded perfmodels instead
 #                            (bench/sim/calibrate.sh; RMOE_SIM_HISTORY)
+#   --transport T --dtype D  gpudirect (default) or staged; bf16 (default) or f32
+#                            (bench/sim/run.sh says what they mean; sweeps before
+#                            they were choices ran staged and f32)
+#   --compare CSV            another sweep's sim_sched.csv: the report says whether
+#                            its ranking holds here
 #   --prio "on off"          with the ring's priorities, without (--no-prio), or both (default)
 #   --rounds "1 2"           round numbers to run (default "1 2": every case twice, the
 #                            determinism check). Invocations with the same --keep DIR add
@@ -53,6 +58,8 @@ rounds="1 2"
 prios="on off"
 jobs=1
 tmo=1800
+compare=''
+OPT_VALUE+=([--compare]=compare)
 die() { echo "sim/sched.sh: $*" >&2; exit 2; }
 OPT_VALUE+=([--policies]=policies [--rounds]=rounds [--prio]=prios [--jobs]=jobs)
 opts_parse "$@"
@@ -87,7 +94,7 @@ t_all=$(date +%s)
 scale_args=()
 [ "$scale" = 1 ] || scale_args=(--scale "$scale")
 for ep in $eps; do
-  "$py" "$root/scripts/sim/platform.py" "$cluster" -n "$ep" -o "$plat-$ep" >/dev/null
+  "$py" "$root/scripts/sim/platform.py" "$cluster" -n "$ep" -o "$plat-$ep" --transport "$transport" >/dev/null
 done
 # One case: ep dispatch policy prio round -> a row of results.
 run_case() {
@@ -108,7 +115,7 @@ run_case() {
     # shellcheck disable=SC2086
     exec "${sim_norand[@]}" timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
       -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" $RMOE_SIM_CFG \
-      "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$p" "${prio_args[@]}" \
+      "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$p" --dtype "$dtype" "${prio_args[@]}" \
       --repeat 1 --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
   wall=$(( ($(date +%s%N) - t0) / 1000000 ))
   if [ $rc -eq 0 ] && [ -s "$csv" ]; then status=ok
@@ -137,7 +144,7 @@ done
 wait
 echo "ep,dispatch,policy,prio,round,status,wall_ms,run_csv,log" >"$work/rows.csv"
 cat "$work"/row-* >>"$work/rows.csv"
-cmd="bench/sim/sched.sh --ep \"$eps\" --dispatch \"$dispatches\" --policies \"$policies\" --preset $preset --scale $scale --cluster ${cluster#$root/}"
+cmd="bench/sim/sched.sh --ep \"$eps\" --dispatch \"$dispatches\" --transport $transport --dtype $dtype --policies \"$policies\" --preset $preset --scale $scale --cluster ${cluster#$root/}"
 if [ -n "$history" ]; then cmd="$cmd --history $history --history-host $history_host"
 else cmd="$cmd --gpu-tflops $gpu_tflops --gpu-gbs $gpu_gbs --floor-us $floor_us"; fi
 cmd="$cmd --prio \"$prios\" --rounds \"$rounds\""
@@ -148,5 +155,6 @@ if [ -n "$keep" ]; then
   cmd=$(awk '!seen[$0]++' "$work/commands.txt" | sed ':a;N;$!ba;s/\n/`; `/g')
 fi
 "$py" "$root/bench/sim/sched_report.py" --rows "$work/rows.csv" --out "$out" --cmd "$cmd" --date "$started" \
-  --preset "$preset" --scale "$scale" --cluster "$cluster" --wall "$(( $(date +%s) - t_all ))" --jobs "$jobs"
+  --preset "$preset" --scale "$scale" --cluster "$cluster" --wall "$(( $(date +%s) - t_all ))" --jobs "$jobs" \
+  --transport "$transport" --dtype "$dtype" --commit "$sim_commit" ${compare:+--compare "$compare"}
 echo "sim/sched.sh: $n runs; wrote $out/sim_sched.csv, $out/sim_sched_ep*.png, $out/sim_sched.md ($(( $(date +%s) - t_all )) s)"

@@ -3,6 +3,14 @@
 
   sched_report.py --rows ROWS [--rows ROWS ...] --out DIR --cmd CMD --date DATE
                   --preset P --scale S --cluster FILE --wall SEC --jobs J
+                  [--transport T --dtype D --commit C] [--compare CSV]
+
+--transport, --dtype and --commit are recorded in the rows of sched.sh's runs
+(defaults: staged, f32 and no commit, what every sweep before they were
+recorded ran: StarPU-MPI's host staging and the f32 tensors of `relaymoe
+run`'s default); rows of an earlier sim_sched.csv keep theirs. --compare: a
+sim_sched.csv of another sweep (e.g. the staged f32 one) whose ranking at the
+EPs both have is set beside this one's, with whether it holds.
 
 ROWS lists every run (ep, dispatch, policy, prio, round, status, wall_ms,
 run_csv, log), as sched.sh writes it; or it is the sim_sched.csv of an
@@ -24,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from report import read_last_row, simplatform  # noqa: E402
 
-COLUMNS = ["ep", "dispatch", "policy", "prio", "round", "status", "fwd_ms", "bwd_ms", "fwd_bwd_ms",
+COLUMNS = ["ep", "dispatch", "policy", "prio", "round", "status", "commit", "transport", "dtype", "fwd_ms", "bwd_ms", "fwd_bwd_ms",
            "exec_ms_mean", "exec_ms_max", "wait_ms_mean", "wait_ms_max", "sleep_ms_mean", "tasks_per_rank",
            "wall_s"]
 # Policies that place each task on a worker when it becomes ready, with the
@@ -58,12 +66,19 @@ def worker_stats(log):
     return out
 
 
-def collect(rows_path):
+# Columns a sim_sched.csv written before they were recorded lacks, and what
+# those sweeps ran: StarPU-MPI's host staging, f32 tensors.
+RECORDED = {"commit": "", "transport": "staged", "dtype": "f32"}
+
+
+def collect(rows_path, rec=RECORDED):
     rows = []
     reader = csv.DictReader(open(rows_path))
     if "run_csv" not in (reader.fieldnames or []):
         # An earlier report's sim_sched.csv: its runs already parsed.
         for r in reader:
+            for k, v in RECORDED.items():
+                r.setdefault(k, v)
             if set(COLUMNS) - set(r):
                 sys.exit("sched_report.py: %s: neither sched.sh's rows nor a sim_sched.csv (missing %s)" % (
                     rows_path, ", ".join(sorted(set(COLUMNS) - set(r)))))
@@ -73,6 +88,7 @@ def collect(rows_path):
         return rows
     for r in reader:
         row = {k: r[k] for k in ("ep", "dispatch", "policy", "prio", "round", "status")}
+        row.update((k, v) for k, v in rec.items() if v != "")
         row["ep"], row["round"] = int(row["ep"]), int(row["round"])
         row["wall_s"] = "%.1f" % (float(r["wall_ms"]) / 1e3)
         last = read_last_row(r["run_csv"]) if r["status"] == "ok" else None
@@ -203,9 +219,52 @@ def why(w, by, ep, d, ranked):
     w("- " + txt)
 
 
+def ranking(by, ep, d, policies):
+    t = {p: value(by.get((ep, d, p, "on"), []), "fwd_bwd_ms") for p in policies}
+    return [p for p in sorted((p for p in t if t[p]), key=lambda p: t[p])], t
+
+
+def compare(w, path, by, eps, dispatches, policies):
+    """This sweep's ranking beside another sweep's (another transport or type)."""
+    other = collect(path)
+    ob = cases(other)
+    kinds = sorted({"%s %s" % (r.get("transport"), r.get("dtype")) for r in other})
+    w("## Does the ranking hold? Against %s (%s)" % (os.path.basename(os.path.dirname(os.path.abspath(path)))
+                                                    + "/" + os.path.basename(path), ", ".join(kinds)))
+    w("")
+    w("Prefetching policies (%s) against the others, and the order of the policies, with the ring's "
+      "priorities; a group's members within 0.3%% of one another are not ordered (run-to-run shifts between "
+      "invocations reach 0.35%%, docs/simulation.md)." % ", ".join(p for p in policies if p in PREFETCHING))
+    w("")
+    w("| EP | dispatcher | this sweep | the other | prefetching ahead here / there | same order |")
+    w("|---:|---|---|---|---|---|")
+    for ep in eps:
+        for d in dispatches:
+            here, th = ranking(by, ep, d, policies)
+            there, tt = ranking(ob, ep, d, policies)
+            if not here or not there:
+                continue
+            def ahead(order, t):
+                pre = [t[p] for p in order if p in PREFETCHING]
+                non = [t[p] for p in order if p not in PREFETCHING]
+                if not pre or not non:
+                    return "n/a"
+                return "yes (%.1f%%)" % (100 * (min(non) / max(pre) - 1)) if max(pre) < min(non) else \
+                    "no (best other %.1f%% vs worst prefetching)" % (100 * (min(non) / max(pre) - 1))
+            common = [p for p in here if p in there]
+            # Same order up to ties within 0.3%: every pair ordered apart by more than that agrees.
+            agree = all(not (th[p] * 1.003 < th[q] and tt[q] * 1.003 < tt[p]) for i, p in enumerate(common)
+                        for q in common[i + 1:])
+            w("| %d | %s | %s | %s | %s / %s | %s |" % (ep, d, " < ".join(here), " < ".join(there),
+                                                         ahead(here, th), ahead(there, tt),
+                                                         "yes" if agree else "no"))
+    w("")
+
+
 def markdown(a, rows, by, meta_rounds):
     eps = sorted({r["ep"] for r in rows})
-    dispatches = sorted({r["dispatch"] for r in rows}, key=lambda d: {"ring": 0, "token": 1, "a2a": 2}[d])
+    dispatches = sorted({r["dispatch"] for r in rows},
+                        key=lambda d: ({"ring": 0, "token": 1, "a2a": 2, "a2a-megatron": 3}.get(d, 9), d))
     policies = sorted({r["policy"] for r in rows}, key=lambda p: (p in PREFETCHING, p))
     plot(rows, by, eps, dispatches, policies, a.out)
     same, differ, single = determinism(by, meta_rounds)
@@ -215,9 +274,12 @@ def markdown(a, rows, by, meta_rounds):
     w("Command: `%s` (%s; %s s of wall time on this 2-core machine, %s simulation(s) at a time; %d runs)." % (
         a.cmd, a.date, a.wall, a.jobs, len(rows)))
     w("")
+    kinds = sorted({(r.get("transport", ""), r.get("dtype", ""), r.get("commit", "")) for r in rows})
     w("- Layer: %s, H, F and tokens divided by %s (sizes in `relaymoe run`'s line of each log), forward "
-      "and backward, f32, `relaymoe run --repeat 1` (a warm-up pass, then the timed pass reported)." %
-      (a.preset, a.scale))
+      "and backward, `relaymoe run --repeat 1` (a warm-up pass, then the timed pass reported). Transport, "
+      "element type and commit of the runs (columns of sim_sched.csv): %s." %
+      (a.preset, a.scale, "; ".join("%s, %s, %s" % (t, d, ("commit " + c) if c else "commit not recorded")
+                                   for t, d, c in kinds)))
     w("- Machine: `%s` (%s) through `scripts/sim/platform.py`, one rank and one simulated GPU per EP "
       "degree; every task runs on its rank's one GPU worker, so a policy decides the order of the ready "
       "tasks and when their data moves, not where they run." % (os.path.relpath(a.cluster, os.path.dirname(
@@ -236,8 +298,9 @@ def markdown(a, rows, by, meta_rounds):
       "its data transfers over PCIe and StarPU-MPI's messages over the platform's links (SMPI, "
       "bandwidth sharing, latency); task durations come from codelets/sim_cost.c's roofline (or a "
       "recording, if the command says --history). It does not model kernel interference on the GPU, "
-      "CPU-side costs of the runtime (submission, callbacks: zero simulated time), GPUDirect (StarPU-MPI "
-      "1.3 stages through host memory), or network contention beyond the links' fair sharing.")
+      "CPU-side costs of the runtime (submission, callbacks: zero simulated time), or network contention "
+      "beyond the links' fair sharing. Transport staged: StarPU-MPI 1.3's host staging over PCIe; "
+      "gpudirect: that hop free (scripts/sim/platform.py --transport).")
     w("")
     w("## Determinism")
     w("")
@@ -281,6 +344,8 @@ def markdown(a, rows, by, meta_rounds):
                 ep, d, " < ".join(ok), t[ok[0]], t[ok[-1]], 100 * (t[ok[-1]] / t[ok[0]] - 1),
                 "%+.1f%% to %+.1f%%" % (min(g), max(g)) if g else "not run"))
     w("")
+    if a.compare:
+        compare(w, a.compare, by, eps, dispatches, policies)
     for ep in eps:
         w("## EP=%d" % ep)
         w("")
@@ -300,8 +365,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for k in ("rows", "out", "cmd", "date", "preset", "scale", "cluster", "wall", "jobs"):
         ap.add_argument("--" + k, required=True, action="append" if k == "rows" else "store")
+    ap.add_argument("--transport", default=RECORDED["transport"], choices=("staged", "gpudirect"))
+    ap.add_argument("--dtype", default=RECORDED["dtype"], choices=("f32", "bf16"))
+    ap.add_argument("--commit", default="")
+    ap.add_argument("--compare", help="another sweep's sim_sched.csv, to compare rankings")
     a = ap.parse_args()
-    rows = [r for src in a.rows for r in collect(src)]
+    rec = {"commit": a.commit, "transport": a.transport, "dtype": a.dtype}
+    rows = [r for src in a.rows for r in collect(src, rec)]
     def run_key(r):
         return (r["ep"], r["dispatch"], r["policy"], r["prio"], r["round"])
     rows.sort(key=run_key)

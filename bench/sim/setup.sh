@@ -6,7 +6,26 @@
 sim_setup() {
   local e d
   for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
-  for d in $dispatches; do case $d in ring|token|a2a) ;; *) die "--dispatch: '$d' is not ring, token or a2a" ;; esac; done
+  # Any single dispatcher `relaymoe run --dispatch` accepts (its --help of
+  # the real build lists them), so one added there runs here by name.
+  local known=''
+  [ -x "$root/build/apps/relaymoe" ] &&
+    known=$("$root/build/apps/relaymoe" run --help 2>/dev/null | sed -n 's/^ *--dispatch D *//p' | tr -c 'a-z0-9-\n' ' ')
+  for d in $dispatches; do
+    [[ $d =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--dispatch: '$d' is not a dispatcher name"
+    case $d in auto|both|baselines|all) die "--dispatch: '$d' names several or a choice: give single dispatchers" ;; esac
+    [ -z "$known" ] || [[ " $known " == *" $d "* ]] || die "--dispatch: relaymoe run does not know '$d' (it knows:$known)"
+  done
+  case $transport in staged|gpudirect) ;; *) die "--transport: '$transport' is not staged or gpudirect" ;; esac
+  case $dtype in bf16|f32) ;; *) die "--dtype: '$dtype' is not bf16 or f32" ;; esac
+  # The commit every row records: the tree's, marked when tracked files
+  # differ from it; bench/sim/all.sh takes it once for all its sweeps
+  # (RMOE_SIM_COMMIT), so a sweep that runs long records where it started.
+  sim_commit=${RMOE_SIM_COMMIT:-}
+  if [ -z "$sim_commit" ]; then
+    sim_commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
+    git -C "$root" diff --quiet HEAD -- 2>/dev/null || sim_commit=$sim_commit-dirty
+  fi
   [ -f "$cluster" ] || die "--cluster $cluster: no such file"
   [ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see docs/simulation.md)"
   [ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"
@@ -18,9 +37,11 @@ sim_setup() {
       die "--history $history: no .starpu/sampling/codelets/45 (bench/sim/calibrate.sh --out $history)"
     history=$(cd "$history" && pwd)
   fi
+  # GEMMs at the rate of the element type the tensors have on every link:
+  # the file's bf16_tflops for bf16, its f32_tflops for f32.
   if [ -z "$gpu_tflops" ]; then
-    gpu_tflops=$(sed -n 's/^[[:space:]]*bf16_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p' "$cluster" | head -n 1)
-    [ -n "$gpu_tflops" ] || die "$cluster has no bf16_tflops: give --gpu-tflops"
+    gpu_tflops=$(sed -n "s/^[[:space:]]*${dtype}_tflops[[:space:]]*=[[:space:]]*\([0-9.eE+-]*\).*/\1/p" "$cluster" | head -n 1)
+    [ -n "$gpu_tflops" ] || die "$cluster has no ${dtype}_tflops: give --gpu-tflops"
   fi
   # Every run goes under `setarch -R` where the kernel allows it
   # (scripts/lib/norand.sh says why; sim_norand is empty where it does not).
@@ -48,8 +69,9 @@ sim_setup() {
 # The options run.sh and sched.sh share, for opts_parse (scripts/lib/opts.sh,
 # sourced first), and their defaults (a script sets its own after this).
 eps="8 16 32 64" preset=Qwen3-30B-A3B cluster=$root/scheduler/clusters/mn5-acc.cluster
+transport=gpudirect dtype=bf16
 gpu_tflops='' gpu_gbs=2500 floor_us=20 history='' history_host=''
 app=$root/build-sim/apps/relaymoe prefix=/opt/starpu-sim out=$root/bench/results keep=''
 OPT_VALUE+=([--ep]=eps [--dispatch]=dispatches [--preset]=preset [--scale]=scale [--cluster]=cluster
   [--gpu-tflops]=gpu_tflops [--gpu-gbs]=gpu_gbs [--floor-us]=floor_us [--history]=history
-  [--history-host]=history_host [--timeout]=tmo [--app]=app [--prefix]=prefix [--out]=out [--keep]=keep)
+  [--history-host]=history_host [--transport]=transport [--dtype]=dtype [--timeout]=tmo [--app]=app [--prefix]=prefix [--out]=out [--keep]=keep)

@@ -3,6 +3,7 @@
 
 usage:
   platform.py CLUSTER_FILE -n RANKS -o OUTDIR [--cpus-per-rank C]
+              [--transport staged|gpudirect]
   platform.py --cpu -n RANKS -o OUTDIR [--shm-gbs B] [--shm-lat-us L]
               [--cpu-gflops G]
 
@@ -41,6 +42,23 @@ take the planner's built-in numbers, as the planner does).
                         rank gets this description: ranks that share a device
                         (ranks_per_node > devices_per_node) are linked by the
                         same_device link but each simulates a whole GPU.
+  --transport           how a GPU's data reaches the network (default staged):
+                        staged: StarPU-MPI 1.3 as it is, with no GPUDirect:
+                        every message of every dispatcher is copied between
+                        the GPU and host memory over the [link pcie] of the
+                        rank's description (RAM<->CUDA0) before it is sent
+                        and after it is received; gpudirect: that link costs
+                        nothing (GPUDIRECT_GBS, no latency), so a message
+                        sees only the NVLink pair link inside a node or the
+                        adapters between nodes, as device buffers sent with
+                        GPUDirect P2P / RDMA would. Only the staging hop
+                        changes; the SMPI links carry every dispatcher's
+                        bytes alike under both. Caveat: the description
+                        has one host<->GPU path, so under gpudirect every
+                        host<->GPU copy is free, not only MPI's staging (a
+                        graph reading host-resident data, e.g. the ring's
+                        host copy of the weights it forwards, gets it for
+                        free too).
   OUTDIR/env.sh         `. OUTDIR/env.sh` sets STARPU_PERF_MODEL_DIR,
                         STARPU_HOSTNAME, STARPU_NCUDA, STARPU_NCPU,
                         STARPU_NOPENCL, and RMOE_SIM_PLATFORM, RMOE_SIM_HOSTFILE,
@@ -99,6 +117,11 @@ MARKER = ".relaymoe-platform"
 # descriptions are: every real value is then followed by a tab, which the
 # 1.3 loader needs (it drops a row's last value when a newline follows it).
 MATRIX_PAD = 16
+# --transport gpudirect: the host<->GPU link that StarPU-MPI's staging
+# crosses, made free. SimGrid needs a finite rate: 1 PB/s moves the largest
+# hop of a full-size layer (~600 MB) in 0.6 us.
+GPUDIRECT_GBS = 1e6
+TRANSPORTS = ("staged", "gpudirect")
 
 
 class Fail(Exception):
@@ -572,6 +595,9 @@ def main(argv):
     ap.add_argument("--cpus-per-rank", type=int, default=1,
                     help="GPU mode: CPU hosts in each rank's StarPU description (default 1; "
                          "env.sh sets STARPU_NCPU=0: the GPU does the work)")
+    ap.add_argument("--transport", choices=TRANSPORTS, default="staged",
+                    help="GPU mode: staged (host staging over PCIe, StarPU-MPI 1.3) or gpudirect "
+                         "(the staging hop free); default staged")
     ap.add_argument("--shm-gbs", type=float, help="--cpu: GB/s between ranks (default: measured copy rate)")
     ap.add_argument("--shm-lat-us", type=float, default=1.0, help="--cpu: us per message (default 1)")
     ap.add_argument("--cpu-gflops", type=float, default=10.0,
@@ -618,11 +644,13 @@ def main(argv):
         node, device, how = place(c, a.ranks)
         host = a.hostname or "rmoe-%s-gpu" % c["name"]
         hosts = ["n%d-r%d" % (node[r], r) for r in range(a.ranks)]
-        gpu = {"memsize": c["memory"], "flops": c["bf16_tflops"] * 1e12, "pcie": c["link"]["pcie"]}
+        staging = c["link"]["pcie"] if a.transport == "staged" else (GPUDIRECT_GBS, 0.0)
+        gpu = {"memsize": c["memory"], "flops": c["bf16_tflops"] * 1e12, "pcie": staging}
         nd = node_description(host, a.cpus_per_rank, 1e9, gpu, None)
         ncpu, ncuda = 0, 1
         info_extra = {"memory_bytes": c["memory"], "bf16_tflops": c["bf16_tflops"],
                       "f32_tflops": c["f32_tflops"], "pcie": c["link"]["pcie"],
+                      "transport": a.transport, "staging_link": list(staging),
                       "links_from_file": [l for l in LINKS if c.get("link_from_file_" + l)]}
 
     files["platform.xml"] = smpi_platform(c, a.ranks, node, device, hosts)
@@ -643,8 +671,9 @@ def main(argv):
     out = write_out(a.out, files)
     links = ", ".join("%s %.4g GB/s %.3g us" % (k, v["bandwidth_gbs"], v["latency_us"])
                       for k, v in sorted(used.items()))
-    print("platform.py: %s: %d ranks on %d node(s) (%s)%s -> %s"
-          % (c["name"], a.ranks, len(set(node)), how, "; " + links if links else "", out))
+    print("platform.py: %s: %d ranks on %d node(s) (%s)%s%s -> %s"
+          % (c["name"], a.ranks, len(set(node)), how, "; " + links if links else "",
+             "" if a.cpu else "; transport %s" % a.transport, out))
     return 0
 
 
