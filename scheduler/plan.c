@@ -65,18 +65,30 @@ static int cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *mc, int
 	return rmoe_memory_cap_chunk(d, &worst, cap, rows);
 }
 
-/* The dispatch that runs: smaller chunks asked for are kept. */
+/* Every dispatcher under the layer's cap, so the ring and the all-to-alls
+ * compare at the chunking each would need (rmoe_plan_memory.cap_*); the
+ * dispatch that runs takes its own, smaller chunks asked for kept. */
 static void plan_cap(const struct rmoe_layer_config *cfg, const struct rmoe_mem_config *mc, struct rmoe_plan *out)
 {
 	out->chunk_rows = cfg->chunk_rows;
 	if (cfg->mem_cap <= 0)
 		return;
-	int64_t c;
-	out->cap_rc = cap_chunk(out->dispatch, mc, cfg->mem_cap, &c);
-	if (out->cap_rc) {
-		snprintf(out->cap_msg, sizeof(out->cap_msg), "%s", rmoe_last_error_message());
-		return;
+	struct rmoe_plan_memory *m = &out->memory;
+	int64_t c = 0;
+	out->cap_rc = RMOE_ENOTSUP;
+	snprintf(out->cap_msg, sizeof(out->cap_msg), "%s takes no memory cap", rmoe_dispatch_name(out->dispatch));
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+		m->cap_rc[i] = cap_chunk(rmoe_plan_dispatchers[i], mc, cfg->mem_cap, &m->cap_chunk_rows[i]);
+		if (rmoe_plan_dispatchers[i] != out->dispatch)
+			continue;
+		out->cap_rc = m->cap_rc[i];
+		c = m->cap_chunk_rows[i];
+		/* the message now, before the next dispatcher's replaces it */
+		if (out->cap_rc)
+			snprintf(out->cap_msg, sizeof(out->cap_msg), "%s", rmoe_last_error_message());
 	}
+	if (out->cap_rc)
+		return;
 	if (out->chunk_rows <= 0 || out->chunk_rows > c)
 		out->chunk_rows = c;
 }
@@ -144,10 +156,6 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
 		rmoe_memory_model(rmoe_plan_dispatchers[i], &even, &m->est[i]);
 		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_plan_dispatchers[i], &even, m->budget) : 0;
-		/* Every dispatcher under the layer's cap, so the ring and the
-		 * all-to-alls compare at the chunking each would need. */
-		if (req->layer->mem_cap > 0)
-			m->cap_rc[i] = cap_chunk(rmoe_plan_dispatchers[i], mc, req->layer->mem_cap, &m->cap_chunk_rows[i]);
 	}
 	struct rmoe_mem_config run = *mc;
 	run.chunk_rows = out->chunk_rows;
