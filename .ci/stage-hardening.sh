@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hardening stage (docs/hardening.md), after the main suite:
-#  1. the suite (less the multihost, bench and subproject labels) built with ASan + UBSan
+#  1. the suite (less the multihost, bench, subproject and long labels) built with ASan + UBSan
 #     (build-asan/), multi-rank tests included;
 #  2. the unit tests under Valgrind memcheck (the main build, build/);
 #  3. each libFuzzer target for RMOE_FUZZ_SECONDS (default 60) from its seed
@@ -37,7 +37,7 @@ step "test suite under ASan + UBSan"
   # multihost has a stage of its own (a lost peer under ASan is
   # hardening_kill_rank_np3); bench measures; subproject builds relaymoe
   # again, without the sanitizers.
-  ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench|subproject'
+  ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench|subproject|long'
 )
 
 # ---- 2. Valgrind memcheck on the unit tests ------------------------------------------
