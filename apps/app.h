@@ -133,8 +133,10 @@ int rmoe_problem_run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const s
  * *a2a. Collective over MPI_COMM_WORLD. */
 void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring, double *a2a);
 /* The pairs every rank routes to every rank (a2a's blocks, the model's
- * rmoe_mem_config.blocks): [s * nranks + q], from topk_idx (collective).
- * NULL when out of memory; freed by the caller. */
+ * rmoe_mem_config.blocks): [s * nranks + q], from topk_idx (collective);
+ * then, at [nranks^2 + s * nranks + q], the distinct tokens of each block
+ * (a2a-deepep's, rmoe_mem_config.block_tokens). NULL when out of memory;
+ * freed by the caller. */
 int64_t *rmoe_problem_a2a_blocks(const struct rmoe_problem *p, const int32_t *topk_idx);
 
 /* Largest relative norm difference between two runs' tensors, over ranks. */

@@ -41,7 +41,7 @@ static const char *usage_head =
 	"usage: mpirun -np N relaymoe run [options]\n"
 	"\n"
 	"Runs one MoE layer (router, top-k, SwiGLU experts) forward and backward on N\n"
-	"ranks, with the ring dispatcher of RelayMoE and two all-to-all baselines side\n"
+	"ranks, with the ring dispatcher of RelayMoE and three all-to-all baselines side\n"
 	"by side, and reports time, memory and the difference between them. a2a is\n"
 	"the lean all-to-all: pipelined per peer and chunk, rows received in expert\n"
 	"order, --chunk-rows and --mem-cap as for the ring, its backward the ring's\n"
@@ -49,9 +49,13 @@ static const char *usage_head =
 	"Megatron Core 0.13's alltoall token dispatcher (through 0.15): routing\n"
 	"probabilities exchanged beside the tokens and applied in the expert, the\n"
 	"unpermute without them, the backward recomputing dispatch and experts, no\n"
-	"combine outputs kept.\n"
+	"combine outputs kept; a2a-deepep is DeepEP's normal-mode dispatch: a token\n"
+	"sent once to each rank owning one of its experts, expanded there, each\n"
+	"token's outputs reduced on that rank before one row goes back (whole\n"
+	"blocks: no --chunk-rows or --mem-cap).\n"
 	"Default: the Qwen3-30B-A3B layer with H, F and tokens divided by 16 (H=128,\n"
-	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a and a2a-megatron.\n"
+	"F=48, E=128, K=8, 3072 tokens per rank), ring, a2a, a2a-megatron and\n"
+	"a2a-deepep.\n"
 	"\n";
 
 static const char *usage_tail =
@@ -80,7 +84,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
 	};
 	const struct rmoe_opt run[] = {
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, auto, both (ring+a2a), baselines (ring, a2a, a2a-megatron) or all", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, a2a-deepep, auto, both (ring+a2a), baselines (ring and every all-to-all) or all", NULL},
 		RMOE_SEED_OPTION(&r->seed),
 		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up", NULL},
 		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes", NULL},
@@ -166,6 +170,7 @@ static void model_peaks(const struct rmoe_problem *p, struct outcome *o, const i
 	mc.chunk_rows = o->chunk_rows;
 	mc.skew = o->skew;
 	mc.blocks = blocks;
+	mc.block_tokens = blocks ? blocks + p->nranks * p->nranks : NULL;
 	struct rmoe_mem_estimate e;
 	if (rmoe_memory_model(o->d, &mc, &e) == 0) {
 		o->model_fwd = (double)e.peak_forward;
@@ -188,8 +193,8 @@ static double max_over_ranks(double v)
 	return m;
 }
 
-/* --dispatch all: ring, token, a2a, a2a-megatron. */
-enum { MAX_DISPATCHERS = 4 };
+/* --dispatch all: ring, token, a2a, a2a-megatron, a2a-deepep. */
+enum { MAX_DISPATCHERS = 5 };
 
 /* One dispatcher of a run: its layer and what its passes measured. */
 struct contender {
@@ -211,8 +216,11 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	 * and a2a's blocks, a2a-megatron builds its buffers whole. */
 	if (rmoe_dispatch_alltoall(d))
 		cfg.partitions = 1;
-	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON)
+	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON || d == RMOE_DISPATCH_ALLTOALL_DEEPEP)
 		cfg.mem_cap = 0;
+	/* a2a-deepep's receivers size whole blocks by their tokens. */
+	if (d == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+		cfg.chunk_rows = 0;
 	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
@@ -313,7 +321,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
 	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
 	int64_t *blocks = NULL;
-	if (!RMOE_SIMULATED && c->d == RMOE_DISPATCH_ALLTOALL)
+	if (!RMOE_SIMULATED && (c->d == RMOE_DISPATCH_ALLTOALL || c->d == RMOE_DISPATCH_ALLTOALL_DEEPEP))
 		blocks = rmoe_problem_a2a_blocks(prob, res->topk_idx);
 	model_peaks(prob, out, blocks);
 	free(blocks);
@@ -501,6 +509,7 @@ static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, s
 	int ring = !strcmp(d, "ring") || !strcmp(d, "both") || baselines || all;
 	int a2a = !strcmp(d, "a2a") || !strcmp(d, "both") || baselines || all;
 	int megatron = !strcmp(d, "a2a-megatron") || baselines || all;
+	int deepep = !strcmp(d, "a2a-deepep") || baselines || all;
 	int token = !strcmp(d, "token") || all;
 	if (!strcmp(d, "auto"))
 		which[n++] = RMOE_DISPATCH_AUTO;
@@ -512,8 +521,11 @@ static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, s
 		which[n++] = RMOE_DISPATCH_ALLTOALL;
 	if (megatron)
 		which[n++] = RMOE_DISPATCH_ALLTOALL_MEGATRON;
+	if (deepep)
+		which[n++] = RMOE_DISPATCH_ALLTOALL_DEEPEP;
 	if (!n)
-		snprintf(msg, len, "--dispatch '%s': expected ring, token, a2a, a2a-megatron, auto, both, baselines or all",
+		snprintf(msg, len,
+		         "--dispatch '%s': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines or all",
 		         d);
 	return n;
 }
@@ -641,7 +653,8 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON)
+		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON &&
+		    out[i].d != RMOE_DISPATCH_ALLTOALL_DEEPEP)
 			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
 			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB,
 			             out[i].d == RMOE_DISPATCH_ALLTOALL ? "exchanged blocks" : "hops",

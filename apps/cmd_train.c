@@ -68,7 +68,7 @@ static int parse_options(struct train_opts *r, int argc, char **argv, int first,
 	const struct rmoe_opt training[] = {
 		{"steps", RMOE_OPT_INT, &r->steps, 0, 1e9, "S", "train up to step S", NULL},
 		RMOE_SEED_OPTION(&r->seed),
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|a2a-megatron", "MoE dispatcher", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "ring|a2a|a2a-megatron|a2a-deepep", "MoE dispatcher", NULL},
 		{"lr", RMOE_OPT_DOUBLE, &r->lr, 0, 10, "LR", "peak learning rate", NULL},
 		{"warmup", RMOE_OPT_INT, &r->warmup, 0, 1e9, "S", "linear warm-up steps", NULL},
 		{"weight-decay", RMOE_OPT_DOUBLE, &r->weight_decay, 0, 10, "W", "AdamW decay of matrices", NULL},
@@ -106,8 +106,10 @@ static int check_opts(struct train_opts *r, int nranks, struct rmoe_train_shape 
 		*d = RMOE_DISPATCH_ALLTOALL;
 	} else if (strcmp(r->dispatch, "a2a-megatron") == 0) {
 		*d = RMOE_DISPATCH_ALLTOALL_MEGATRON;
+	} else if (strcmp(r->dispatch, "a2a-deepep") == 0) {
+		*d = RMOE_DISPATCH_ALLTOALL_DEEPEP;
 	} else {
-		snprintf(msg, len, "--dispatch '%s': expected ring, a2a or a2a-megatron", r->dispatch);
+		snprintf(msg, len, "--dispatch '%s': expected ring, a2a, a2a-megatron or a2a-deepep", r->dispatch);
 		return RMOE_EINVAL;
 	}
 	if (r->text) {

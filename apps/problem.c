@@ -330,15 +330,31 @@ int64_t *rmoe_problem_a2a_blocks(const struct rmoe_problem *p, const int32_t *to
 {
 	const int N = p->nranks;
 	const int64_t P = p->cfg.tokens * p->cfg.topk;
-	int64_t *mine = calloc((size_t)N, sizeof(int64_t)), *all = calloc((size_t)N * N, sizeof(int64_t));
-	int ok = mine && all;
-	for (int64_t i = 0; ok && i < P; i++)
-		mine[topk_idx[i] / p->e_local]++;
+	const int64_t K = p->cfg.topk;
+	int64_t *mine = calloc((size_t)(2 * N), sizeof(int64_t)), *all = calloc((size_t)(2 * N * N), sizeof(int64_t));
+	int64_t *gathered = calloc((size_t)(2 * N * N), sizeof(int64_t));
+	int ok = mine && all && gathered;
+	for (int64_t i = 0; ok && i < P; i++) {
+		const int64_t q = topk_idx[i] / p->e_local;
+		mine[q]++;
+		/* a token counted once per rank, at its first pair there */
+		int seen = 0;
+		for (int64_t j = i - i % K; j < i && !seen; j++)
+			seen = topk_idx[j] / p->e_local == q;
+		mine[N + q] += !seen;
+	}
 	/* every rank takes part, whatever its allocations gave */
 	MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	if (ok)
-		MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, MPI_COMM_WORLD);
+	if (ok) {
+		MPI_Allgather(mine, 2 * N, MPI_INT64_T, gathered, 2 * N, MPI_INT64_T, MPI_COMM_WORLD);
+		for (int s = 0; s < N; s++)
+			for (int q = 0; q < N; q++) {
+				all[s * N + q] = gathered[s * 2 * N + q];
+				all[N * N + s * N + q] = gathered[s * 2 * N + N + q];
+			}
+	}
 	free(mine);
+	free(gathered);
 	if (!ok) {
 		free(all);
 		return NULL;

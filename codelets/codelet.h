@@ -100,6 +100,12 @@ struct rmoe_dispatch_map_args {
 	int64_t scratch;
 };
 
+/* peer-counts and dedup-map (codelet_dedup.c) */
+struct rmoe_dedup_args {
+	int64_t tokens, topk, experts, ranks;
+	int64_t first, count, distinct;
+};
+
 /* gather, scatter-add, unpermute-bwd */
 struct rmoe_rows_args {
 	int64_t first, count, hidden, topk;
@@ -257,6 +263,20 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
 	RMOE_CL_CUDA_WRAPPER(var, cuda)                                                                 \
 	static struct starpu_perfmodel var##_model = RMOE_PERFMODEL(sym, op);                           \
 	static struct starpu_codelet var = {.name = (label), RMOE_CL_FUNCS(var##_cpu, var##_cuda).nbuffers = (nbuf), \
+	                                    .model = &var##_model}
+
+/* A codelet with a CPU function only (small index work on the host;
+ * StarPU brings its buffers there), wrapped as RMOE_CODELET's are. */
+#define RMOE_CL_CPU_ONLY(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu},
+#define RMOE_CODELET_CPU(var, label, body, sym, op, nbuf)                                            \
+	static void var##_cpu(void *buffers[], void *cl_arg)                                            \
+	{                                                                                               \
+		if (rmoe_cl_begin(cl_arg))                                                              \
+			body(buffers, rmoe_cl_payload(cl_arg));                                         \
+		rmoe_cl_done();                                                                         \
+	}                                                                                               \
+	static struct starpu_perfmodel var##_model = RMOE_PERFMODEL(sym, op);                           \
+	static struct starpu_codelet var = {.name = (label), RMOE_CL_CPU_ONLY(var##_cpu).nbuffers = (nbuf), \
 	                                    .model = &var##_model}
 
 /* The one place the codelets differ between builds.

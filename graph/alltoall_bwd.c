@@ -100,7 +100,7 @@ static int experts_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data
 }
 
 /* My own rows (step 0): no transfer. */
-static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t dy,
+int rmoe_a2a_own_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t dy,
                      starpu_data_handle_t dx, int *accumulate, struct rmoe_a2a_depth *experts, int prio)
 {
 	starpu_data_handle_t in[3], res[2] = {NULL, NULL};
@@ -157,6 +157,21 @@ static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, 
 	return experts_end(L, pass, in, res, experts, rc);
 }
 
+int rmoe_a2a_backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
+                            int64_t identity_rows)
+{
+	/* dg arrives as additions at the pairs (scatter-add): from zero. */
+	int rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
+	/* The identity pair order of the largest chunk, host memory the
+	 * chunks' expert tasks read: counted in the pass. */
+	pass->resident += 4 * identity_rows;
+	if (!rc)
+		rc = rmoe_a2a_identity_grow(L, identity_rows);
+	if (!rc && p->max_recv_rows == 0)
+		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+	return rc;
+}
+
 int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                            starpu_data_handle_t dx)
 {
@@ -167,22 +182,14 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
 	if (rc)
 		return rc;
 	const int N = p->N, me = p->me;
-	/* dg arrives as additions at the pairs (scatter-add): from zero. */
-	rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
-	/* The identity pair order of the largest chunk, host memory the
-	 * chunks' expert tasks read: counted in the pass. */
-	pass->resident += 4 * p->max_recv_rows;
-	if (!rc)
-		rc = rmoe_a2a_identity_grow(L, p->max_recv_rows);
-	if (!rc && p->max_recv_rows == 0)
-		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+	rc = rmoe_a2a_backward_begin(L, pass, p, p->max_recv_rows);
 	struct rmoe_a2a_depth tokens = {0}, experts = {0};
 	int accumulate = 0;
 	for (int i = 0; i < N && !rc; i++) {
 		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
 		if (i == 0) {
 			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
-				rc = own_chunk(L, pass, &p->send[me][j], dy, dx, &accumulate, &experts, prio);
+				rc = rmoe_a2a_own_backward(L, pass, &p->send[me][j], dy, dx, &accumulate, &experts, prio);
 			continue;
 		}
 		for (int64_t j = 0; j < p->nsend[to] && !rc; j++)

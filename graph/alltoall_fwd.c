@@ -51,7 +51,7 @@ static int experts_ffn(int rc, struct rmoe_layer *L, struct rmoe_pass *pass, con
 }
 
 /* My own rows (step 0): permute, experts, weighted unpermute into y. */
-static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t y,
+int rmoe_a2a_own_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t y,
                      struct rmoe_a2a_depth *experts, int prio)
 {
 	starpu_data_handle_t x = rmoe_act_vector(pass, L, c->rows * L->H);
@@ -129,7 +129,7 @@ int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_d
 		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
 		if (i == 0) {
 			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
-				rc = own_chunk(L, pass, &p->send[me][j], y, &experts, prio);
+				rc = rmoe_a2a_own_forward(L, pass, &p->send[me][j], y, &experts, prio);
 			continue;
 		}
 		for (int64_t j = 0; j < p->nsend[to] && !rc; j++)

@@ -62,8 +62,9 @@ static int plan_fill(struct rmoe_layer *L, struct rmoe_pass *pass, struct rmoe_a
 	const int64_t el = L->e_local, E = L->E;
 	p->N = N;
 	p->me = me;
-	p->send_first = calloc((size_t)(3 * N + N * el + el), sizeof(int64_t));
-	p->peer_counts = calloc((size_t)(N * E), sizeof(int32_t));
+	const int64_t W = rmoe_counts_width(L);
+	p->send_first = calloc((size_t)(5 * N + N * el + el), sizeof(int64_t));
+	p->peer_counts = calloc((size_t)(N * W), sizeof(int32_t));
 	p->peer_offsets = calloc((size_t)(N * (E + 1)), sizeof(int64_t));
 	if (!p->send_first || !p->peer_counts || !p->peer_offsets)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory for the all-to-all plan");
@@ -71,6 +72,8 @@ static int plan_fill(struct rmoe_layer *L, struct rmoe_pass *pass, struct rmoe_a
 	p->recv_rows = p->send_rows + N;
 	p->chunk_rows = p->recv_rows + N;
 	p->rows_per_expert = p->chunk_rows + N * el;
+	p->send_tokens = p->rows_per_expert + el;
+	p->recv_tokens = p->send_tokens + N;
 
 	int rc = rmoe_exchange_counts(L, pass, pass->tag_base, p->peer_counts);
 	if (rc)
@@ -78,11 +81,15 @@ static int plan_fill(struct rmoe_layer *L, struct rmoe_pass *pass, struct rmoe_a
 	for (int q = 0; q < N; q++) {
 		int64_t *off = p->peer_offsets + (int64_t)q * (E + 1);
 		for (int64_t e = 0; e < E; e++)
-			off[e + 1] = off[e] + p->peer_counts[(int64_t)q * E + e];
+			off[e + 1] = off[e] + p->peer_counts[(int64_t)q * W + e];
 		p->send_first[q] = rmoe_pairs_first(L->expert_offsets, q * el);
 		p->send_rows[q] = rmoe_pairs_count(L->expert_offsets, q * el, el);
+		if (W > E) {
+			p->send_tokens[q] = p->peer_counts[(int64_t)me * W + E + q];
+			p->recv_tokens[q] = p->peer_counts[(int64_t)q * W + E + me];
+		}
 		for (int64_t e = 0; e < el; e++) {
-			int64_t c = p->peer_counts[(int64_t)q * E + me * el + e];
+			int64_t c = p->peer_counts[(int64_t)q * W + me * el + e];
 			p->chunk_rows[q * el + e] = c;
 			p->recv_rows[q] += c;
 			p->rows_per_expert[e] += c;

@@ -24,6 +24,9 @@ static int submit_router_fwd(struct rmoe_layer *L)
 	o = rmoe_opts(L, "dispatch-map", top);
 	if (!rc)
 		rc = rmoe_insert_dispatch_map(&o, L->T, L->K, L->E, L->h_topk_idx, L->h_pair_order, L->h_counts);
+	o = rmoe_opts(L, "peer-counts", top);
+	if (!rc && L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+		rc = rmoe_insert_peer_counts(&o, L->T, L->K, L->E, L->N, L->h_topk_idx, L->h_counts, L->h_peer_counts);
 	return rc;
 }
 
@@ -42,22 +45,29 @@ static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx, star
  * build no dispatch graph while the others wait inside theirs. */
 static int read_counts(struct rmoe_layer *L, struct rmoe_pass *pass)
 {
+	/* a2a-deepep reads the expert counts in its peer counts, which come
+	 * after them (one wait either way). */
+	const int deepep = L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
+	starpu_data_handle_t h = deepep ? L->h_peer_counts : L->h_counts;
+	int32_t *counts = deepep ? L->peer_counts : L->expert_counts;
 #ifdef STARPU_SIMGRID
 	/* The router did not run: synthetic counts (sim_routing.c), written
 	 * into the handle so the counts exchange carries them. */
-	int rc = rmoe_acquire_bounded(pass->wait, L->h_counts, STARPU_MAIN_RAM, STARPU_RW, "the expert counts");
+	int rc = rmoe_acquire_bounded(pass->wait, h, STARPU_MAIN_RAM, STARPU_RW, "the expert counts");
 	if (rc)
 		return rc;
-	rmoe_sim_expert_counts(L->T, L->K, L->E, L->ctx->rank, L->expert_counts);
+	rmoe_sim_expert_counts(L->T, L->K, L->E, L->ctx->rank, counts);
+	if (deepep)
+		rmoe_sim_peer_tokens(L->T, L->K, L->E, L->N, counts, counts + L->E);
 #else
-	int rc = rmoe_acquire_bounded(pass->wait, L->h_counts, STARPU_MAIN_RAM, STARPU_R, "the expert counts");
+	int rc = rmoe_acquire_bounded(pass->wait, h, STARPU_MAIN_RAM, STARPU_R, "the expert counts");
 	if (rc)
 		return rc;
 #endif
 	L->expert_offsets[0] = 0;
 	for (int64_t e = 0; e < L->E; e++)
-		L->expert_offsets[e + 1] = L->expert_offsets[e] + L->expert_counts[e];
-	starpu_data_release(L->h_counts);
+		L->expert_offsets[e + 1] = L->expert_offsets[e] + counts[e];
+	starpu_data_release(h);
 	rc = rmoe_task_status_check(L->tasks);
 	if (!rc && L->expert_offsets[L->E] != L->T * L->K)
 		rc = rmoe_error(RMOE_ESTARPU, "dispatch map counted %lld pairs, expected %lld",
@@ -246,7 +256,8 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 	 * (scripts/trace/rmoe_trace.py). */
 	const int64_t block = RMOE_PASS_TAGS(L->N);
 	int64_t tags = block;
-	if (L->dispatch == RMOE_DISPATCH_ALLTOALL && rmoe_a2a_tags(L) > tags)
+	if ((L->dispatch == RMOE_DISPATCH_ALLTOALL || L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP) &&
+	    rmoe_a2a_tags(L) > tags)
 		tags = (rmoe_a2a_tags(L) + block - 1) / block * block;
 	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
 }
@@ -304,6 +315,9 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		break;
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
 		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_megatron_forward(L, pass, out);
+		break;
+	case RMOE_DISPATCH_ALLTOALL_DEEPEP:
+		rc = dy ? rmoe_alltoall_deepep_backward(L, pass, dy, out) : rmoe_alltoall_deepep_forward(L, pass, out);
 		break;
 	case RMOE_DISPATCH_RING_TOKEN:
 		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);

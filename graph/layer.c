@@ -89,13 +89,15 @@ static int kept_list(struct rmoe_layer *L, struct kept *k)
 	KEEP(L->dg, L->h_dg, TK, sizeof(float), 1);
 	KEEP(L->pair_order, L->h_pair_order, TK, sizeof(int32_t), 0);
 	KEEP(L->expert_counts, L->h_counts, L->E, sizeof(int32_t), 0);
+	if (L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+		KEEP(L->peer_counts, L->h_peer_counts, L->E + L->N, sizeof(int32_t), 0);
 #undef KEEP
 	return n;
 }
 
 static void layer_free(struct rmoe_layer *L)
 {
-	struct kept k[16];
+	struct kept k[20];
 	int n = kept_list(L, k);
 	for (int i = 0; i < n; i++) {
 		if (*k[i].handle) {
@@ -115,7 +117,7 @@ static void layer_free(struct rmoe_layer *L)
 /* Allocates every kept buffer; registers them once all exist. */
 static int layer_buffers(struct rmoe_layer *L)
 {
-	struct kept k[16];
+	struct kept k[20];
 	int n = kept_list(L, k), fail = 0;
 	L->ring = malloc(sizeof(int) * (size_t)L->N);
 	L->expert_offsets = calloc((size_t)L->E + 1, sizeof(int64_t));

@@ -8,9 +8,9 @@
 #include "rmoe_dispatch.h"
 
 /* Tags of a pass beyond its first (the counts'): kind k, block chunk j at
- * tag_base + 1 + k * max_chunks + j. Kinds 0-4 are the graphs' transfers,
- * the last the receivers' credits. */
-enum { RMOE_A2A_KIND_CREDIT = 5, RMOE_A2A_KINDS = 6 };
+ * tag_base + 1 + k * max_chunks + j. Kinds 0-6 are the graphs' transfers
+ * (a2a-deepep's backward has six), the last the receivers' credits. */
+enum { RMOE_A2A_KIND_CREDIT = 7, RMOE_A2A_KINDS = 8 };
 
 struct rmoe_a2a_plan {
 	int N, me;
@@ -19,7 +19,10 @@ struct rmoe_a2a_plan {
 	int64_t *chunk_rows;              /* [N * e_local] rows of (peer q, local expert e) */
 	int64_t *rows_per_expert;         /* [e_local] over all peers */
 	int64_t M;                        /* rows my experts compute */
-	int32_t *peer_counts;             /* [N * E] */
+	/* a2a-deepep: [N] the distinct tokens of my block for q, and of q's
+	 * block for me (from the peer counts); zeros for the others. */
+	int64_t *send_tokens, *recv_tokens;
+	int32_t *peer_counts;             /* [N * rmoe_counts_width]: each rank's counts */
 	int64_t *peer_offsets;            /* [N * (E + 1)]: prefix sums of each rank's counts */
 	/* [M]: for the received rows in peer order (peer, local expert, row),
 	 * their place among the rows sorted by (local expert, peer). */
@@ -104,6 +107,20 @@ int rmoe_a2a_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t widt
  * size; counted by the caller). */
 int rmoe_a2a_identity_grow(struct rmoe_layer *L, int64_t n);
 starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n);
+
+/* The lean all-to-all's step 0, a rank's own chunk c of its pairs
+ * (alltoall_fwd.c, alltoall_bwd.c): no transfer, one chunk on the experts
+ * at a time (experts). a2a-deepep's own block is the same. */
+int rmoe_a2a_own_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t y,
+                         struct rmoe_a2a_depth *experts, int prio);
+int rmoe_a2a_own_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c,
+                          starpu_data_handle_t dy, starpu_data_handle_t dx, int *accumulate,
+                          struct rmoe_a2a_depth *experts, int prio);
+/* A backward's start (alltoall_bwd.c): dg zeroed, the identity pair order
+ * of identity_rows rows grown and counted, the weight gradient zeroed when
+ * this rank's experts compute no row. */
+int rmoe_a2a_backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
+                            int64_t identity_rows);
 
 /* Megatron-LM's all-to-all (alltoall_megatron.c). */
 int rmoe_alltoall_megatron_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);

@@ -29,5 +29,10 @@ int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_
                            starpu_data_handle_t dx);
 int rmoe_alltoall_megatron_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                                     starpu_data_handle_t dx);
+/* DeepEP's normal-mode dispatch: a token once per destination rank
+ * (alltoall_deepep.c). */
+int rmoe_alltoall_deepep_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
+int rmoe_alltoall_deepep_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
+                                  starpu_data_handle_t dx);
 
 #endif /* RMOE_DISPATCH_H */

@@ -51,6 +51,9 @@ struct rmoe_layer {
 	float *probs, *topk_w, *dg;
 	int32_t *topk_idx, *pair_order, *expert_counts;
 	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
+	/* a2a-deepep: the expert counts and then, per rank, the tokens routed
+	 * to it ([E + N], codelet_dedup.c), what its counts exchange carries. */
+	int32_t *peer_counts;
 	/* 0, 1, ...: the all-to-alls' pair order of rows that are their own
 	 * pairs (alltoall_plan.c), grown to the largest row count seen, kept
 	 * to the end. */
@@ -62,7 +65,8 @@ struct rmoe_layer {
 
 	/* Their handles (home node: main memory), registered once. */
 	starpu_data_handle_t h_w_router, h_dw_router, h_w_part, h_dw_part, h_ws, h_dws, h_w_sgate, h_dw_sgate;
-	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts;
+	starpu_data_handle_t h_x, h_probs, h_topk_idx, h_topk_w, h_dg, h_pair_order, h_counts,
+	                    h_peer_counts;
 	struct rmoe_routing own;          /* this rank's tokens: the handles above */
 	int64_t resident_bytes;
 

@@ -72,12 +72,18 @@ int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
                    starpu_data_handle_t h);
 
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
- * [N * E], rank order; blocks until they are here: the host sizes buffers
- * from them. */
+ * [N * width], rank order; blocks until they are here: the host sizes
+ * buffers from them. width rmoe_counts_width(L): E, or for a2a-deepep E + N
+ * (its peer counts, layer.c). */
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all);
+int64_t rmoe_counts_width(const struct rmoe_layer *L);
 
 /* Simulation (sim_routing.c): a rank's synthetic expert counts, T*K pairs
  * over E experts, the same on every rank that computes them. */
 void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts);
+/* a2a-deepep's peer counts from one rank's drawn expert counts: the
+ * distinct tokens a uniform router sends each of ranks ranks. */
+void rmoe_sim_peer_tokens(int64_t tokens, int64_t topk, int64_t experts, int64_t ranks, const int32_t *counts,
+                          int32_t *out);
 
 #endif /* RMOE_TRANSFERS_H */

@@ -58,9 +58,17 @@ int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	return rc;
 }
 
+int64_t rmoe_counts_width(const struct rmoe_layer *L)
+{
+	return L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP ? L->E + L->N : L->E;
+}
+
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
 {
 	const int N = L->N, me = L->ctx->rank;
+	const int deepep = L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
+	const int64_t W = rmoe_counts_width(L);
+	starpu_data_handle_t mine = deepep ? L->h_peer_counts : L->h_counts;
 	starpu_data_handle_t *hc = calloc((size_t)N, sizeof(*hc));
 	if (!hc)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
@@ -68,8 +76,8 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 	for (int q = 0; q < N && !rc; q++) {
 		if (q == me)
 			continue;
-		hc[q] = rmoe_host_vector(NULL, all + (int64_t)q * L->E, L->E, sizeof(int32_t));
-		rc = rmoe_send(L, pass, L->h_counts, q, tag, 0, NULL, NULL);
+		hc[q] = rmoe_host_vector(NULL, all + (int64_t)q * W, W, sizeof(int32_t));
+		rc = rmoe_send(L, pass, mine, q, tag, 0, NULL, NULL);
 		if (!rc)
 			rc = rmoe_recv(L, hc[q], q, tag);
 		if (!rc)
@@ -92,12 +100,16 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 	free(hc);
 	if (rc)
 		return rc;
-	memcpy(all + (int64_t)me * L->E, L->expert_counts, (size_t)L->E * sizeof(int32_t));
+	memcpy(all + (int64_t)me * W, deepep ? L->peer_counts : L->expert_counts, (size_t)W * sizeof(int32_t));
 #ifdef STARPU_SIMGRID
 	/* What was sent is synthetic; each rank draws every rank's counts
 	 * itself, so the plans agree whatever the transfers carried. */
-	for (int q = 0; q < N; q++)
-		rmoe_sim_expert_counts(L->T, L->K, L->E, q, all + (int64_t)q * L->E);
+	for (int q = 0; q < N; q++) {
+		int32_t *c = all + (int64_t)q * W;
+		rmoe_sim_expert_counts(L->T, L->K, L->E, q, c);
+		if (deepep)
+			rmoe_sim_peer_tokens(L->T, L->K, L->E, N, c, c + L->E);
+	}
 #endif
 	return 0;
 }

@@ -45,6 +45,7 @@ static const char *const dispatch_names[] = {
 	[RMOE_DISPATCH_RING_TOKEN] = "token",
 	[RMOE_DISPATCH_AUTO] = "auto",
 	[RMOE_DISPATCH_ALLTOALL_MEGATRON] = "a2a-megatron",
+	[RMOE_DISPATCH_ALLTOALL_DEEPEP] = "a2a-deepep",
 };
 
 const char *rmoe_dispatch_name(enum rmoe_dispatch d)
@@ -61,7 +62,7 @@ int rmoe_dispatch_parse(const char *name, enum rmoe_dispatch *d)
 			*d = (enum rmoe_dispatch)i;
 			return 0;
 		}
-	return rmoe_error(RMOE_EINVAL, "dispatch '%s': expected one of a2a, ring, token, auto, a2a-megatron",
+	return rmoe_error(RMOE_EINVAL, "dispatch '%s': expected one of a2a, ring, token, auto, a2a-megatron, a2a-deepep",
 	                  name ? name : "(null)");
 }
 
@@ -128,6 +129,11 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 	if (c->chunk_rows < 0)
 		return rmoe_error(RMOE_EINVAL, "chunk_rows = %lld: expected 0 (whole hop) or a row count",
 		                  (long long)c->chunk_rows);
+	/* Its receivers size a block by the distinct tokens in it, which the
+	 * counts exchange carries per block, not per chunk. */
+	if (c->chunk_rows > 0 && c->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+		return rmoe_error(RMOE_ENOTSUP, "chunk_rows = %lld: a2a-deepep sends whole per-rank blocks (expected 0; "
+		                  "chunks apply to the rings and a2a)", (long long)c->chunk_rows);
 	/* A relay forwards hop h out of the buffer it received it in while
 	 * hop h+1 arrives: with one buffer per rank, every rank would wait for
 	 * its right neighbour to free the buffer it is itself sending from. */
@@ -155,9 +161,10 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 	case RMOE_DISPATCH_RING_TOKEN:
 	case RMOE_DISPATCH_AUTO:
 	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
+	case RMOE_DISPATCH_ALLTOALL_DEEPEP:
 		break;
 	default:
-		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token, auto or a2a-megatron",
+		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token, auto, a2a-megatron or a2a-deepep",
 		                  (int)c->dispatch);
 	}
 	if (c->dtype != RMOE_DTYPE_F32 && c->dtype != RMOE_DTYPE_BF16)

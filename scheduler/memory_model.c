@@ -30,8 +30,13 @@
  * - a2a-megatron (Megatron Core 0.13's alltoall dispatcher): the stages of
  *   graph/alltoall_megatron.c, all T*K rows at once, ordered as collectives
  *   on a stream.
+ * - a2a-deepep (DeepEP's normal mode, graph/alltoall_deepep.c): a2a's
+ *   pipeline of whole blocks, a block's tokens sent once (D of them for its
+ *   r pairs) and expanded to the pairs on the experts' rank; its buffers
+ *   per block below (deepep_blocks).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_memory_model.h"
@@ -145,6 +150,82 @@ static int64_t a2a_blocks(const struct rmoe_mem_config *c, int64_t comp, int64_t
 	return worst;
 }
 
+/* Distinct tokens of a block of r pairs under a uniform router (K of E
+ * experts, el of them on the block's rank), within what r pairs allow;
+ * graph/sim_routing.c draws the simulation's peer counts alike. */
+static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64_t r)
+{
+	double miss = 1.0;
+	for (int64_t i = 0; i < K; i++)
+		miss *= (double)(E - el - i) / (double)(E - i);
+	if (miss < 0)
+		miss = 0;
+	int64_t d = (int64_t)ceil((1.0 - miss) / ((double)K * (double)el / (double)E) * (double)r);
+	const int64_t per_token = K < el ? K : el, lo = (r + per_token - 1) / per_token, hi = r < T ? r : T;
+	return d < lo ? lo : d > hi ? hi : d;
+}
+
+/* a2a-deepep's temporaries (alltoall_deepep.c), whole blocks of r pairs
+ * and D tokens from rank s to rank q (b, tok: [s * N + q]), the pipeline
+ * of a2a_blocks: at most RMOE_A2A_DEPTH consecutive blocks of each role
+ * alive, one of the expert blocks on the experts. Bytes of a block, s the
+ * element size:
+ *   received, or combined and waiting to go back (fwd): D (H s + 8K) (rows,
+ *   codes, weights); bwd D (2 H s + 8K);
+ *   on the experts: fwd r (2H + 3F) s + 8DK (expanded rows, workspace,
+ *   outputs; codes, weights), bwd r (2H + 4F) s + 12DK (x and dy
+ *   expanded, workspace; codes, weights, dg);
+ *   a token block: fwd 4T + D (2 H s + 8K) (token list, rows, codes,
+ *   weights out, combined rows back), bwd 4T + D (3 H s + 12K) (with dy
+ *   out, dx and dg back); of it, the inputs may have left: D (H s + 8K),
+ *   bwd D (2 H s + 8K).
+ * A rank's own block is a2a's step 0 (per row own_comp, own_held), with
+ * the backward's identity pair order (4 bytes a row, ident). */
+static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, const int64_t *tok, int bwd,
+                             int64_t own_comp, int64_t own_held, int64_t *leaving)
+{
+	const int64_t N = c->nranks, D = RMOE_A2A_DEPTH, T = c->tokens, H = c->hidden, K = c->topk;
+	const int64_t F = c->ffn / c->etp, s = c->dtype_bytes;
+	int64_t worst = 0;
+	for (int64_t q = 0; q < N; q++) {
+		int64_t exp = 0, out = 0, left = 0;
+		for (int64_t w = 0; w == 0 || w + D <= N; w++) {
+			int64_t sum = 0, top = 0;
+			for (int64_t k = w; k < w + D && k < N; k++) {
+				const int64_t from = (q - k + N) % N, r = b[from * N + q], d = tok[from * N + q];
+				int64_t held = k == 0 ? r * own_held : d * ((bwd ? 2 : 1) * H * s + 8 * K);
+				int64_t comp = k == 0 ? r * own_comp
+				                      : bwd ? r * (2 * H + 4 * F) * s + 12 * d * K : r * (2 * H + 3 * F) * s + 8 * d * K;
+				if (r == 0)
+					held = comp = 0;
+				sum += held;
+				top = max2(top, comp - held);
+			}
+			exp = max2(exp, sum + top);
+		}
+		for (int64_t w = 1; w == 1 || w + D <= N; w++) {
+			int64_t sum = 0, go = 0;
+			for (int64_t k = w; k < w + D && k < N; k++) {
+				const int64_t to = (q + k) % N, d = tok[q * N + to];
+				if (b[q * N + to] == 0)
+					continue;
+				sum += 4 * T + d * (bwd ? 3 * H * s + 12 * K : 2 * H * s + 8 * K);
+				go += d * ((bwd ? 2 : 1) * H * s + 8 * K);
+			}
+			if (sum > out) {
+				out = sum;
+				left = go;
+			}
+		}
+		const int64_t ident = bwd ? 4 * b[q * N + q] : 0;
+		if (exp + out + ident > worst) {
+			worst = exp + out + ident;
+			*leaving = left;
+		}
+	}
+	return worst;
+}
+
 /* Long: the dispatchers' buffers side by side, one case each, so that
  * each term can be read against the others and against the graph it
  * models. */
@@ -174,7 +255,9 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	/* The router and the gated shared expert's gate [H] (Qwen2-MoE), with
 	 * their gradients, are 4-byte. */
 	const int64_t gate = Fs > 0 && c->shared_gated ? 4 * H : 0;
-	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E) + 2 * gate;
+	/* a2a-deepep keeps its peer counts beside the expert counts (E + N). */
+	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E) + 2 * gate +
+	                        (d == RMOE_DISPATCH_ALLTOALL_DEEPEP ? 4 * (E + N) : 0);
 	const int64_t weights = 2 * W * s + (Fs > 0 ? 6 * H * Fs * s : 0);
 	const int64_t resident = routing + weights + T * H * s;
 	o->resident_forward = resident + T * H * s;
@@ -303,6 +386,37 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		o->per_row_backward = 0;
 		break;
 	}
+	case RMOE_DISPATCH_ALLTOALL_DEEPEP: {
+		/* Without the routing, every block the skew's bound (as a2a's),
+		 * its tokens a uniform router's. */
+		int64_t *b = NULL, *tok = NULL;
+		const int64_t *bb = c->blocks, *bt = c->block_tokens;
+		if (!bb || !bt) {
+			const int64_t block = N == 1 ? P : (int64_t)ceil(c->skew * (double)P / (double)N);
+			const int64_t dt = uniform_tokens(T, K, E, E / N, block);
+			b = malloc(sizeof(int64_t) * (size_t)(2 * N * N));
+			if (!b)
+				return rmoe_error(RMOE_ENOMEM, "memory model: out of host memory");
+			tok = b + N * N;
+			for (int64_t i = 0; i < N * N; i++) {
+				b[i] = block;
+				tok[i] = dt;
+			}
+			bb = b;
+			bt = tok;
+		}
+		int64_t rmax = 0;
+		for (int64_t i = 0; i < N * N; i++)
+			rmax = max2(rmax, bb[i]);
+		fwd = max2(shared, deepep_blocks(c, bb, bt, 0, (2 * H + 3 * F) * s, H * s, &o->leaving_forward));
+		bwd = max2(shared_b, deepep_blocks(c, bb, bt, 1, (2 * H + 4 * F) * s + 8, 2 * H * s + 4,
+		                                   &o->leaving_backward));
+		free(b);
+		largest = max2(largest, rmax * max2(H, 4 * F) * s);
+		o->fixed_backward = o->resident_backward + bwd;
+		o->per_row_backward = 0;
+		break;
+	}
 	default:
 		return rmoe_error(RMOE_EINVAL, "memory model: dispatch %d has no model", (int)d);
 	}
@@ -327,6 +441,10 @@ int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		return rmoe_error(RMOE_ENOTSUP,
 		                  "a memory cap applies to the ring dispatchers and a2a; a2a-megatron builds its "
 		                  "top-k-expanded buffers whole");
+	if (d == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+		return rmoe_error(RMOE_ENOTSUP,
+		                  "a memory cap applies to the ring dispatchers and a2a; a2a-deepep sends whole "
+		                  "per-rank blocks");
 	/* The chunks are planned against the cap less 1/RMOE_CAP_HEADROOM of
 	 * it: the model orders the buffers as the graphs submit them, but a
 	 * small one (routing of a visiting partition) may outlive its turn

@@ -25,6 +25,9 @@ struct rmoe_mem_config {
 	                          (1: even routing; at most nranks * partitions) */
 	const int64_t *blocks; /* a2a, the routing seen: the rows rank s routes to
 	                          rank q at [s * nranks + q]; NULL: the skew's bound */
+	const int64_t *block_tokens; /* a2a-deepep with blocks: the distinct tokens
+	                          of each block, same layout; NULL: those a uniform
+	                          router gives */
 };
 
 /* Defaults: one rank, fp32, even routing, no ETP, no chunking. */

@@ -72,11 +72,12 @@ const struct rmoe_preset *rmoe_preset_list(size_t *count);
  * scale that leaves a size below 1. */
 int rmoe_preset_apply(const char *name, double scale, struct rmoe_layer_config *cfg, char *msg, size_t len);
 
-/* Both all-to-alls (the lean one and Megatron's buffers) share their
- * plan, transfers and limits: no hops, no partitions, no memory cap. */
+/* The all-to-alls (the lean one, Megatron's, DeepEP's) share their plan,
+ * transfers and limits: no hops, no partitions. */
 static inline int rmoe_dispatch_alltoall(enum rmoe_dispatch d)
 {
-	return d == RMOE_DISPATCH_ALLTOALL || d == RMOE_DISPATCH_ALLTOALL_MEGATRON;
+	return d == RMOE_DISPATCH_ALLTOALL || d == RMOE_DISPATCH_ALLTOALL_MEGATRON ||
+	       d == RMOE_DISPATCH_ALLTOALL_DEEPEP;
 }
 
 /* ---- ownership ------------------------------------------------------------ */

@@ -79,6 +79,21 @@ int rmoe_insert_dispatch_map(const struct rmoe_task_opts *o, int64_t tokens, int
                              starpu_data_handle_t topk_idx, starpu_data_handle_t pair_order,
                              starpu_data_handle_t expert_counts);
 
+/* DeepEP-style dispatch (codelet_dedup.c; CPU). peer_counts [E + N] =
+ * expert_counts [E], then for each of N ranks the tokens with a pair
+ * routed to one of its E/N experts. */
+int rmoe_insert_peer_counts(const struct rmoe_task_opts *o, int64_t tokens, int64_t topk, int64_t experts,
+                            int64_t ranks, starpu_data_handle_t topk_idx, starpu_data_handle_t expert_counts,
+                            starpu_data_handle_t peer_counts);
+/* One rank's block, pairs [first, first + count) of pair_order [T*K]:
+ * token_list [T] its distinct tokens ascending (the first distinct
+ * entries, zeros after), codes [distinct*K] each pair's slot among them
+ * times topk plus its top-k position (the first count entries, zeros
+ * after): a pair order over distinct tokens of topk slots each. */
+int rmoe_insert_dedup_map(const struct rmoe_task_opts *o, int64_t tokens, int64_t topk, int64_t first, int64_t count,
+                          int64_t distinct, starpu_data_handle_t pair_order, starpu_data_handle_t token_list,
+                          starpu_data_handle_t codes);
+
 /* ---- rows of a slice of the pair order --------------------------------------- */
 
 /* Pairs [first, first + count) of a pair order over tokens of hidden

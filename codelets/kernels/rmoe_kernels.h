@@ -67,6 +67,18 @@ void rmoe_kernel_shared_gate_bwd(int64_t tokens, int64_t hidden, const float *x,
  * (nothing is then written to pair_order). */
 int64_t rmoe_kernel_dispatch_map(int64_t pairs, int64_t experts, const int32_t *topk_idx,
                                  int32_t *pair_order, int32_t *counts);
+/* DeepEP-style dispatch (graph/alltoall_deepep.c). out [E + N]: the
+ * expert counts, then for each of N ranks (E/N experts each) the tokens
+ * with at least one pair routed to it. -1, or the first pair whose expert
+ * is out of range. */
+int64_t rmoe_kernel_peer_counts(int64_t tokens, int64_t topk, int64_t experts, int64_t ranks, const int32_t *topk_idx,
+                                const int32_t *counts, int32_t *out);
+/* One rank's block, pairs [first, first + count) of pair_order (sorted by
+ * expert): tokens [distinct] its distinct tokens ascending, codes [count]
+ * each pair's slot among them times topk plus its top-k position (p % K).
+ * 0, or -1 when the block does not have exactly distinct tokens. */
+int64_t rmoe_kernel_dedup_map(int64_t topk, int64_t first, int64_t count, const int32_t *pair_order, int64_t distinct,
+                              int32_t *tokens, int32_t *codes);
 
 /* ---- rows of a slice of the pair order ------------------------------------------- */
 

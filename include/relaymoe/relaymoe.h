@@ -160,6 +160,11 @@ enum rmoe_dispatch {
 	RMOE_DISPATCH_ALLTOALL_MEGATRON = 4, /* Megatron Core 0.13's alltoall dispatcher: probabilities
 	                                      * exchanged and applied in the expert, unpermute without
 	                                      * them; backward recomputes dispatch and experts */
+	RMOE_DISPATCH_ALLTOALL_DEEPEP = 5,   /* DeepEP's normal-mode dispatch: each token sent once to
+	                                      * each rank owning one of its experts, with their ids and
+	                                      * weights, expanded there; the combine reduces a token's
+	                                      * outputs on the experts' rank and sends one row back
+	                                      * (whole blocks: chunk_rows and mem_cap do not apply) */
 };
 
 enum rmoe_dtype {
