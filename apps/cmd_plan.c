@@ -379,11 +379,12 @@ static void print_text(struct text *o, const struct plan_view *v)
 		put(o, "  %-12s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_plan_dispatchers[i]),
 		    mem->est[i].peak_forward / GiB, mem->est[i].peak_backward / GiB, (long long)mem->max_tokens[i]);
 	put(o, "  max tokens: the largest local token count whose peak fits %.2f GiB%s; ring/a2a "
-	       "%.2fx, token/a2a %.2fx, ring/a2a-megatron %.2fx\n",
+	       "%.2fx, token/a2a %.2fx, ring/a2a-megatron %.2fx, ring/a2a-deepep %.2fx\n",
 	    mem->budget / GiB, v->opts->budget > 0 ? "" : " (the device's memory)",
 	    mem->max_tokens[2] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[2] : 0.0,
 	    mem->max_tokens[2] ? (double)mem->max_tokens[1] / (double)mem->max_tokens[2] : 0.0,
-	    mem->max_tokens[3] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[3] : 0.0);
+	    mem->max_tokens[3] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[3] : 0.0,
+	    mem->max_tokens[4] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[4] : 0.0);
 	if (v->opts->ring.mem_cap > 0) {
 		struct cap_cost cc = cap_cost(v);
 		if (plan->cap_rc)
@@ -400,7 +401,10 @@ static void print_text(struct text *o, const struct plan_view *v)
 		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
 			const char *name = rmoe_dispatch_name(rmoe_plan_dispatchers[i]);
 			if (mem->cap_rc[i] == RMOE_ENOTSUP)
-				put(o, "    %-12s takes no cap (its top-k-expanded buffers are built whole)\n", name);
+				put(o, "    %-12s takes no cap (%s)\n", name,
+				    rmoe_plan_dispatchers[i] == RMOE_DISPATCH_ALLTOALL_DEEPEP
+				        ? "its per-rank blocks are sent whole"
+				        : "its top-k-expanded buffers are built whole");
 			else if (mem->cap_rc[i])
 				put(o, "    %-12s cannot meet it: the cap is below what it holds before a chunk's rows\n", name);
 			else

@@ -718,6 +718,13 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
 	if (!prc && !(ndisp = parse_dispatch(r.dispatch, which, msg, sizeof(msg))))
 		prc = RMOE_EINVAL;
+	/* Beside others, a2a-deepep runs whole blocks while they are chunked
+	 * (contender_open); asked for alone, the knobs are refused. */
+	if (!prc && ndisp == 1 && which[0] == RMOE_DISPATCH_ALLTOALL_DEEPEP && (cfg.chunk_rows > 0 || cfg.mem_cap > 0)) {
+		snprintf(msg, sizeof(msg), "%s: a2a-deepep sends whole per-rank blocks (they apply to the rings and a2a)",
+		         cfg.chunk_rows > 0 ? "--chunk-rows" : "--mem-cap");
+		prc = RMOE_EINVAL;
+	}
 #ifdef RMOE_SIMGRID
 	if (!prc && (r.check || r.load || r.dump || r.trace || r.routing)) {
 		snprintf(msg, sizeof(msg), "--check, --load, --dump, --trace and --routing need real kernels: this is the "

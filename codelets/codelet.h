@@ -266,12 +266,15 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
 	                                    .model = &var##_model}
 
 /* A codelet with a CPU function only (small index work on the host;
- * StarPU brings its buffers there), wrapped as RMOE_CODELET's are. */
+ * StarPU brings its buffers there), wrapped as RMOE_CODELET's are; with
+ * always set, its body runs after a failure of its pass too (an index task
+ * whose outputs another rank reads: garbage there would fail that rank
+ * first and hide the failure that happened here). */
 #define RMOE_CL_CPU_ONLY(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu},
-#define RMOE_CODELET_CPU(var, label, body, sym, op, nbuf)                                            \
+#define RMOE_CODELET_CPU(var, label, body, sym, op, nbuf, always)                                    \
 	static void var##_cpu(void *buffers[], void *cl_arg)                                            \
 	{                                                                                               \
-		if (rmoe_cl_begin(cl_arg))                                                              \
+		if ((always) || rmoe_cl_begin(cl_arg))                                                  \
 			body(buffers, rmoe_cl_payload(cl_arg));                                         \
 		rmoe_cl_done();                                                                         \
 	}                                                                                               \

@@ -61,8 +61,12 @@ static void dedup_map_body(void *buffers[], const struct rmoe_dedup_args *a)
 	memset(codes + a->count, 0, (size_t)(D * K - a->count) * sizeof(int32_t));
 }
 
-RMOE_CODELET_CPU(rmoe_cl_peer_counts, "peer-counts", peer_counts_body, "rmoe_peer_counts_v1", dispatch_map, 3);
-RMOE_CODELET_CPU(rmoe_cl_dedup_map, "dedup-map", dedup_map_body, "rmoe_dedup_map_v1", dispatch_map, 3);
+/* The peer counts are agreed on before anything depends on them (the
+ * router's check, forward_backward.c); the codes travel to the experts'
+ * rank, which indexes with them, so they are computed whatever failed
+ * here (RMOE_CODELET_CPU). */
+RMOE_CODELET_CPU(rmoe_cl_peer_counts, "peer-counts", peer_counts_body, "rmoe_peer_counts_v1", dispatch_map, 3, 0);
+RMOE_CODELET_CPU(rmoe_cl_dedup_map, "dedup-map", dedup_map_body, "rmoe_dedup_map_v1", dispatch_map, 3, 1);
 
 int rmoe_insert_peer_counts(const struct rmoe_task_opts *o, int64_t tokens, int64_t topk, int64_t experts,
                             int64_t ranks, starpu_data_handle_t topk_idx, starpu_data_handle_t expert_counts,

@@ -43,7 +43,8 @@ module relaymoe
     RMOE_EMPI = -3, RMOE_ESTARPU = -4, RMOE_EMISMATCH = -5, RMOE_ESTATE = -6, RMOE_ENOTSUP = -7, &
     RMOE_EIO = -8, RMOE_ENONFINITE = -9, RMOE_EFORMAT = -10, RMOE_EPEER = -11
   integer(c_int), parameter, public :: RMOE_DISPATCH_ALLTOALL = 0, RMOE_DISPATCH_RING_EXPERT = 1, &
-    RMOE_DISPATCH_RING_TOKEN = 2, RMOE_DISPATCH_AUTO = 3, RMOE_DISPATCH_ALLTOALL_MEGATRON = 4
+    RMOE_DISPATCH_RING_TOKEN = 2, RMOE_DISPATCH_AUTO = 3, RMOE_DISPATCH_ALLTOALL_MEGATRON = 4, &
+    RMOE_DISPATCH_ALLTOALL_DEEPEP = 5
   integer(c_int), parameter, public :: RMOE_DTYPE_F32 = 0, RMOE_DTYPE_BF16 = 1
   integer(c_int), parameter, public :: RMOE_MEMORY_HOST = 0, RMOE_MEMORY_DEVICE = 1
   integer(c_int), parameter, public :: RMOE_RING_PLANNED = 0, RMOE_RING_RANK = 1
@@ -938,7 +939,7 @@ contains
     stats = p%stats
   end function
 
-  !> 'a2a', 'ring', 'token', 'auto' or 'a2a-megatron'.
+  !> 'a2a', 'ring', 'token', 'auto', 'a2a-megatron' or 'a2a-deepep'.
   function rmoe_dispatch_name(d) result(name)
     integer(c_int), intent(in) :: d
     character(len=:), allocatable :: name

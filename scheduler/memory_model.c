@@ -180,7 +180,11 @@ static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64
  *   out, dx and dg back); of it, the inputs may have left: D (H s + 8K),
  *   bwd D (2 H s + 8K).
  * A rank's own block is a2a's step 0 (per row own_comp, own_held), with
- * the backward's identity pair order (4 bytes a row, ident). */
+ * the backward's identity pair order (4 bytes a row, ident). Its held
+ * bytes (outputs waiting to be added here, not to go anywhere) are in the
+ * window only if a peer's block reaches the experts before they are added,
+ * which the senders' dedup-map and gathers make rare: they count as
+ * leaving, as the token blocks' inputs do. */
 static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, const int64_t *tok, int bwd,
                              int64_t own_comp, int64_t own_held, int64_t *leaving)
 {
@@ -188,9 +192,9 @@ static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, 
 	const int64_t F = c->ffn / c->etp, s = c->dtype_bytes;
 	int64_t worst = 0;
 	for (int64_t q = 0; q < N; q++) {
-		int64_t exp = 0, out = 0, left = 0;
+		int64_t exp = 0, out = 0, left = 0, own_left = 0;
 		for (int64_t w = 0; w == 0 || w + D <= N; w++) {
-			int64_t sum = 0, top = 0;
+			int64_t sum = 0, top = 0, own = 0;
 			for (int64_t k = w; k < w + D && k < N; k++) {
 				const int64_t from = (q - k + N) % N, r = b[from * N + q], d = tok[from * N + q];
 				int64_t held = k == 0 ? r * own_held : d * ((bwd ? 2 : 1) * H * s + 8 * K);
@@ -198,10 +202,15 @@ static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, 
 				                      : bwd ? r * (2 * H + 4 * F) * s + 12 * d * K : r * (2 * H + 3 * F) * s + 8 * d * K;
 				if (r == 0)
 					held = comp = 0;
+				if (k == 0)
+					own = held;
 				sum += held;
 				top = max2(top, comp - held);
 			}
-			exp = max2(exp, sum + top);
+			if (sum + top > exp) {
+				exp = sum + top;
+				own_left = own;
+			}
 		}
 		for (int64_t w = 1; w == 1 || w + D <= N; w++) {
 			int64_t sum = 0, go = 0;
@@ -220,7 +229,7 @@ static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, 
 		const int64_t ident = bwd ? 4 * b[q * N + q] : 0;
 		if (exp + out + ident > worst) {
 			worst = exp + out + ident;
-			*leaving = left;
+			*leaving = left + own_left;
 		}
 	}
 	return worst;

@@ -10,7 +10,8 @@
 #include "rmoe_plan.h"
 
 const enum rmoe_dispatch rmoe_plan_dispatchers[RMOE_PLAN_NDISPATCHERS] = {
-	RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON};
+	RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON,
+	RMOE_DISPATCH_ALLTOALL_DEEPEP};
 
 /* The ring: the planned order, or rank order when asked (the baseline the
  * planner is measured against, bench/multihost/); its edges either way. */

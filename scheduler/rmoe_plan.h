@@ -283,10 +283,11 @@ struct rmoe_plan_request {
 };
 
 /* The memory model at the planned configuration (scheduler/memory_model.c). */
-enum { RMOE_PLAN_NDISPATCHERS = 4 };
+enum { RMOE_PLAN_NDISPATCHERS = 5 };
 struct rmoe_plan_memory {
 	/* The dispatchers (RMOE_DISPATCH_RING_EXPERT, RING_TOKEN, ALLTOALL,
-	 * ALLTOALL_MEGATRON, in that order), even routing, no chunking. */
+	 * ALLTOALL_MEGATRON, ALLTOALL_DEEPEP, in that order), even routing,
+	 * no chunking. */
 	struct rmoe_mem_estimate est[RMOE_PLAN_NDISPATCHERS];
 	int64_t max_tokens[RMOE_PLAN_NDISPATCHERS]; /* largest local token count whose peak fits budget */
 	/* Under the layer's memory cap (mem_cap > 0), worst routing: each

@@ -241,7 +241,7 @@ _DTYPES = {"f32": _capi.RMOE_DTYPE_F32, "float32": _capi.RMOE_DTYPE_F32,
 
 def _dispatch_code(name):
     if not isinstance(name, str):
-        raise TypeError(f"dispatch: one of 'ring', 'token', 'a2a', 'auto', 'a2a-megatron' is expected, "
+        raise TypeError(f"dispatch: one of 'ring', 'token', 'a2a', 'auto', 'a2a-megatron', 'a2a-deepep' is expected, "
                         f"not {name!r}")
     code = ctypes.c_int(0)
     _check(lib().rmoe_dispatch_parse(name.encode(), ctypes.byref(code)))
@@ -254,7 +254,8 @@ class Layer:
     Keywords are the fields of rmoe_layer_config; None keeps the library's
     default (rmoe_layer_config_init). dispatch: 'ring' (expert routing),
     'token', 'a2a' (the lean all-to-all, pipelined per peer and chunk),
-    'a2a-megatron' (Megatron Core 0.13's alltoall dispatcher) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
+    'a2a-megatron' (Megatron Core 0.13's alltoall dispatcher), 'a2a-deepep' (DeepEP's normal-mode
+    dispatch: a token sent once per destination rank) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
     weights, activations and transfers, fp32 accumulation): arrays stay
     float32 at this interface either way, as the C API's are.
     """

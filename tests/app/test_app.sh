@@ -10,15 +10,15 @@ app=$1 mpiexec=$2 src=$3 work=$4
 
 small=(--hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 40 --repeat 1 --quiet)
 
-# 1. --check passes, and reports the ring and both all-to-alls (the default).
+# 1. --check passes, and reports the ring and every all-to-all (the default).
 out=$(run 2 "${small[@]}" --check 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "check ring vs reference.*PASS" <<<"$out" && grep -q "check a2a vs reference.*PASS" <<<"$out" \
-   && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out"; then
+   && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out" && grep -q "check a2a-deepep vs reference.*PASS" <<<"$out"; then
   ok "run --check"; else bad "run --check (rc=$rc)"; echo "$out"; fi
 
 # 2. --load/--dump against NumPy, for the ring and for all-to-all.
 mkdir -p "$work/in" && $py "$src/tests/app/moe_numpy.py" make "$work/in" --ranks 2 --tokens 40 --hidden 32 --ffn 16 --experts 8 --seed 5
-for d in ring a2a a2a-megatron token; do
+for d in ring a2a a2a-megatron a2a-deepep token; do
   out=$(run 2 "${small[@]}" --dispatch $d --load "$work/in" --dump "$work/out-$d" 2>&1); rc=$?
   chk=$($py "$src/tests/app/moe_numpy.py" check "$work/in" "$work/out-$d" --topk 2 2>&1); crc=$?
   if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "npy interop $d: $(tail -1 <<<"$chk")"; else bad "npy interop $d (run $rc, check $crc)"; echo "$out"; echo "$chk"; fi
@@ -35,7 +35,8 @@ else bad "npy interop a2a in 7-row chunks (run $rc, check $crc)"; echo "$out"; e
 for np in 1 3 4; do
   out=$(run $np "${small[@]}" --experts 12 --dispatch baselines --check 2>&1); rc=$?
   if [ $rc -eq 0 ] && grep -q "check a2a vs reference.*PASS" <<<"$out" \
-     && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out"; then ok "run --check baselines at $np rank(s)"
+     && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out" \
+     && grep -q "check a2a-deepep vs reference.*PASS" <<<"$out"; then ok "run --check baselines at $np rank(s)"
   else bad "run --check baselines at $np rank(s) (rc=$rc)"; echo "$out"; fi
 done
 
@@ -63,7 +64,9 @@ expect_fail "bad number" "expected an integer" 2 --topk x
 expect_fail "unknown preset" "not a known shape" 2 --preset Qwen9
 expect_fail "experts not divisible" "not divisible by the 3 ranks" 3 "${small[@]}" --experts 8
 expect_fail "topk above experts" "larger than experts" 2 "${small[@]}" --topk 9
-expect_fail "bad dispatch" "expected ring, token, a2a, a2a-megatron, auto, both, baselines or all" 2 --dispatch rings
+expect_fail "a2a-deepep in chunks" "--chunk-rows: a2a-deepep sends whole per-rank blocks" 2 "${small[@]}" --dispatch a2a-deepep --chunk-rows 7
+expect_fail "a2a-deepep under a cap" "--mem-cap: a2a-deepep sends whole per-rank blocks" 2 "${small[@]}" --dispatch a2a-deepep --mem-cap 3M
+expect_fail "bad dispatch" "expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines or all" 2 --dispatch rings
 expect_fail "bad dtype" "--dtype 'bf32': expected f32 or bf16" 2 --dtype bf32
 
 mkdir -p "$work/badnpy"

@@ -32,8 +32,8 @@ import csv, sys
 MiB = 1 << 20
 fails = 0
 rows = list(csv.DictReader(open(sys.argv[1])))
-if sorted(r["dispatch"] for r in rows) != ["a2a", "a2a-megatron", "ring"]:
-    print("FAIL: expected one row each of ring, a2a and a2a-megatron, got", [r["dispatch"] for r in rows])
+if sorted(r["dispatch"] for r in rows) != ["a2a", "a2a-deepep", "a2a-megatron", "ring"]:
+    print("FAIL: expected one row each of ring, a2a, a2a-megatron and a2a-deepep, got", [r["dispatch"] for r in rows])
     sys.exit(1)
 for r in rows:
     resident = float(r["resident_bytes"])

@@ -37,7 +37,7 @@ grep -q '"norm_topk": false, "shared_ffn": 20480, "shared_gated": true' <<<"$out
 out=$(timeout 900 "$mpiexec" -n 1 --oversubscribe "$app" run --preset Qwen2-57B-A14B --scale 16 --check --repeat 1 \
       --quiet 2>&1); rc=$?
 n=$(grep -c "check .* vs reference.*PASS" <<<"$out")
-if [ $rc -eq 0 ] && [ "$n" -eq 3 ] && grep -q "routing: top-k not renormalised, gated (Qwen2-MoE) shared expert of 1280" <<<"$out"
+if [ $rc -eq 0 ] && [ "$n" -eq 4 ] && grep -q "routing: top-k not renormalised, gated (Qwen2-MoE) shared expert of 1280" <<<"$out"
 then ok "run --preset Qwen2-57B-A14B --scale 16 --check: $(grep -m1 'check ring' <<<"$out")"
 else bad "run --preset Qwen2-57B-A14B --scale 16 --check (rc=$rc, $n passing checks)"; echo "$out"; fi
 

@@ -20,7 +20,7 @@ for n in 1 3; do
     gate=(); [ $form = gated ] && gate=(--shared-gated)
     mkdir -p "$in" && $py "$src/tests/app/moe_numpy.py" make "$in" --ranks $n --tokens $T --hidden $H --ffn $F \
       --experts $E --seed $((7 + n)) --shared-ffn $FS "${gate[@]}"
-    dispatchers="ring token a2a a2a-megatron"
+    dispatchers="ring token a2a a2a-megatron a2a-deepep"
     [ $form = ungated ] && dispatchers="ring a2a"
     for d in $dispatchers; do
       out="$work/out-$n-$form-$d"

@@ -12,7 +12,7 @@ rm -rf "$work" && mkdir -p "$work"
 fails=0
 small=(--hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 40 --repeat 1 --quiet)
 # dispatcher, then a backward task of its dispatch graph as traces name it
-cases=("ring:expert-bwd h1" "token:expert-bwd h1" "a2a:expert-bwd" "a2a-megatron:expert-bwd")
+cases=("ring:expert-bwd h1" "token:expert-bwd h1" "a2a:expert-bwd" "a2a-megatron:expert-bwd" "a2a-deepep:expert-bwd")
 for c in "${cases[@]}"; do
   d=${c%%:*} bwd=${c#*:}
   for fault in "router-fwd@0" "$bwd@1"; do

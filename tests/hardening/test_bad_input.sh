@@ -76,7 +76,7 @@ expect "bad byte count" 2 "--mem-cap '12Q': expected a byte count" 1 run --mem-c
 expect "unknown preset" 2 "--preset 'Qwen9' is not a known shape; expected one of Qwen3-30B-A3B" 1 run --preset Qwen9 "${never[@]}"
 expect "scale without preset" 2 "--scale 4 needs --preset" 1 run --scale 4 "${never[@]}"
 expect "scale leaves zero" 2 "--scale 1e\+06 leaves MoE-E64 with hidden=0" 1 run --preset MoE-E64 --scale 1e6 "${never[@]}"
-expect "unknown dispatch" 2 "--dispatch 'rings': expected ring, token, a2a, a2a-megatron, auto, both, baselines or all" 1 run --dispatch rings "${never[@]}"
+expect "unknown dispatch" 2 "--dispatch 'rings': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines or all" 1 run --dispatch rings "${never[@]}"
 expect "unknown dtype" 2 "--dtype 'bf32': expected f32 or bf16" 1 run --dtype bf32 "${never[@]}"
 expect "unknown io" 2 "--io 'gpu': expected host or device" 1 run --io gpu "${never[@]}"
 expect "plan option typo" 2 "did you mean --ranks" 1 plan --rank 8

@@ -88,8 +88,10 @@ static int measure(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const str
 	mc.chunk_rows = st.chunk_rows;
 	mc.skew = cfg->dispatch == RMOE_DISPATCH_ALLTOALL_MEGATRON ? a2a : ring;
 	/* a2a: each rank's own blocks, as relaymoe run models them */
-	int64_t *blocks = cfg->dispatch == RMOE_DISPATCH_ALLTOALL ? rmoe_problem_a2a_blocks(prob, res->topk_idx) : NULL;
+	const int blocked = cfg->dispatch == RMOE_DISPATCH_ALLTOALL || cfg->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
+	int64_t *blocks = blocked ? rmoe_problem_a2a_blocks(prob, res->topk_idx) : NULL;
 	mc.blocks = blocks;
+	mc.block_tokens = blocks ? blocks + prob->nranks * prob->nranks : NULL;
 	rc = rmoe_memory_model(cfg->dispatch, &mc, &e);
 	free(blocks);
 	if (rc)
@@ -107,8 +109,9 @@ static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rm
                     int ndispatch)
 {
 	static const enum rmoe_dispatch which[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN,
-	                                           RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON};
-	struct rmoe_results res[4];
+	                                           RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON,
+	                                           RMOE_DISPATCH_ALLTOALL_DEEPEP};
+	struct rmoe_results res[5];
 	memset(res, 0, sizeof(res));
 	int rc = 0;
 	rmoe_app_say("%s routing:\n", name);
@@ -132,7 +135,7 @@ static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rm
 		if (!ok)
 			failures++;
 	}
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		rmoe_results_free(&res[i]);
 	return rc;
 }
@@ -143,7 +146,7 @@ int main(int argc, char **argv)
 	long delay_us = 100000, tokens = 1024;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--all"))
-			ndispatch = 4;
+			ndispatch = 5;
 		else if (!strcmp(argv[i], "--window") && i + 1 < argc)
 			window = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc)

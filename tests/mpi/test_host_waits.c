@@ -69,11 +69,13 @@ static void run_scenario(rmoe_ctx *ctx, int nranks, const struct scenario *s)
 	const int counts = nranks - 1;
 	char what[128];
 	int fwd, bwd;
-	/* Both all-to-alls: the lean one's backward sends x, dy and g out and
+	/* Every all-to-all: the lean one's backward sends x, dy and g out and
 	 * dx and dg back, chunk by chunk; Megatron's recomputes, then runs the
-	 * reverse path. Chunked, a2a waits no more. */
-	const enum rmoe_dispatch a2as[] = {RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON};
-	for (int i = 0; i < 2; i++) {
+	 * reverse path; DeepEP's sends its peer counts in the same exchange as
+	 * the expert counts. Chunked, a2a waits no more. */
+	const enum rmoe_dispatch a2as[] = {RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON,
+	                                   RMOE_DISPATCH_ALLTOALL_DEEPEP};
+	for (int i = 0; i < 3; i++) {
 		const char *name = rmoe_dispatch_name(a2as[i]);
 		cfg.dispatch = a2as[i];
 		if (run(ctx, cfg, &prob, &fwd, &bwd) != 0) {

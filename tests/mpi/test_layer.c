@@ -1,5 +1,5 @@
 /* Multi-rank: ring expert routing, ring token routing and the all-to-all
- * baseline, forward and backward, against the single-process reference, on seeded inputs, for
+ * baselines, forward and backward, against the single-process reference, on seeded inputs, for
  * several routing situations. Run under mpiexec -n N (N = 1..4). */
 #include <math.h>
 #include <stdio.h>
@@ -50,13 +50,16 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 	if (s->skew)
 		rmoe_problem_skew_router(&prob, s->skew);
 
-	/* Both all-to-alls: the lean one and Megatron's buffers. */
-	enum rmoe_dispatch ds[4] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_RING_TOKEN,
-	                            RMOE_DISPATCH_ALLTOALL_MEGATRON};
-	struct rmoe_results res[4];
-	for (int i = 0; i < 4; i++) {
+	/* Every all-to-all: the lean one, Megatron's, DeepEP's (whole blocks:
+	 * no chunks). */
+	enum { ND = 5 };
+	enum rmoe_dispatch ds[ND] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_RING_TOKEN,
+	                             RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
+	struct rmoe_results res[ND];
+	for (int i = 0; i < ND; i++) {
 		char what[160];
 		cfg.dispatch = ds[i];
+		cfg.chunk_rows = ds[i] == RMOE_DISPATCH_ALLTOALL_DEEPEP ? 0 : s->chunk_rows;
 		rmoe_layer *layer = NULL;
 		int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, &cfg));
 		if (!rc)
@@ -87,7 +90,7 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 		}
 		rmoe_layer_destroy(layer);
 	}
-	for (int i = 1; i < 4; i++) {
+	for (int i = 1; i < ND; i++) {
 		const char *worst;
 		double diff = rmoe_results_max_rel_diff(&res[0], &res[i], &prob, &worst);
 		char what[160];
@@ -95,7 +98,7 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 		         worst);
 		expect(diff <= TOLERANCE, what, diff);
 	}
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < ND; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);
 }

@@ -72,8 +72,10 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	mc.chunk_rows = st.chunk_rows;
 	mc.skew = cfg.dispatch == RMOE_DISPATCH_ALLTOALL_MEGATRON ? rank : hop;
 	/* a2a: each rank's own blocks (the model's rmoe_mem_config.blocks) */
-	int64_t *blocks = cfg.dispatch == RMOE_DISPATCH_ALLTOALL ? rmoe_problem_a2a_blocks(prob, res.topk_idx) : NULL;
+	const int blocked = cfg.dispatch == RMOE_DISPATCH_ALLTOALL || cfg.dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
+	int64_t *blocks = blocked ? rmoe_problem_a2a_blocks(prob, res.topk_idx) : NULL;
 	mc.blocks = blocks;
+	mc.block_tokens = blocks ? blocks + prob->nranks * prob->nranks : NULL;
 	struct rmoe_mem_estimate e;
 	rc = rmoe_memory_model(cfg.dispatch, &mc, &e);
 	free(blocks);
@@ -141,7 +143,7 @@ int main(int argc, char **argv)
 		rc = run(ctx, cfg, &prob, "ring, 64-row chunks", &chunked);
 	cfg.chunk_rows = 0;
 	const enum rmoe_dispatch others[] = {RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
-	                                     RMOE_DISPATCH_ALLTOALL_MEGATRON};
+	                                     RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
 	for (unsigned i = 0; i < sizeof(others) / sizeof(others[0]) && !rc; i++) {
 		cfg.dispatch = others[i];
 		rc = run(ctx, cfg, &prob, rmoe_dispatch_name(others[i]), &other);

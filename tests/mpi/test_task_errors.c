@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 		return rmoe_app_test_end(ctx, "test_task_errors", 1);
 	}
 	const enum rmoe_dispatch all[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
-	                                  RMOE_DISPATCH_ALLTOALL_MEGATRON};
+	                                  RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		one_dispatch(ctx, all[i], nranks);
 	return rmoe_app_test_end(ctx, "test_task_errors", failures);

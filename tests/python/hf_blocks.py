@@ -67,7 +67,7 @@ def run(block, x, dy, coef):
 
 
 @pytest.mark.parametrize("family,norm_topk", families())
-@pytest.mark.parametrize("dispatch", ["ring", "token", "a2a", "a2a-megatron"])
+@pytest.mark.parametrize("dispatch", ["ring", "token", "a2a", "a2a-megatron", "a2a-deepep"])
 def test_swapped_block_matches_original(ctx, comm, family, norm_topk, dispatch):
     block = make_block(family, norm_topk)
     original = copy.deepcopy(block)

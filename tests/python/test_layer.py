@@ -38,11 +38,12 @@ def run_layer(ctx, comm, seed, dprobs=False, **options):
     dict(dispatch="token"),
     dict(dispatch="a2a"),
     dict(dispatch="a2a-megatron"),
+    dict(dispatch="a2a-deepep"),
     dict(dispatch="ring", norm_topk=False),
     dict(dispatch="ring", shared_ffn=16),
     dict(dispatch="ring", shared_ffn=16, shared_gated=True, norm_topk=False),
     dict(dispatch="a2a", shared_ffn=16, shared_gated=True),
-], ids=["ring", "token", "a2a", "a2a-megatron", "ring-no-norm", "ring-shared", "ring-shared-gated",
+], ids=["ring", "token", "a2a", "a2a-megatron", "a2a-deepep", "ring-no-norm", "ring-shared", "ring-shared-gated",
         "a2a-shared-gated"])
 def test_layer_matches_numpy(ctx, comm, options):
     cfg, w, x_all, dy_all, x, dy, dp, got = run_layer(ctx, comm, 7, **options)

@@ -38,7 +38,7 @@ if [ "${#rmoe_norand[@]}" -eq 0 ]; then
   tol=0.0005
   echo "test_sim: setarch -R is not permitted here: the two runs need only agree within 0.05%"
 fi
-disp="ring token a2a a2a-megatron"
+disp="ring token a2a a2a-megatron a2a-deepep"
 sweep() { # sweep NAME TRANSPORT
   echo "test_sim: $1 ($2), EP 8, Qwen3-30B-A3B / $scale, bf16"
   "$src/bench/sim/run.sh" --ep 8 --dispatch "$disp" --transport "$2" --dtype bf16 --scale "$scale" \
