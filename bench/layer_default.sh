@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The default layer (Qwen3-30B-A3B with H, F, tokens divided by 16) at N = 2
-# and 4 ranks, the ring and both all-to-all baselines (a2a, pipelined per peer
+# and 4 ranks, the ring and every all-to-all baseline (a2a, pipelined per peer
 # and chunk with the ring's kernel discipline; a2a-megatron, Megatron Core
-# 0.13's alltoall dispatcher) side by side,
+# 0.13's alltoall dispatcher; a2a-deepep, DeepEP's normal-mode dispatch, a
+# token once per destination rank) side by side,
 # their repetitions interleaved in one process; writes
 # bench/results/layer_default.csv and layer_default.md.
 #   bench/layer_default.sh [extra relaymoe run options]
@@ -22,11 +23,11 @@ for np in 2 4; do
 done
 mv "$tmp/layer_default.csv" "$out/layer_default.csv"
 {
-  echo "# Default layer, ring vs the two all-to-all baselines"
+  echo "# Default layer, ring vs the three all-to-all baselines"
   echo
   echo "Command: \`bench/layer_default.sh $*\` on $(date -u +%Y-%m-%d), $(nproc) cores ($(uname -m)), CPU only, ranks oversubscribed."
   echo "Layer: Qwen3-30B-A3B with H, F and tokens divided by 16 (H=128, F=48, E=128, K=8, 3072 tokens per rank), fp32."
-  echo "Times: medians of 5 repetitions after a warm-up, max over ranks; the dispatchers alternate repetition by repetition (the order rotating), and the ratios are the median and range of the per-repetition ratios. Memory, max over ranks: peak = the layer's StarPU data (resident + StarPU temporaries, sampled at every task and while exchanges are in flight); heap = the independent figure (resident + the process heap's growth over the pass: every allocation, StarPU's, codelet scratch, Open MPI's staging); TOTAL = the headline metric, the larger of the two over both passes, the only one the ratios are given in (docs/memory.md), the execution peak and each figure's own ratio being labelled diagnostics. a2a is the all-to-all with the ring's kernel discipline (the strongest we can write), a2a-megatron the Megatron-LM-faithful buffers (the paper's baseline)."
+  echo "Times: medians of 5 repetitions after a warm-up, max over ranks; the dispatchers alternate repetition by repetition (the order rotating), and the ratios are the median and range of the per-repetition ratios. Memory, max over ranks: peak = the layer's StarPU data (resident + StarPU temporaries, sampled at every task and while exchanges are in flight); heap = the independent figure (resident + the process heap's growth over the pass: every allocation, StarPU's, codelet scratch, Open MPI's staging); TOTAL = the headline metric, the larger of the two over both passes, the only one the ratios are given in (docs/memory.md), the execution peak and each figure's own ratio being labelled diagnostics. a2a is the all-to-all with the ring's kernel discipline, a2a-megatron Megatron Core 0.13's alltoall dispatcher (the paper's baseline), a2a-deepep DeepEP's normal-mode dispatch (each token sent once to each rank owning one of its experts, its outputs reduced there before one row goes back); the strongest baseline is the one with the smallest figure."
   echo "These are CPU ranks oversubscribed on $(nproc) shared cores: the ratios are side by side on this machine, not GPU times."
   echo
   echo '```'

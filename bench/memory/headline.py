@@ -16,7 +16,7 @@ import csv
 import os
 import sys
 
-BASELINES = ("a2a", "a2a-megatron")
+BASELINES = ("a2a", "a2a-megatron", "a2a-deepep")
 
 
 def total_peak(r):
@@ -36,12 +36,12 @@ def headline(results):
         rows = list(csv.DictReader(f))
     per = [ratios([r for r in rows if r["ranks"] == str(n)]) for n in (2, 4)]
     out.append(("default layer, 2 and 4 ranks",
-                "; ".join(", ".join(f"{q[b]:.2f}x" for b in BASELINES) for q in per)))
+                "; ".join(", ".join(f"{q[b]:.2f}x" for b in BASELINES if b in q) for q in per)))
     with open(os.path.join(results, "memory_sweep.csv"), newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["preset"] == "Qwen3-30B-A3B" and r["ranks"] == "8"
                 and float(r["token_factor"]) == 1.0 and float(r["scale"]) == 16.0]
     q = ratios(rows)
-    out.append(("Qwen3-30B-A3B at EP 8", ", ".join(f"{q[b]:.2f}x" for b in BASELINES)))
+    out.append(("Qwen3-30B-A3B at EP 8", ", ".join(f"{q[b]:.2f}x" for b in BASELINES if b in q)))
     return out
 
 

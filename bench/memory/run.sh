@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak memory of the four dispatchers (ring, token, a2a, a2a-megatron) on the paper's Table 3 shapes, scaled
+# Peak memory of the five dispatchers (ring, token, a2a, a2a-megatron, a2a-deepep) on the paper's Table 3 shapes, scaled
 # down: every measured point against the analytical memory model, the model's
 # predictions at full size, and a PyTorch peer at EP=1 on the same machine.
 #
@@ -136,7 +136,7 @@ done
 # dispatcher, 2 ranks, a small layer.
 : > "$tmp/check.log"
 if [ $torch -eq 1 ]; then
-  for d in ring token a2a a2a-megatron; do
+  for d in ring token a2a a2a-megatron a2a-deepep; do
     "$here/scripts/mpirun.sh" -np 2 "$app" run --hidden 32 --ffn 16 --experts 8 --topk 2 --tokens 64 \
       --dispatch "$d" --repeat 1 --quiet --dump "$tmp/dump-$d" > /dev/null
     echo "relaymoe run --dispatch $d (2 ranks, H=32 F=16 E=8 K=2, 64 tokens per rank):" >> "$tmp/check.log"

@@ -27,16 +27,18 @@ import time
 MODEL_TOLERANCE = 0.10
 MIB = 1024.0 * 1024.0
 GIB = 1024.0 * MIB
-DISPATCHERS = ("ring", "token", "a2a", "a2a-megatron")
+DISPATCHERS = ("ring", "token", "a2a", "a2a-megatron", "a2a-deepep")
 RINGS = ("ring", "token")
-# The two all-to-all baselines: `a2a`, pipelined per peer and chunk with the
-# ring's kernel discipline (the strongest all-to-all the project can write),
-# `a2a-megatron`, Megatron Core 0.13's alltoall dispatcher (the paper's
-# baseline, as Megatron runs it today).
-BASELINES = ("a2a", "a2a-megatron")
+# The all-to-all baselines: `a2a`, pipelined per peer and chunk with the
+# ring's kernel discipline, `a2a-megatron`, Megatron Core 0.13's alltoall
+# dispatcher (the paper's baseline, as Megatron runs it today), and
+# `a2a-deepep`, DeepEP's normal-mode dispatch (a token once per destination
+# rank, a2a's pipeline).
+BASELINES = ("a2a", "a2a-megatron", "a2a-deepep")
 LABEL = {"ring": "ring, expert routing", "token": "ring, token routing", "a2a": "all-to-all (lean)",
-         "a2a-megatron": "all-to-all (Megatron)"}
-COLOR = {"ring": "tab:blue", "token": "tab:green", "a2a": "tab:red", "a2a-megatron": "tab:purple"}
+         "a2a-megatron": "all-to-all (Megatron)", "a2a-deepep": "all-to-all (DeepEP)"}
+COLOR = {"ring": "tab:blue", "token": "tab:green", "a2a": "tab:red", "a2a-megatron": "tab:purple",
+         "a2a-deepep": "tab:orange"}
 HEAP = "heap_bwd_bytes"
 # Table 3 shapes with Qwen3-30B-A3B's H, F, E, K
 ALIASES = "MoE-E128, MoE-K8 and MoE-H768"
@@ -271,6 +273,9 @@ def plots(out, pts, full, scale, base_tokens):
                 if key("a2a-megatron", "ring") in rs[0]:
                     ax.plot([r["ep"] for r in rs], [r[key("a2a-megatron", "ring") + suffix] for r in rs], "x--",
                             color=line.get_color(), alpha=0.6)
+                if key("a2a-deepep", "ring") in rs[0]:
+                    ax.plot([r["ep"] for r in rs], [r[key("a2a-deepep", "ring") + suffix] for r in rs], "s:",
+                            color=line.get_color(), alpha=0.6)
             ax.plot([8, 64], [3.8, 7.6], "k*", ms=10, label="paper average (3.8x, 7.6x)")
             ax.plot([64], [13.4], "r*", ms=10, label="paper top-16 (13.4x)")
             ax.set_xscale("log", base=2)
@@ -280,7 +285,7 @@ def plots(out, pts, full, scale, base_tokens):
             ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
             ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
             ax.set_xlabel("EP (ranks)")
-            ax.set_ylabel("baseline / ring (solid a2a, dashed a2a-megatron)")
+            ax.set_ylabel("baseline / ring (solid a2a, dashed a2a-megatron, dotted a2a-deepep)")
             ax.set_title(title)
             ax.grid(alpha=0.3, which="both")
         axes[0].legend(fontsize=7)

@@ -11,8 +11,8 @@
 #
 #   --scale S              H, F and tokens divided by S (default 8)
 #   --dispatch "..."       dispatchers of both EP sweeps (default ring token a2a
-#                          a2a-megatron; any single one `relaymoe run --dispatch`
-#                          accepts, e.g. a2a-deepep once it is built)
+#                          a2a-megatron a2a-deepep; any single one `relaymoe run
+#                          --dispatch` accepts)
 #   --ep "8 16 32 64"      EP of the gpudirect sweep (default)
 #   --ep-staged "8 16 32"  EP of the staged sweep (default)
 #   --dispatch-64 "..."    dispatchers run at EP 64 and above (default: all of
@@ -31,7 +31,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=scripts/lib/opts.sh
 . "$root/scripts/lib/opts.sh"
 scale=8
-dispatches="ring token a2a a2a-megatron"
+dispatches="ring token a2a a2a-megatron a2a-deepep"
 eps="8 16 32 64"
 eps_staged="8 16 32"
 dispatch64=''

@@ -7,7 +7,7 @@
 #   bench/sim/run.sh [options]
 #
 #   --ep "8 16 32 64"        EP degrees = ranks, one GPU each (default)
-#   --dispatch "ring token a2a a2a-megatron"
+#   --dispatch "ring token a2a a2a-megatron a2a-deepep"
 #                            dispatchers (default: these four; any single one
 #                            `relaymoe run --dispatch` accepts)
 #   --dispatch-64 "..."      at EP 64 and above only these (default: all of
@@ -58,7 +58,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/scripts/lib/opts.sh"
 # shellcheck source=bench/sim/setup.sh
 . "$root/bench/sim/setup.sh"
-dispatches="ring token a2a a2a-megatron"
+dispatches="ring token a2a a2a-megatron a2a-deepep"
 sched=dmdas
 scale=1
 repeat=1

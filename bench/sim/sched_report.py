@@ -264,7 +264,7 @@ def compare(w, path, by, eps, dispatches, policies):
 def markdown(a, rows, by, meta_rounds):
     eps = sorted({r["ep"] for r in rows})
     dispatches = sorted({r["dispatch"] for r in rows},
-                        key=lambda d: ({"ring": 0, "token": 1, "a2a": 2, "a2a-megatron": 3}.get(d, 9), d))
+                        key=lambda d: ({"ring": 0, "token": 1, "a2a": 2, "a2a-megatron": 3, "a2a-deepep": 4}.get(d, 9), d))
     policies = sorted({r["policy"] for r in rows}, key=lambda p: (p in PREFETCHING, p))
     plot(rows, by, eps, dispatches, policies, a.out)
     same, differ, single = determinism(by, meta_rounds)
