@@ -270,7 +270,12 @@ void *rmoe_cl_args_dup(const void *args, size_t size);
  * always set, its body runs after a failure of its pass too (an index task
  * whose outputs another rank reads: garbage there would fail that rank
  * first and hide the failure that happened here). */
+#ifdef STARPU_SIMGRID
+/* The simulated GPUs run it too (nothing runs: the cost model times it). */
+#define RMOE_CL_CPU_ONLY(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu}, .cuda_funcs = {cpu},
+#else
 #define RMOE_CL_CPU_ONLY(cpu) .cpu_funcs = {cpu}, .cpu_funcs_name = {#cpu},
+#endif
 #define RMOE_CODELET_CPU(var, label, body, sym, op, nbuf, always)                                    \
 	static void var##_cpu(void *buffers[], void *cl_arg)                                            \
 	{                                                                                               \

@@ -249,6 +249,12 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	*out = NULL;
 	struct rmoe_wait w = rmoe_wait_make(cfg->wait_timeout);
 	int rc = rmoe_config_check(cfg, ctx->size);
+#ifndef STARPU_SIMGRID
+	/* Its index tasks (codelet_dedup.c) have a CPU function only. */
+	if (!rc && cfg->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP && starpu_cpu_worker_get_count() == 0)
+		rc = rmoe_error(RMOE_ENOTSUP, "dispatch a2a-deepep: its index tasks run on CPU workers and StarPU has "
+		                "none here (STARPU_NCPU=0?): give it at least one");
+#endif
 	if ((rc = rmoe_agree_first(&w, ctx->comm, rc, "the layer configuration check")) ||
 	    (rc = rmoe_agree(&w, ctx->comm, check_same_config(ctx, &w, cfg), "the cross-rank configuration check")))
 		return rc;

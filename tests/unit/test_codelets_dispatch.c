@@ -15,6 +15,7 @@
 #include <starpu.h>
 
 #include "codelets_check.h"
+#include "relaymoe/relaymoe.h"
 #include "codelets_fixture.h"
 
 /* ---- dispatch map ------------------------------------------------------- */
@@ -66,6 +67,106 @@ static void test_codelets_dispatch_map_all_to_one_expert(void **state)
 		idx[p] = 4;
 	check_dispatch_map(idx, T, K, E);
 	free(idx);
+}
+
+/* ---- a2a-deepep's index tasks (codelet_dedup.c) ------------------------ */
+
+/* peer-counts against the obvious loop, then each rank's block through
+ * dedup-map: its tokens are those with a pair there, ascending, and each
+ * pair's code names its token's slot and its top-k position. */
+static void check_dedup(const int32_t *idx, int64_t T, int64_t K, int64_t E, int64_t N)
+{
+	const int64_t el = E / N;
+	int32_t *topk_idx = xcalloc(T * K, sizeof(int32_t)), *order = xcalloc(T * K, sizeof(int32_t));
+	int32_t *counts = xcalloc(E, sizeof(int32_t)), *peer = xcalloc(E + N, sizeof(int32_t));
+	memcpy(topk_idx, idx, (size_t)(T * K) * sizeof(int32_t));
+	ref_dispatch(idx, T, K, E, order, counts);
+	for (int64_t i = 0; i < E + N; i++)
+		peer[i] = -7;
+	starpu_data_handle_t h[3] = {vec_i(topk_idx, T * K), vec_i(counts, E), vec_i(peer, E + N)};
+	INSERT(rmoe_insert_peer_counts(opts("peer-counts"), T, K, E, N, h[0], h[1], h[2]));
+	wait_all();
+	unregister_all(h, 3);
+	assert_memory_equal(peer, counts, (size_t)E * sizeof(int32_t));
+	for (int64_t q = 0, first = 0; q < N; q++) {
+		int64_t want = 0, rows = 0;
+		for (int64_t t = 0; t < T; t++) {
+			int hit = 0;
+			for (int64_t k = 0; k < K; k++)
+				hit |= idx[t * K + k] / el == q;
+			want += hit;
+		}
+		assert_int_equal(peer[E + q], want);
+		for (int64_t e = q * el; e < (q + 1) * el; e++)
+			rows += counts[e];
+		if (rows == 0)
+			continue;
+		const int64_t D = peer[E + q];
+		int32_t *tokens = xcalloc(T, sizeof(int32_t)), *codes = xcalloc(D * K, sizeof(int32_t));
+		starpu_data_handle_t g[3] = {vec_i(order, T * K), vec_i(tokens, T), vec_i(codes, D * K)};
+		INSERT(rmoe_insert_dedup_map(opts("dedup-map"), T, K, first, rows, D, g[0], g[1], g[2]));
+		wait_all();
+		unregister_all(g, 3);
+		for (int64_t i = 1; i < D; i++)
+			assert_true(tokens[i - 1] < tokens[i]);
+		for (int64_t i = 0; i < rows; i++) {
+			const int32_t p = order[first + i];
+			assert_true(codes[i] / K < D);
+			assert_int_equal(tokens[codes[i] / K], p / K);
+			assert_int_equal(codes[i] % K, p % K);
+		}
+		for (int64_t i = rows; i < D * K; i++)
+			assert_int_equal(codes[i], 0);
+		first += rows;
+		free(tokens);
+		free(codes);
+	}
+	free(topk_idx);
+	free(order);
+	free(counts);
+	free(peer);
+}
+
+static void test_codelets_dedup_skewed_and_even(void **state)
+{
+	(void)state;
+	const int64_t T = 37, K = 3, E = 12;
+	struct rng r = {33};
+	int32_t *idx = xcalloc(T * K, sizeof(int32_t));
+	random_routing(&r, T, K, E, NULL, 0, idx);
+	check_dedup(idx, T, K, E, 4);
+	check_dedup(idx, T, K, E, 1);
+	/* experts 6-11 idle: ranks 2 and 3 of 4 get no block */
+	const int allowed[12] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+	random_routing(&r, T, K, E, allowed, 1, idx);
+	check_dedup(idx, T, K, E, 4);
+	free(idx);
+}
+
+/* A block whose distinct tokens are not the ones counted fails the task. */
+static void test_codelets_dedup_map_wrong_count_fails(void **state)
+{
+	(void)state;
+	const int64_t T = 5, K = 2, E = 4;
+	int32_t idx[10] = {0, 1, 2, 3, 0, 2, 1, 3, 0, 1};
+	int32_t order[10], counts[4], tokens[5], codes[8];
+	ref_dispatch(idx, T, K, E, order, counts);
+	struct rmoe_task_status st;
+	rmoe_task_status_reset(&st);
+	struct rmoe_task_opts o = *opts("dedup-map");
+	o.status = &st;
+	starpu_data_handle_t g[3] = {vec_i(order, T * K), vec_i(tokens, T), vec_i(codes, 8)};
+	/* experts 0 and 1 hold 6 pairs of 4 tokens (0, 2, 3, 4): 4 is right, 3 wrong */
+	assert_int_equal(rmoe_insert_dedup_map(&o, T, K, 0, counts[0] + counts[1], 4, g[0], g[1], g[2]), 0);
+	wait_all();
+	assert_int_equal(rmoe_task_status_check(&st), 0);
+	unregister_all(g, 3);
+	int32_t codes3[6];
+	starpu_data_handle_t b[3] = {vec_i(order, T * K), vec_i(tokens, T), vec_i(codes3, 6)};
+	assert_int_equal(rmoe_insert_dedup_map(&o, T, K, 0, counts[0] + counts[1], 3, b[0], b[1], b[2]), 0);
+	wait_all();
+	assert_int_equal(rmoe_task_status_check(&st), RMOE_ESTARPU);
+	unregister_all(b, 3);
 }
 
 static void test_codelets_dispatch_map_k_equals_e(void **state)
@@ -300,6 +401,8 @@ int main(void)
 		cmocka_unit_test(test_codelets_dispatch_map_uneven_with_empty_experts),
 		cmocka_unit_test(test_codelets_dispatch_map_all_to_one_expert),
 		cmocka_unit_test(test_codelets_dispatch_map_k_equals_e),
+		cmocka_unit_test(test_codelets_dedup_skewed_and_even),
+		cmocka_unit_test(test_codelets_dedup_map_wrong_count_fails),
 		cmocka_unit_test(test_codelets_gather_rows_of_a_slice),
 		cmocka_unit_test(test_codelets_scatter_add_into_tokens),
 		cmocka_unit_test(test_codelets_sort_chunks_round_trip),

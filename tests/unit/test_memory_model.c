@@ -175,6 +175,55 @@ static void test_memory_model_alltoall_by_hand(void **state)
 	assert_int_equal(rows, 2);
 }
 
+/* DeepEP's dispatch on a2a's pipeline, same layer (graph/alltoall_deepep.c):
+ * whole blocks of r = 4 pairs; a uniform router sends a block 4 distinct
+ * tokens here (a token meets the other rank's 2 experts with probability
+ * 1 - C(2,2)/C(4,2) = 5/6: ceil(5/6 * 4) = 4, at most the 4 tokens). Its
+ * peer counts [E + N] add 6 int32 to the resident routing (24 bytes).
+ * forward, the owner of experts: the own block computing (a2a's: 4 rows of
+ * 2H + 3F, 208) or held (its outputs, 32); the peer's block computing,
+ * expanded rows (8 floats), workspace (36), outputs (8), codes and weights
+ * (D*K = 8 each): 272, or held, rows (D*H = 8), codes, weights: 96. The
+ * window holds both: 128 held + the larger rise, 176: 304. The block out:
+ * token list (T = 4 int32), rows, codes, weights out and the combined rows
+ * back (4 * 8 values): 144. Peak 448; leaving: the block's inputs (96) and
+ * the own outputs (32).
+ * backward: the own block as a2a's (288 computing, 80 held); the peer's
+ * computing, x and dy expanded (16 floats), workspace [4, 4F] (48), dg,
+ * codes, weights (24 values): 352, held x, dy, codes, weights: 128; the
+ * window 208 + 224 = 432. The block out: token list, x, dy, codes, weights,
+ * dx and dg back: 16 + 6 * 32 = 208; the own block's identity pair order
+ * (4 int32): 16. Peak 656; leaving 128 + 80. */
+static void test_memory_model_alltoall_deepep_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c, &e), 0);
+	assert_int_equal(e.resident_forward, 272 + 24 + 288 + 32 + 32);
+	assert_int_equal(e.dynamic_forward, 448);
+	assert_int_equal(e.leaving_forward, 128);
+	assert_int_equal(e.dynamic_backward, 656);
+	assert_int_equal(e.leaving_backward, 208);
+	assert_int_equal(e.largest_buffer, 48 * 4);
+	/* The routing seen: rank 0 sends rank 1 one token with both its pairs
+	 * there (r = 2, D = 1), rank 1 sends rank 0 three tokens of one pair
+	 * each; the own blocks of 6 and 5 pairs. Rank 0's forward: own
+	 * computing 6*52 = 312 + the received 3 tokens held 3*(8+16) = 72 ->
+	 * 384 (own held 48 + the received block computing 3*52 + 8*3*2 = 204
+	 * is less); its block out 16 + 1 * 32 = 48: 432. Rank 1's: own
+	 * computing 5*52 = 260 + the received 1 token held 24 = 284; out 16 +
+	 * 3 * 32 = 112: 396. The model takes the larger, 432. */
+	const int64_t blocks[8] = {6, 2, 3, 5, /* tokens */ 4, 1, 3, 4};
+	c.blocks = blocks;
+	c.block_tokens = blocks + 4;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c, &e), 0);
+	assert_int_equal(e.dynamic_forward, 432);
+	/* No cap: its blocks are whole. */
+	int64_t rows = 0;
+	assert_int_equal(rmoe_memory_cap_chunk(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c, 1 << 20, &rows), RMOE_ENOTSUP);
+}
+
 /* Two partitions per rank (a ring of 4 partitions over 2 ranks): a hop
  * computes P/4 = 2 rows instead of 4, so the backward's hop rows halve
  * (2 * 64 bytes instead of 4 * 64); nothing else changes. */
@@ -273,6 +322,7 @@ int main(void)
 		cmocka_unit_test(test_memory_model_ring_token_by_hand),
 		cmocka_unit_test(test_memory_model_alltoall_by_hand),
 		cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
+		cmocka_unit_test(test_memory_model_alltoall_deepep_by_hand),
 		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
 		cmocka_unit_test(test_memory_model_partitions_by_hand),
 		cmocka_unit_test(test_memory_model_shared_expert_by_hand),
