@@ -100,7 +100,7 @@ static int experts_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data
 }
 
 /* My own rows (step 0): no transfer. */
-int rmoe_a2a_own_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t dy,
+static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t dy,
                      starpu_data_handle_t dx, int *accumulate, struct rmoe_a2a_depth *experts, int prio)
 {
 	starpu_data_handle_t in[3], res[2] = {NULL, NULL};
@@ -172,30 +172,27 @@ int rmoe_a2a_backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const 
 	return rc;
 }
 
+int rmoe_a2a_own_backward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	(void)peer;
+	(void)j;
+	return own_chunk(r->L, r->pass, c, r->dy, r->out, &r->accumulate, &r->experts, prio);
+}
+
+static int token_step(struct rmoe_a2a_run *r, int to, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	return token_chunk(r->L, r->pass, to, j, c, r->dy, r->out, &r->tokens, prio);
+}
+
+static int expert_step(struct rmoe_a2a_run *r, int from, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	return expert_chunk(r->L, r->pass, from, j, c, &r->accumulate, &r->experts, prio);
+}
+
 int rmoe_alltoall_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                            starpu_data_handle_t dx)
 {
-	const struct rmoe_a2a_plan *p;
-	int rc = rmoe_a2a_plan_get(L, &p);
-	if (!rc)
-		rc = rmoe_a2a_reserve_credits(p, pass);
-	if (rc)
-		return rc;
-	const int N = p->N, me = p->me;
-	rc = rmoe_a2a_backward_begin(L, pass, p, p->max_recv_rows);
-	struct rmoe_a2a_depth tokens = {0}, experts = {0};
-	int accumulate = 0;
-	for (int i = 0; i < N && !rc; i++) {
-		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
-		if (i == 0) {
-			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
-				rc = rmoe_a2a_own_backward(L, pass, &p->send[me][j], dy, dx, &accumulate, &experts, prio);
-			continue;
-		}
-		for (int64_t j = 0; j < p->nsend[to] && !rc; j++)
-			rc = token_chunk(L, pass, to, j, &p->send[to][j], dy, dx, &tokens, prio);
-		for (int64_t j = 0; j < p->nrecv[from] && !rc; j++)
-			rc = expert_chunk(L, pass, from, j, &p->recv[from][j], &accumulate, &experts, prio);
-	}
-	return rc;
+	static const struct rmoe_a2a_steps steps = {rmoe_a2a_own_backward, token_step, expert_step};
+	struct rmoe_a2a_run r = {.L = L, .pass = pass, .dy = dy, .out = dx};
+	return rmoe_a2a_backward_run(&r, &steps, 0);
 }

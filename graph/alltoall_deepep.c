@@ -122,11 +122,15 @@ static int block_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 
 /* My block for peer to: token rows, codes and weights out; the combined
  * rows back and added at their tokens (the weights are in). */
-static int token_block_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p, int to,
-                           starpu_data_handle_t y, struct rmoe_a2a_depth *tokens, int prio)
+static int token_block_fwd(struct rmoe_a2a_run *r, int to, int64_t j, const struct rmoe_chunk *c, int prio)
 {
+	(void)j;
+	(void)c;
+	struct rmoe_layer *L = r->L;
+	struct rmoe_pass *pass = r->pass;
+	const struct rmoe_a2a_plan *p = r->p;
 	const int64_t D = p->send_tokens[to];
-	struct starpu_task *credit = rmoe_a2a_depth_wait(tokens), *posted = NULL;
+	struct starpu_task *credit = rmoe_a2a_depth_wait(&r->tokens), *posted = NULL;
 	starpu_data_handle_t map[2] = {NULL, NULL}, in[3] = {NULL, NULL, NULL};
 	int rc = block_map(L, pass, p, to, credit, prio, &map[0], &map[1]);
 	in[0] = rmoe_act_vector(pass, L, D * L->H);
@@ -146,16 +150,19 @@ static int token_block_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, const s
 	int drc = rmoe_a2a_done(L, pass, in, 3, NULL);
 	rc = rc ? rc : drc;
 	if (!rc)
-		rc = add_token_rows(L, back[0], L->H, back[1], D, y, prio, "combine-add");
-	return block_end(L, pass, back, 2, tokens, rc);
+		rc = add_token_rows(L, back[0], L->H, back[1], D, r->out, prio, "combine-add");
+	return block_end(L, pass, back, 2, &r->tokens, rc);
 }
 
 /* Peer from's block for my experts: token rows, codes and weights in,
  * expanded, computed, reduced per token and sent back. */
-static int expert_block_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p, int from,
-                            const struct rmoe_chunk *c, struct rmoe_a2a_depth *experts, int prio)
+static int expert_block_fwd(struct rmoe_a2a_run *r, int from, int64_t j, const struct rmoe_chunk *c, int prio)
 {
-	const int64_t D = p->recv_tokens[from], P = c->rows;
+	(void)j;
+	struct rmoe_layer *L = r->L;
+	struct rmoe_pass *pass = r->pass;
+	struct rmoe_a2a_depth *experts = &r->experts;
+	const int64_t D = r->p->recv_tokens[from], P = c->rows;
 	starpu_data_handle_t in[3] = {rmoe_act_vector(pass, L, D * L->H), rmoe_temp_vector(pass, D * L->K, sizeof(int32_t)),
 	                              rmoe_temp_vector(pass, D * L->K, sizeof(float))};
 	int rc = rmoe_a2a_post_recvs(L, pass, in, 3, from, FWD_X, 0, 1, rmoe_a2a_depth_wait(experts), NULL, what_fwd);
@@ -187,39 +194,25 @@ static int expert_block_fwd(struct rmoe_layer *L, struct rmoe_pass *pass, const 
 
 int rmoe_alltoall_deepep_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
-	int rc = rmoe_a2a_plan_build(L, pass);
-	if (!rc)
-		rc = rmoe_a2a_reserve_credits(L->a2a, pass);
-	if (rc)
-		return rc;
-	const struct rmoe_a2a_plan *p = L->a2a;
-	const int N = p->N, me = p->me;
-	struct rmoe_a2a_depth tokens = {0}, experts = {0};
-	for (int i = 0; i < N && !rc; i++) {
-		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
-		if (i == 0) {
-			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
-				rc = rmoe_a2a_own_forward(L, pass, &p->send[me][j], y, &experts, prio);
-			continue;
-		}
-		/* Whole blocks (config.c refuses chunk rows): one or none. */
-		if (p->nsend[to] > 0)
-			rc = token_block_fwd(L, pass, p, to, y, &tokens, prio);
-		if (!rc && p->nrecv[from] > 0)
-			rc = expert_block_fwd(L, pass, p, from, &p->recv[from][0], &experts, prio);
-	}
-	return rc;
+	/* Whole blocks (config.c refuses chunk rows): one chunk a block. */
+	static const struct rmoe_a2a_steps steps = {rmoe_a2a_own_forward, token_block_fwd, expert_block_fwd};
+	struct rmoe_a2a_run r = {.L = L, .pass = pass, .out = y};
+	return rmoe_a2a_forward_run(&r, &steps);
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
 
 /* My block for peer to: token rows, dy rows, codes and weights out; the
  * reduced dx rows and the dg back, added at their tokens. */
-static int token_block_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p, int to,
-                           starpu_data_handle_t dy, starpu_data_handle_t dx, struct rmoe_a2a_depth *tokens, int prio)
+static int token_block_bwd(struct rmoe_a2a_run *r, int to, int64_t j, const struct rmoe_chunk *c, int prio)
 {
+	(void)j;
+	(void)c;
+	struct rmoe_layer *L = r->L;
+	struct rmoe_pass *pass = r->pass;
+	const struct rmoe_a2a_plan *p = r->p;
 	const int64_t D = p->send_tokens[to];
-	struct starpu_task *credit = rmoe_a2a_depth_wait(tokens), *posted = NULL;
+	struct starpu_task *credit = rmoe_a2a_depth_wait(&r->tokens), *posted = NULL;
 	starpu_data_handle_t map[2] = {NULL, NULL};
 	int rc = block_map(L, pass, p, to, credit, prio, &map[0], &map[1]);
 	starpu_data_handle_t in[4] = {rmoe_act_vector(pass, L, D * L->H), rmoe_act_vector(pass, L, D * L->H), map[1],
@@ -227,7 +220,7 @@ static int token_block_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, const s
 	if (!rc)
 		rc = token_rows(L, L->h_x, L->H, map[0], D, in[0], credit, prio, "dispatch-x");
 	if (!rc)
-		rc = token_rows(L, dy, L->H, map[0], D, in[1], credit, prio, "dispatch-dy");
+		rc = token_rows(L, r->dy, L->H, map[0], D, in[1], credit, prio, "dispatch-dy");
 	if (!rc)
 		rc = token_rows(L, L->h_topk_w, L->K, map[0], D, in[3], credit, prio, "dispatch-w");
 	starpu_data_handle_t back[3] = {rmoe_act_vector(pass, L, D * L->H), rmoe_temp_vector(pass, D * L->K, sizeof(float)),
@@ -239,20 +232,24 @@ static int token_block_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, const s
 	int drc = rmoe_a2a_done(L, pass, in, 4, NULL);
 	rc = rc ? rc : drc;
 	if (!rc)
-		rc = add_token_rows(L, back[0], L->H, back[2], D, dx, prio, "combine-dx");
+		rc = add_token_rows(L, back[0], L->H, back[2], D, r->out, prio, "combine-dx");
 	/* dg [T, K]: a token's K values, zero where the pair went elsewhere. */
 	if (!rc)
 		rc = add_token_rows(L, back[1], L->K, back[2], D, L->h_dg, prio, "combine-dg");
-	return block_end(L, pass, back, 3, tokens, rc);
+	return block_end(L, pass, back, 3, &r->tokens, rc);
 }
 
 /* Peer from's block for my experts: x and dy rows expanded to the pairs,
  * the recompute and the pair-weighted backward (the weight applied in the
  * kernel, dg per pair), each token's dx reduced; dx and dg sent back. */
-static int expert_block_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p, int from,
-                            const struct rmoe_chunk *c, int *accumulate, struct rmoe_a2a_depth *experts, int prio)
+static int expert_block_bwd(struct rmoe_a2a_run *r, int from, int64_t j, const struct rmoe_chunk *c, int prio)
 {
-	const int64_t D = p->recv_tokens[from], P = c->rows;
+	(void)j;
+	struct rmoe_layer *L = r->L;
+	struct rmoe_pass *pass = r->pass;
+	struct rmoe_a2a_depth *experts = &r->experts;
+	int *accumulate = &r->accumulate;
+	const int64_t D = r->p->recv_tokens[from], P = c->rows;
 	starpu_data_handle_t in[4] = {rmoe_act_vector(pass, L, D * L->H), rmoe_act_vector(pass, L, D * L->H),
 	                              rmoe_temp_vector(pass, D * L->K, sizeof(int32_t)),
 	                              rmoe_temp_vector(pass, D * L->K, sizeof(float))};
@@ -299,28 +296,8 @@ static int expert_block_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, const 
 int rmoe_alltoall_deepep_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                                   starpu_data_handle_t dx)
 {
-	const struct rmoe_a2a_plan *p;
-	int rc = rmoe_a2a_plan_get(L, &p);
-	if (!rc)
-		rc = rmoe_a2a_reserve_credits(p, pass);
-	if (rc)
-		return rc;
-	const int N = p->N, me = p->me;
-	/* The identity pair order serves my own block only. */
-	rc = rmoe_a2a_backward_begin(L, pass, p, p->nsend[me] > 0 ? p->send[me][0].rows : 0);
-	struct rmoe_a2a_depth tokens = {0}, experts = {0};
-	int accumulate = 0;
-	for (int i = 0; i < N && !rc; i++) {
-		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
-		if (i == 0) {
-			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
-				rc = rmoe_a2a_own_backward(L, pass, &p->send[me][j], dy, dx, &accumulate, &experts, prio);
-			continue;
-		}
-		if (p->nsend[to] > 0)
-			rc = token_block_bwd(L, pass, p, to, dy, dx, &tokens, prio);
-		if (!rc && p->nrecv[from] > 0)
-			rc = expert_block_bwd(L, pass, p, from, &p->recv[from][0], &accumulate, &experts, prio);
-	}
-	return rc;
+	/* The identity pair order serves the own block only. */
+	static const struct rmoe_a2a_steps steps = {rmoe_a2a_own_backward, token_block_bwd, expert_block_bwd};
+	struct rmoe_a2a_run r = {.L = L, .pass = pass, .dy = dy, .out = dx};
+	return rmoe_a2a_backward_run(&r, &steps, 1);
 }

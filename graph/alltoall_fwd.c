@@ -51,7 +51,7 @@ static int experts_ffn(int rc, struct rmoe_layer *L, struct rmoe_pass *pass, con
 }
 
 /* My own rows (step 0): permute, experts, weighted unpermute into y. */
-int rmoe_a2a_own_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t y,
+static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t y,
                      struct rmoe_a2a_depth *experts, int prio)
 {
 	starpu_data_handle_t x = rmoe_act_vector(pass, L, c->rows * L->H);
@@ -115,27 +115,26 @@ static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, 
 	return rc;
 }
 
+int rmoe_a2a_own_forward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	(void)peer;
+	(void)j;
+	return own_chunk(r->L, r->pass, c, r->out, &r->experts, prio);
+}
+
+static int token_step(struct rmoe_a2a_run *r, int to, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	return token_chunk(r->L, r->pass, to, j, c, r->out, &r->tokens, prio);
+}
+
+static int expert_step(struct rmoe_a2a_run *r, int from, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	return expert_chunk(r->L, r->pass, from, j, c, &r->experts, prio);
+}
+
 int rmoe_alltoall_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
-	int rc = rmoe_a2a_plan_build(L, pass);
-	if (!rc)
-		rc = rmoe_a2a_reserve_credits(L->a2a, pass);
-	if (rc)
-		return rc;
-	const struct rmoe_a2a_plan *p = L->a2a;
-	const int N = p->N, me = p->me;
-	struct rmoe_a2a_depth tokens = {0}, experts = {0};
-	for (int i = 0; i < N && !rc; i++) {
-		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
-		if (i == 0) {
-			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
-				rc = rmoe_a2a_own_forward(L, pass, &p->send[me][j], y, &experts, prio);
-			continue;
-		}
-		for (int64_t j = 0; j < p->nsend[to] && !rc; j++)
-			rc = token_chunk(L, pass, to, j, &p->send[to][j], y, &tokens, prio);
-		for (int64_t j = 0; j < p->nrecv[from] && !rc; j++)
-			rc = expert_chunk(L, pass, from, j, &p->recv[from][j], &experts, prio);
-	}
-	return rc;
+	static const struct rmoe_a2a_steps steps = {rmoe_a2a_own_forward, token_step, expert_step};
+	struct rmoe_a2a_run r = {.L = L, .pass = pass, .out = y};
+	return rmoe_a2a_forward_run(&r, &steps);
 }

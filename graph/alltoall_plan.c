@@ -238,3 +238,46 @@ starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n)
 {
 	return rmoe_host_vector(NULL, L->iota, n, sizeof(int32_t));
 }
+
+/* The steps in the pairwise order (struct rmoe_a2a_run). */
+static int pairwise(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
+{
+	const struct rmoe_a2a_plan *p = r->p;
+	const int N = p->N, me = p->me;
+	int rc = 0;
+	for (int i = 0; i < N && !rc; i++) {
+		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
+		if (i == 0) {
+			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
+				rc = s->own(r, me, j, &p->send[me][j], prio);
+			continue;
+		}
+		for (int64_t j = 0; j < p->nsend[to] && !rc; j++)
+			rc = s->token(r, to, j, &p->send[to][j], prio);
+		for (int64_t j = 0; j < p->nrecv[from] && !rc; j++)
+			rc = s->expert(r, from, j, &p->recv[from][j], prio);
+	}
+	return rc;
+}
+
+int rmoe_a2a_forward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
+{
+	int rc = rmoe_a2a_plan_build(r->L, r->pass);
+	if (!rc)
+		rc = rmoe_a2a_reserve_credits(r->L->a2a, r->pass);
+	r->p = r->L->a2a;
+	return rc ? rc : pairwise(r, s);
+}
+
+int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s, int own_identity)
+{
+	int rc = rmoe_a2a_plan_get(r->L, &r->p);
+	if (!rc)
+		rc = rmoe_a2a_reserve_credits(r->p, r->pass);
+	if (rc)
+		return rc;
+	const struct rmoe_a2a_plan *p = r->p;
+	const int64_t own_rows = p->nsend[p->me] > 0 ? p->send[p->me][0].rows : 0;
+	rc = rmoe_a2a_backward_begin(r->L, r->pass, p, own_identity ? own_rows : p->max_recv_rows);
+	return rc ? rc : pairwise(r, s);
+}

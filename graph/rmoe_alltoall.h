@@ -108,14 +108,37 @@ int rmoe_a2a_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t widt
 int rmoe_a2a_identity_grow(struct rmoe_layer *L, int64_t n);
 starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n);
 
+/* One pass of an all-to-all graph on the plan, its steps in the pairwise
+ * order of alltoall_fwd.c: at step 0 a rank's own chunks, at step i its
+ * chunks for rank me + i, then rank me - i's for its experts; the depths
+ * of both roles shared by all of them. */
+struct rmoe_a2a_run {
+	struct rmoe_layer *L;
+	struct rmoe_pass *pass;
+	const struct rmoe_a2a_plan *p;
+	starpu_data_handle_t dy, out;     /* forward: out = y; backward: dy, out = dx */
+	int accumulate;                   /* backward: the weight gradient has its first term */
+	struct rmoe_a2a_depth tokens, experts;
+};
+/* A step on chunk j of a block (c), with peer the rank it goes to (own,
+ * token) or comes from (expert). */
+typedef int (*rmoe_a2a_step)(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
+struct rmoe_a2a_steps {
+	rmoe_a2a_step own, token, expert;
+};
+/* The forward: the plan built (the counts exchange), credits reserved, the
+ * steps submitted. */
+int rmoe_a2a_forward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s);
+/* The backward on the forward's plan, after rmoe_a2a_backward_begin with
+ * the identity pair order of the largest received chunk, or of the own
+ * block only (own_identity). */
+int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s, int own_identity);
+
 /* The lean all-to-all's step 0, a rank's own chunk c of its pairs
  * (alltoall_fwd.c, alltoall_bwd.c): no transfer, one chunk on the experts
- * at a time (experts). a2a-deepep's own block is the same. */
-int rmoe_a2a_own_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c, starpu_data_handle_t y,
-                         struct rmoe_a2a_depth *experts, int prio);
-int rmoe_a2a_own_backward(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_chunk *c,
-                          starpu_data_handle_t dy, starpu_data_handle_t dx, int *accumulate,
-                          struct rmoe_a2a_depth *experts, int prio);
+ * at a time. a2a-deepep's own block is the same. */
+int rmoe_a2a_own_forward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
+int rmoe_a2a_own_backward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
 /* A backward's start (alltoall_bwd.c): dg zeroed, the identity pair order
  * of identity_rows rows grown and counted, the weight gradient zeroed when
  * this rank's experts compute no row. */
