@@ -157,21 +157,6 @@ static int expert_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int from, 
 	return experts_end(L, pass, in, res, experts, rc);
 }
 
-int rmoe_a2a_backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
-                            int64_t identity_rows)
-{
-	/* dg arrives as additions at the pairs (scatter-add): from zero. */
-	int rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
-	/* The identity pair order of the largest chunk, host memory the
-	 * chunks' expert tasks read: counted in the pass. */
-	pass->resident += 4 * identity_rows;
-	if (!rc)
-		rc = rmoe_a2a_identity_grow(L, identity_rows);
-	if (!rc && p->max_recv_rows == 0)
-		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
-	return rc;
-}
-
 int rmoe_a2a_own_backward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio)
 {
 	(void)peer;

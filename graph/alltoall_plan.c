@@ -239,6 +239,24 @@ starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n)
 	return rmoe_host_vector(NULL, L->iota, n, sizeof(int32_t));
 }
 
+/* A backward's start: dg zeroed, the identity pair order of identity_rows
+ * rows grown and counted, the weight gradient zeroed when this rank's
+ * experts compute no row. */
+static int backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
+                          int64_t identity_rows)
+{
+	/* dg arrives as additions at the pairs (scatter-add): from zero. */
+	int rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, 0, "zero-dg");
+	/* The identity pair order of the largest chunk, host memory the
+	 * chunks' expert tasks read: counted in the pass. */
+	pass->resident += 4 * identity_rows;
+	if (!rc)
+		rc = rmoe_a2a_identity_grow(L, identity_rows);
+	if (!rc && p->max_recv_rows == 0)
+		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
+	return rc;
+}
+
 /* The steps in the pairwise order (struct rmoe_a2a_run). */
 static int pairwise(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
 {
@@ -278,6 +296,6 @@ int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s
 		return rc;
 	const struct rmoe_a2a_plan *p = r->p;
 	const int64_t own_rows = p->nsend[p->me] > 0 ? p->send[p->me][0].rows : 0;
-	rc = rmoe_a2a_backward_begin(r->L, r->pass, p, own_identity ? own_rows : p->max_recv_rows);
+	rc = backward_begin(r->L, r->pass, p, own_identity ? own_rows : p->max_recv_rows);
 	return rc ? rc : pairwise(r, s);
 }

@@ -129,9 +129,9 @@ struct rmoe_a2a_steps {
 /* The forward: the plan built (the counts exchange), credits reserved, the
  * steps submitted. */
 int rmoe_a2a_forward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s);
-/* The backward on the forward's plan, after rmoe_a2a_backward_begin with
- * the identity pair order of the largest received chunk, or of the own
- * block only (own_identity). */
+/* The backward on the forward's plan: dg zeroed, the identity pair order
+ * of the largest received chunk, or of the own block only (own_identity),
+ * grown and counted, then the steps. */
 int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s, int own_identity);
 
 /* The lean all-to-all's step 0, a rank's own chunk c of its pairs
@@ -139,11 +139,6 @@ int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s
  * at a time. a2a-deepep's own block is the same. */
 int rmoe_a2a_own_forward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
 int rmoe_a2a_own_backward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
-/* A backward's start (alltoall_bwd.c): dg zeroed, the identity pair order
- * of identity_rows rows grown and counted, the weight gradient zeroed when
- * this rank's experts compute no row. */
-int rmoe_a2a_backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_a2a_plan *p,
-                            int64_t identity_rows);
 
 /* Megatron-LM's all-to-all (alltoall_megatron.c). */
 int rmoe_alltoall_megatron_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
