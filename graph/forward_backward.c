@@ -47,18 +47,15 @@ static int read_counts(struct rmoe_layer *L, struct rmoe_pass *pass)
 {
 	/* a2a-deepep reads the expert counts in its peer counts, which come
 	 * after them (one wait either way). */
-	const int deepep = L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
-	starpu_data_handle_t h = deepep ? L->h_peer_counts : L->h_counts;
-	int32_t *counts = deepep ? L->peer_counts : L->expert_counts;
+	int32_t *counts;
+	starpu_data_handle_t h = rmoe_counts_handle(L, &counts);
 #ifdef STARPU_SIMGRID
 	/* The router did not run: synthetic counts (sim_routing.c), written
 	 * into the handle so the counts exchange carries them. */
 	int rc = rmoe_acquire_bounded(pass->wait, h, STARPU_MAIN_RAM, STARPU_RW, "the expert counts");
 	if (rc)
 		return rc;
-	rmoe_sim_expert_counts(L->T, L->K, L->E, L->ctx->rank, counts);
-	if (deepep)
-		rmoe_sim_peer_tokens(L->T, L->K, L->E, L->N, counts, counts + L->E);
+	rmoe_sim_rank_counts(L, L->ctx->rank, counts);
 #else
 	int rc = rmoe_acquire_bounded(pass->wait, h, STARPU_MAIN_RAM, STARPU_R, "the expert counts");
 	if (rc)

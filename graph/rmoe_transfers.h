@@ -77,6 +77,12 @@ int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
  * (its peer counts, layer.c). */
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all);
 int64_t rmoe_counts_width(const struct rmoe_layer *L);
+/* The counts the exchange carries: their handle, and their host buffer
+ * into *host (the expert counts, or a2a-deepep's peer counts). */
+starpu_data_handle_t rmoe_counts_handle(const struct rmoe_layer *L, int32_t **host);
+/* Simulation: rank's synthetic counts as the exchange carries them
+ * (rmoe_counts_width entries). */
+void rmoe_sim_rank_counts(const struct rmoe_layer *L, int rank, int32_t *out);
 
 /* Simulation (sim_routing.c): a rank's synthetic expert counts, T*K pairs
  * over E experts, the same on every rank that computes them. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "rmoe_hash.h"
+#include "rmoe_memory_model.h"
 #include "rmoe_transfers.h"
 
 
@@ -55,25 +56,14 @@ void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int r
 void rmoe_sim_peer_tokens(int64_t tokens, int64_t topk, int64_t experts, int64_t ranks, const int32_t *counts,
                           int32_t *out)
 {
-	/* A uniform router picks K distinct experts of E: a token meets a rank
-	 * of el experts with probability 1 - C(E-el, K)/C(E, K), against K*el/E
-	 * pairs expected there. That ratio of distinct tokens to pairs, applied
-	 * to the drawn pairs, within what the pairs allow. */
+	/* A uniform router's distinct tokens per pair (the memory model's),
+	 * applied to the drawn pairs, within what the pairs allow. */
 	const int64_t el = experts / ranks;
-	double miss = 1.0;
-	for (int64_t i = 0; i < topk; i++)
-		miss *= (double)(experts - el - i) / (double)(experts - i);
-	if (miss < 0)
-		miss = 0;
-	const double ratio = (1.0 - miss) / ((double)topk * (double)el / (double)experts);
-	const int64_t per_token = topk < el ? topk : el;
+	const double ratio = rmoe_uniform_tokens_per_pair(topk, experts, el);
 	for (int64_t q = 0; q < ranks; q++) {
 		int64_t pairs = 0;
 		for (int64_t e = q * el; e < (q + 1) * el; e++)
 			pairs += counts[e];
-		int64_t d = llround(ratio * (double)pairs);
-		const int64_t lo = (pairs + per_token - 1) / per_token, hi = pairs < tokens ? pairs : tokens;
-		d = d < lo ? lo : d > hi ? hi : d;
-		out[q] = (int32_t)d;
+		out[q] = (int32_t)rmoe_block_tokens_within(llround(ratio * (double)pairs), pairs, tokens, topk, el);
 	}
 }

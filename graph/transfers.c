@@ -63,12 +63,26 @@ int64_t rmoe_counts_width(const struct rmoe_layer *L)
 	return L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP ? L->E + L->N : L->E;
 }
 
+starpu_data_handle_t rmoe_counts_handle(const struct rmoe_layer *L, int32_t **host)
+{
+	const int deepep = L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
+	*host = deepep ? L->peer_counts : L->expert_counts;
+	return deepep ? L->h_peer_counts : L->h_counts;
+}
+
+void rmoe_sim_rank_counts(const struct rmoe_layer *L, int rank, int32_t *out)
+{
+	rmoe_sim_expert_counts(L->T, L->K, L->E, rank, out);
+	if (rmoe_counts_width(L) > L->E)
+		rmoe_sim_peer_tokens(L->T, L->K, L->E, L->N, out, out + L->E);
+}
+
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
 {
 	const int N = L->N, me = L->ctx->rank;
-	const int deepep = L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
 	const int64_t W = rmoe_counts_width(L);
-	starpu_data_handle_t mine = deepep ? L->h_peer_counts : L->h_counts;
+	int32_t *mine_host;
+	starpu_data_handle_t mine = rmoe_counts_handle(L, &mine_host);
 	starpu_data_handle_t *hc = calloc((size_t)N, sizeof(*hc));
 	if (!hc)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
@@ -100,16 +114,12 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 	free(hc);
 	if (rc)
 		return rc;
-	memcpy(all + (int64_t)me * W, deepep ? L->peer_counts : L->expert_counts, (size_t)W * sizeof(int32_t));
+	memcpy(all + (int64_t)me * W, mine_host, (size_t)W * sizeof(int32_t));
 #ifdef STARPU_SIMGRID
 	/* What was sent is synthetic; each rank draws every rank's counts
 	 * itself, so the plans agree whatever the transfers carried. */
-	for (int q = 0; q < N; q++) {
-		int32_t *c = all + (int64_t)q * W;
-		rmoe_sim_expert_counts(L->T, L->K, L->E, q, c);
-		if (deepep)
-			rmoe_sim_peer_tokens(L->T, L->K, L->E, N, c, c + L->E);
-	}
+	for (int q = 0; q < N; q++)
+		rmoe_sim_rank_counts(L, q, all + (int64_t)q * W);
 #endif
 	return 0;
 }

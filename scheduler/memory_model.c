@@ -150,19 +150,32 @@ static int64_t a2a_blocks(const struct rmoe_mem_config *c, int64_t comp, int64_t
 	return worst;
 }
 
-/* Distinct tokens of a block of r pairs under a uniform router (K of E
- * experts, el of them on the block's rank), within what r pairs allow;
- * graph/sim_routing.c draws the simulation's peer counts alike. */
-static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64_t r)
+double rmoe_uniform_tokens_per_pair(int64_t topk, int64_t experts, int64_t el)
 {
+	/* A uniform router picks K distinct experts of E: a token meets a rank
+	 * of el experts with probability 1 - C(E-el, K)/C(E, K), against K*el/E
+	 * pairs expected there. */
 	double miss = 1.0;
-	for (int64_t i = 0; i < K; i++)
-		miss *= (double)(E - el - i) / (double)(E - i);
+	for (int64_t i = 0; i < topk; i++)
+		miss *= (double)(experts - el - i) / (double)(experts - i);
 	if (miss < 0)
 		miss = 0;
-	int64_t d = (int64_t)ceil((1.0 - miss) / ((double)K * (double)el / (double)E) * (double)r);
-	const int64_t per_token = K < el ? K : el, lo = (r + per_token - 1) / per_token, hi = r < T ? r : T;
+	return (1.0 - miss) / ((double)topk * (double)el / (double)experts);
+}
+
+int64_t rmoe_block_tokens_within(int64_t d, int64_t pairs, int64_t tokens, int64_t topk, int64_t el)
+{
+	const int64_t per_token = topk < el ? topk : el, lo = (pairs + per_token - 1) / per_token;
+	const int64_t hi = pairs < tokens ? pairs : tokens;
 	return d < lo ? lo : d > hi ? hi : d;
+}
+
+/* Distinct tokens of a block of r pairs under a uniform router (K of E
+ * experts, el of them on the block's rank), rounded up. */
+static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64_t r)
+{
+	const int64_t d = (int64_t)ceil(rmoe_uniform_tokens_per_pair(K, E, el) * (double)r);
+	return rmoe_block_tokens_within(d, r, T, K, el);
 }
 
 /* a2a-deepep's temporaries (alltoall_deepep.c), whole blocks of r pairs
