@@ -155,7 +155,7 @@ int rmoe_a2a_post_recvs(struct rmoe_layer *L, struct rmoe_pass *pass, const star
 {
 	/* StarPU-MPI posts a receive, and allocates its buffer, once the
 	 * handle's earlier accesses have ended: this fence's (the grant's). */
-	int rc = grant ? rmoe_flow_grant_to(L, pass, peer, rmoe_a2a_tag(L, pass, RMOE_A2A_KIND_CREDIT, j), h, n, after)
+	int rc = grant && L->flow_credits ? rmoe_flow_grant_to(L, pass, peer, rmoe_a2a_tag(L, pass, RMOE_A2A_KIND_CREDIT, j), h, n, after)
 	               : rmoe_pass_fence(L, pass, NULL, 0, h, n, after, posted, "a2a-post");
 	for (int k = 0; k < n && !rc; k++) {
 		const int64_t tag = rmoe_a2a_tag(L, pass, kind0 + k, j);
@@ -171,7 +171,7 @@ int rmoe_a2a_sends(struct rmoe_layer *L, struct rmoe_pass *pass, const starpu_da
 {
 	starpu_data_handle_t credit;
 	int rc = 0;
-	if (credited) {
+	if (credited && L->flow_credits) {
 		rc = rmoe_flow_await_from(L, pass, peer, rmoe_a2a_tag(L, pass, RMOE_A2A_KIND_CREDIT, j), &credit);
 		if (!rc)
 			rc = rmoe_pass_fence(L, pass, &credit, 1, h, n, after, NULL, "credit-wait");

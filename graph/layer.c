@@ -142,21 +142,24 @@ static int layer_buffers(struct rmoe_layer *L)
 
 /* The configuration, checked on every rank and compared across ranks; the
  * field that differs is named alike on every rank. */
-static int check_same_config(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_layer_config *cfg)
+static int check_same_config(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_layer_config *cfg, int credits)
 {
-	int same = rmoe_agree_digest(w, ctx->comm, rmoe_config_hash(cfg), "comparing layer configurations");
+	/* The credits switch is compared with the configuration: a rank that
+	 * sends none would leave its neighbour waiting for them. */
+	int same = rmoe_agree_digest(w, ctx->comm, rmoe_config_hash(cfg) ^ (uint64_t)!credits,
+	                             "comparing layer configurations");
 	if (same != 0)
 		return same < 0 ? same : 0;
-	enum { NFIELDS = 17 };
+	enum { NFIELDS = 18 };
 	static const char *const names[NFIELDS] = {
 		"hidden", "ffn", "experts", "topk", "tokens", "norm_topk", "shared_ffn", "shared_gated", "dispatch",
 		"dtype", "chunk_rows", "overlap", "deterministic", "mem_cap", "check_finite", "partitions",
-		"window"};
+		"window", "flow credits (RMOE_FLOW_CREDITS)"};
 	const int64_t mine[NFIELDS] = {
 		cfg->hidden, cfg->ffn, cfg->experts, cfg->topk, cfg->tokens, cfg->norm_topk,
 		cfg->shared_ffn, cfg->shared_gated, cfg->dispatch, cfg->dtype, cfg->chunk_rows, cfg->overlap,
 		cfg->deterministic, cfg->mem_cap, cfg->check_finite, cfg->partitions > 1 ? cfg->partitions : 1,
-		rmoe_config_window(cfg)};
+		rmoe_config_window(cfg), credits};
 	int64_t *all = malloc(sizeof(int64_t) * NFIELDS * (size_t)ctx->size);
 	int mrc;
 	if (all && (mrc = rmoe_allgather_bounded(w, mine, all, NFIELDS, MPI_INT64_T, ctx->comm,
@@ -212,8 +215,25 @@ static int plan_layer(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_laye
 	return rc;
 }
 
+/* RMOE_FLOW_CREDITS=off turns the relays' credits (flow.c) off: the
+ * receive slots stay, so this is double buffering as it was before them,
+ * early data included. It exists so that bench/flow/run.sh can measure what
+ * the credits cost with one binary, interleaved; never for production. */
+static int flow_credits_env(int *credits)
+{
+	const char *v = getenv("RMOE_FLOW_CREDITS");
+	*credits = 1;
+	if (!v || !*v || !strcmp(v, "on") || !strcmp(v, "1"))
+		return 0;
+	if (!strcmp(v, "off") || !strcmp(v, "0")) {
+		*credits = 0;
+		return 0;
+	}
+	return rmoe_error(RMOE_EINVAL, "RMOE_FLOW_CREDITS='%s': expected on or off", v);
+}
+
 static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg,
-                                    const struct rmoe_plan *plan)
+                                    const struct rmoe_plan *plan, int credits)
 {
 	struct rmoe_layer *L = calloc(1, sizeof(*L));
 	if (L && !(L->tasks = calloc(1, sizeof(*L->tasks)))) {
@@ -227,6 +247,7 @@ static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_confi
 	L->cfg.dispatch = L->dispatch = plan->dispatch;
 	L->cfg.chunk_rows = plan->chunk_rows;
 	L->window = rmoe_config_window(cfg);
+	L->flow_credits = credits;
 	snprintf(L->dispatch_reason, sizeof(L->dispatch_reason), "%s", plan->dispatch_reason);
 	L->H = cfg->hidden;
 	L->F = cfg->ffn;
@@ -248,7 +269,10 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 		return rmoe_error(RMOE_EINVAL, "rmoe_layer_create: layer, ctx and cfg must not be NULL");
 	*out = NULL;
 	struct rmoe_wait w = rmoe_wait_make(cfg->wait_timeout);
+	int credits = 1;
 	int rc = rmoe_config_check(cfg, ctx->size);
+	if (!rc)
+		rc = flow_credits_env(&credits);
 #ifndef STARPU_SIMGRID
 	/* Its index tasks (codelet_dedup.c) have a CPU function only. */
 	if (!rc && cfg->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP && starpu_cpu_worker_get_count() == 0)
@@ -256,7 +280,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 		                "none here (STARPU_NCPU=0?): give it at least one");
 #endif
 	if ((rc = rmoe_agree_first(&w, ctx->comm, rc, "the layer configuration check")) ||
-	    (rc = rmoe_agree(&w, ctx->comm, check_same_config(ctx, &w, cfg), "the cross-rank configuration check")))
+	    (rc = rmoe_agree(&w, ctx->comm, check_same_config(ctx, &w, cfg, credits), "the cross-rank configuration check")))
 		return rc;
 	struct rmoe_plan plan;
 	if ((rc = plan_layer(ctx, &w, cfg, &plan)))
@@ -264,7 +288,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	if (cfg->dispatch == RMOE_DISPATCH_AUTO && ctx->verbose && ctx->rank == 0)
 		fprintf(stderr, "relaymoe: dispatch auto -> %s: %s\n", rmoe_dispatch_name(plan.dispatch),
 		        plan.dispatch_reason);
-	struct rmoe_layer *L = layer_new(ctx, cfg, &plan);
+	struct rmoe_layer *L = layer_new(ctx, cfg, &plan, credits);
 	rc = L ? layer_buffers(L) : rmoe_error(RMOE_ENOMEM, "out of host memory for the layer");
 	if ((rc = rmoe_agree_first(&w, ctx->comm, rc, "allocation"))) {
 		if (L)

@@ -40,6 +40,7 @@ struct rmoe_layer {
 	int *ring;
 	int ring_pos, left, right;
 	int window;               /* the ring's slots per relayed kind (flow.c) */
+	int flow_credits;         /* 0: RMOE_FLOW_CREDITS=off, slots without credits (layer.c) */
 
 	/* Host memory the layer owns across calls. */
 	float *w_router, *dw_router;

@@ -36,7 +36,7 @@ int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
  * are first used at hop first waits for a credit. */
 static inline int rmoe_flow_needed(const struct rmoe_layer *L, int h, int first)
 {
-	return h - L->window >= first;
+	return L->flow_credits && h - L->window >= first;
 }
 
 /* The credit tag of hop h of kind kind (0 .. RMOE_CREDIT_KINDS-1). */
