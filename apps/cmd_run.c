@@ -84,7 +84,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 		{"deterministic", RMOE_OPT_FLAG, &r->deterministic, 0, 0, NULL, "accumulate in submission order: bit-reproducible outputs", NULL},
 	};
 	const struct rmoe_opt run[] = {
-		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, a2a-deepep, auto, both (ring+a2a), baselines (ring and every all-to-all) or all", NULL},
+		{"dispatch", RMOE_OPT_STRING, &r->dispatch, 0, 0, "D", "ring, token, a2a, a2a-megatron, a2a-deepep, auto, both (ring+a2a), baselines (ring and every all-to-all), all, or a comma list of them", NULL},
 		RMOE_SEED_OPTION(&r->seed),
 		{"repeat", RMOE_OPT_INT, &r->repeat, 1, 1000, "R", "timed repetitions after a warm-up", NULL},
 		{"io", RMOE_OPT_STRING, &r->io, 0, 0, "host|device", "where x, y, dy, dx live during the timed passes", NULL},
@@ -501,17 +501,38 @@ static int write_routing(const char *path, const struct rmoe_problem *p, const i
 	return rc;
 }
 
-/* The dispatchers --dispatch names, ring first: ratios are against it. */
+/* The dispatchers --dispatch names, ring first: ratios are against it. A
+ * comma list names several (ring,token,a2a: each once, in that order). */
 static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
 {
-	int n = 0;
-	const int all = !strcmp(d, "all"), baselines = !strcmp(d, "baselines");
-	int ring = !strcmp(d, "ring") || !strcmp(d, "both") || baselines || all;
-	int a2a = !strcmp(d, "a2a") || !strcmp(d, "both") || baselines || all;
-	int megatron = !strcmp(d, "a2a-megatron") || baselines || all;
-	int deepep = !strcmp(d, "a2a-deepep") || baselines || all;
-	int token = !strcmp(d, "token") || all;
-	if (!strcmp(d, "auto"))
+	int n = 0, ring = 0, token = 0, a2a = 0, megatron = 0, deepep = 0, autod = 0, words = 0;
+	const char *p = d;
+	do {
+		size_t w = strcspn(p, ",");
+		char word[32] = "";
+		if (w > 0 && w < sizeof(word))
+			memcpy(word, p, w);
+		const int all = !strcmp(word, "all"), baselines = !strcmp(word, "baselines"), both = !strcmp(word, "both");
+		const int r = !strcmp(word, "ring") || both || baselines || all, t = !strcmp(word, "token") || all,
+		          a = !strcmp(word, "a2a") || both || baselines || all,
+		          m = !strcmp(word, "a2a-megatron") || baselines || all,
+		          e = !strcmp(word, "a2a-deepep") || baselines || all, au = !strcmp(word, "auto");
+		if (!(r || t || a || m || e || au)) {
+			snprintf(msg, len,
+			         "--dispatch '%s': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines "
+			         "or all, or a comma list of them ('%.*s' is none)",
+			         d, (int)(w < 40 ? w : 40), p);
+			return 0;
+		}
+		ring |= r, token |= t, a2a |= a, megatron |= m, deepep |= e, autod |= au;
+		words++;
+		p += w;
+	} while (*p++ == ',');
+	if (autod && words > 1) {
+		snprintf(msg, len, "--dispatch '%s': auto chooses one dispatcher and stands alone", d);
+		return 0;
+	}
+	if (autod)
 		which[n++] = RMOE_DISPATCH_AUTO;
 	if (ring)
 		which[n++] = RMOE_DISPATCH_RING_EXPERT;
@@ -523,10 +544,6 @@ static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, s
 		which[n++] = RMOE_DISPATCH_ALLTOALL_MEGATRON;
 	if (deepep)
 		which[n++] = RMOE_DISPATCH_ALLTOALL_DEEPEP;
-	if (!n)
-		snprintf(msg, len,
-		         "--dispatch '%s': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines or all",
-		         d);
 	return n;
 }
 

@@ -63,6 +63,10 @@ int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, st
 		t->destroy = 0;
 	int ret = starpu_task_submit(t);
 	if (ret) {
+		/* StarPU 1.3 refuses to destroy a detached task that would
+		 * destroy itself (task.c's assertion); it never ran, so it is
+		 * ours to free, its arguments with it. */
+		t->destroy = 0;
 		starpu_task_destroy(t);
 		if (ret == -ENODEV)
 			return rmoe_error(RMOE_ESTARPU, "no StarPU worker can run the %s codelet", cl->name);

@@ -17,6 +17,13 @@ if [ $rc -eq 0 ] && grep -q "check ring vs reference.*PASS" <<<"$out" && grep -q
   ok "run --check"; else bad "run --check (rc=$rc)"; echo "$out"; fi
 
 # 2. --load/--dump against NumPy, for the ring and for all-to-all.
+# A comma list runs those dispatchers, each once, ring first.
+out=$(run 2 "${small[@]}" --dispatch token,a2a-megatron,ring,token --check 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "vs reference.*PASS" <<<"$out")" -eq 3 ] && grep -q "check ring vs reference.*PASS" <<<"$out" \
+   && grep -q "check token vs reference.*PASS" <<<"$out" && grep -q "check a2a-megatron vs reference.*PASS" <<<"$out"; then
+  ok "run --dispatch token,a2a-megatron,ring,token --check: three dispatchers"
+else bad "run --dispatch with a comma list (rc=$rc)"; echo "$out"; fi
+
 mkdir -p "$work/in" && $py "$src/tests/app/moe_numpy.py" make "$work/in" --ranks 2 --tokens 40 --hidden 32 --ffn 16 --experts 8 --seed 5
 for d in ring a2a a2a-megatron a2a-deepep token; do
   out=$(run 2 "${small[@]}" --dispatch $d --load "$work/in" --dump "$work/out-$d" 2>&1); rc=$?
@@ -67,6 +74,9 @@ expect_fail "topk above experts" "larger than experts" 2 "${small[@]}" --topk 9
 expect_fail "a2a-deepep in chunks" "--chunk-rows: a2a-deepep sends whole per-rank blocks" 2 "${small[@]}" --dispatch a2a-deepep --chunk-rows 7
 expect_fail "a2a-deepep under a cap" "--mem-cap: a2a-deepep sends whole per-rank blocks" 2 "${small[@]}" --dispatch a2a-deepep --mem-cap 3M
 expect_fail "bad dispatch" "expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines or all" 2 --dispatch rings
+expect_fail "bad word in a dispatch list" "('rings' is none)" 2 --dispatch ring,rings
+expect_fail "auto in a dispatch list" "auto chooses one dispatcher and stands alone" 2 --dispatch auto,ring
+expect_fail "empty word in a dispatch list" "('' is none)" 2 --dispatch ring,,a2a
 expect_fail "bad dtype" "--dtype 'bf32': expected f32 or bf16" 2 --dtype bf32
 
 mkdir -p "$work/badnpy"

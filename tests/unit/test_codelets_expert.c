@@ -199,7 +199,7 @@ static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t 
                                     int accumulate, starpu_data_handle_t h_w,
                                     starpu_data_handle_t h_pairs, starpu_data_handle_t h_topk_w,
                                     starpu_data_handle_t h_dg, starpu_data_handle_t h_dw, float *x_rows,
-                                    starpu_data_handle_t h_dx_acc, float *dx_rows)
+                                    starpu_data_handle_t h_dx_acc, float *dx_rows, starpu_data_handle_t *result)
 {
 	const int64_t H = c->s.H, F = c->F, n = r1 - r0;
 	int64_t *chunk_rows = xcalloc(c->ne, sizeof(int64_t));
@@ -234,9 +234,17 @@ static void submit_expert_bwd_chunk(const struct bwd_case *c, int mode, int64_t 
 		starpu_data_unregister_submit(h_work);
 		starpu_data_unregister_submit(h_dout);
 	}
-	starpu_data_unregister_submit(h_x);
-	if (h_dx)
-		starpu_data_unregister_submit(h_dx);
+	/* The handle that holds the chunk's result (the consumed x rows, or
+	 * dx_rows) is unregistered by the caller once every task is done: an
+	 * asynchronous unregistration may bring a device copy home after
+	 * starpu_task_wait_for_all returns, and the check would read the host
+	 * copy's old values (seen on a CUDA worker). */
+	if (h_dx) {
+		starpu_data_unregister_submit(h_x);
+		*result = h_dx;
+	} else {
+		*result = h_x;
+	}
 	free(chunk_rows);
 }
 
@@ -254,14 +262,17 @@ static void run_expert_bwd(const struct bwd_case *c, int mode, int64_t split, fl
 	memcpy(x_rows, c->x_rows, (size_t)(c->m * H) * sizeof(float));
 	if (mode == PAIR_WEIGHTED)
 		h[5] = vec_f(dx, c->s.T * H);
+	starpu_data_handle_t results[2];
 	if (split == 0) {
-		submit_expert_bwd_chunk(c, mode, 0, c->m, 0, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx);
+		submit_expert_bwd_chunk(c, mode, 0, c->m, 0, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx, &results[0]);
 	} else {
-		submit_expert_bwd_chunk(c, mode, 0, split, 0, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx);
-		submit_expert_bwd_chunk(c, mode, split, c->m, 1, h[0], h[1], h[2], h[3], h[4], x_rows, h[5],
-		                        dx);
+		submit_expert_bwd_chunk(c, mode, 0, split, 0, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx,
+		                        &results[0]);
+		submit_expert_bwd_chunk(c, mode, split, c->m, 1, h[0], h[1], h[2], h[3], h[4], x_rows, h[5], dx,
+		                        &results[1]);
 	}
 	wait_all();
+	unregister_all(results, split == 0 ? 1 : 2);
 	unregister_all(h, mode == PAIR_WEIGHTED ? 6 : 5);
 	/* Pair rows: the consumed x rows are the result. */
 	if (mode == PAIR_ROWS)
