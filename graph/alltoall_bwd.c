@@ -36,7 +36,7 @@ static int gather_inputs(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_da
 static int add_results(struct rmoe_layer *L, const struct rmoe_chunk *c, starpu_data_handle_t dxrows,
                        starpu_data_handle_t dgrows, starpu_data_handle_t dx, int prio)
 {
-	int rc = rmoe_pass_scatter_add(L, &L->own, dxrows, c->first, c->rows, 0, dx, prio, "unpermute-dx");
+	int rc = rmoe_pass_scatter_add(L, NULL, &L->own, dxrows, c->first, c->rows, 0, dx, prio, "unpermute-dx");
 	struct rmoe_task_opts o = rmoe_opts(L, "unpermute-dg", prio);
 	struct rmoe_pair_slice s = {c->first, c->rows, 1, 1};
 	if (!rc)

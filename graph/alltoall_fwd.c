@@ -61,7 +61,7 @@ static int own_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, const struct 
 	                         "permute");
 	rc = experts_ffn(rc, L, pass, c, x, work, out, experts, prio);
 	if (!rc)
-		rc = rmoe_pass_scatter_add(L, &L->own, out, c->first, c->rows, 1, y, prio, "unpermute");
+		rc = rmoe_pass_scatter_add(L, NULL, &L->own, out, c->first, c->rows, 1, y, prio, "unpermute");
 	struct starpu_task *done = NULL;
 	int drc = rmoe_a2a_done(L, pass, &out, 1, &done);
 	if (!rc && !(rc = drc))
@@ -88,7 +88,7 @@ static int token_chunk(struct rmoe_layer *L, struct rmoe_pass *pass, int to, int
 	int drc = rmoe_a2a_done(L, pass, &x, 1, NULL);
 	rc = rc ? rc : drc;
 	if (!rc)
-		rc = rmoe_pass_scatter_add(L, &L->own, back, c->first, c->rows, 1, y, prio, "unpermute");
+		rc = rmoe_pass_scatter_add(L, NULL, &L->own, back, c->first, c->rows, 1, y, prio, "unpermute");
 	drc = rmoe_a2a_done(L, pass, &back, 1, &done);
 	if (!rc && !(rc = drc))
 		rmoe_a2a_depth_push(tokens, done);

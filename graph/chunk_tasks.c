@@ -13,10 +13,10 @@ int rmoe_chunk_forward(struct rmoe_layer *L, struct rmoe_pass *pass, const struc
 	starpu_data_handle_t out = rmoe_act_vector(pass, L, rows * L->H);
 	int rc = rmoe_pass_gather(L, pass, rt, x, c->first, rows, 0, xg, prio, rmoe_task_name("gather", hop));
 	if (!rc)
-		rc = rmoe_pass_expert_ffn(L, pass, xg, w, L->e_local, L->F, c->rows_per_expert, rows, work, out, prio,
+		rc = rmoe_pass_expert_ffn(L, NULL, xg, w, L->e_local, L->F, c->rows_per_expert, rows, work, out, prio,
 		                          rmoe_task_name("expert-ffn", hop));
 	if (!rc)
-		rc = rmoe_pass_scatter_add(L, rt, out, c->first, rows, 1, acc, prio, rmoe_task_name("scatter-add", hop));
+		rc = rmoe_pass_scatter_add(L, pass, rt, out, c->first, rows, 1, acc, prio, rmoe_task_name("scatter-add", hop));
 	starpu_data_unregister_submit(xg);
 	starpu_data_unregister_submit(work);
 	starpu_data_unregister_submit(out);

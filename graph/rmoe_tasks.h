@@ -15,16 +15,16 @@
 /* Options for a task of L named name at priority prio. */
 struct rmoe_task_opts rmoe_opts(const struct rmoe_layer *L, const char *name, int prio);
 
-/* Gathers given a pass wait for its window; expert tasks given an anchor
- * pass become its window (and the pair-weighted backward also waits for the
- * gate); an accumulate given a gate pass becomes its gate; a zeroing given a
- * pass waits for its window. */
+/* Gathers given a pass wait for its window; expert tasks and scatter-adds
+ * given an anchor pass become its window (and the pair-weighted backward
+ * also waits for the gate); an accumulate given a gate pass becomes its
+ * gate; a zeroing given a pass waits for its window. */
 int rmoe_pass_gather(struct rmoe_layer *L, struct rmoe_pass *pass, const struct rmoe_routing *rt,
                      starpu_data_handle_t src, int64_t first, int64_t count, int weighted,
                      starpu_data_handle_t rows, int prio, const char *name);
-int rmoe_pass_scatter_add(struct rmoe_layer *L, const struct rmoe_routing *rt, starpu_data_handle_t rows,
-                          int64_t first, int64_t count, int weighted, starpu_data_handle_t dst, int prio,
-                          const char *name);
+int rmoe_pass_scatter_add(struct rmoe_layer *L, struct rmoe_pass *anchor, const struct rmoe_routing *rt,
+                          starpu_data_handle_t rows, int64_t first, int64_t count, int weighted,
+                          starpu_data_handle_t dst, int prio, const char *name);
 int rmoe_pass_expert_ffn(struct rmoe_layer *L, struct rmoe_pass *anchor, starpu_data_handle_t rows,
                          starpu_data_handle_t w, int64_t n_experts, int64_t ffn, const int64_t *rows_per_expert,
                          int64_t nrows, starpu_data_handle_t work, starpu_data_handle_t out, int prio,
