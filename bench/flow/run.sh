@@ -99,7 +99,13 @@ PY
   done
   done_rounds=$((r + 1))
 done
+# The commit the binary was built from: a bundle of bench/gpu/pack.sh names
+# it (a copied tree's git may name another), else the tree's.
+rev() {
+  local c=$(dirname "$(dirname "$app")")/COMMIT
+  if [ -s "$c" ]; then cut -c1-7 "$c"; else git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown; fi
+}
 mv "$tmp/flow_window.csv" "$out/flow_window.csv"
 python3 "$here/bench/flow/summarize.py" "$out/flow_window.csv" "$out/flow_window.md" "bench/flow/run.sh ${args[*]}" \
-  "$np" "$repeat" "$done_rounds" "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || cat "$(dirname "$(dirname "$app")")/COMMIT" 2>/dev/null | cut -c1-7)" \
+  "$np" "$repeat" "$done_rounds" "$(rev)" \
   "${STARPU_NCPU:-1}" "${baseline:-}"
