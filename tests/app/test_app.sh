@@ -77,6 +77,7 @@ expect_fail "bad dispatch" "expected ring, token, a2a, a2a-megatron, a2a-deepep,
 expect_fail "bad word in a dispatch list" "('rings' is none)" 2 --dispatch ring,rings
 expect_fail "auto in a dispatch list" "auto chooses one dispatcher and stands alone" 2 --dispatch auto,ring
 expect_fail "empty word in a dispatch list" "('' is none)" 2 --dispatch ring,,a2a
+RMOE_FLOW_CREDITS=maybe expect_fail "malformed RMOE_FLOW_CREDITS" "RMOE_FLOW_CREDITS='maybe': expected on or off" 2 "${small[@]}" --dispatch ring
 expect_fail "bad dtype" "--dtype 'bf32': expected f32 or bf16" 2 --dtype bf32
 
 mkdir -p "$work/badnpy"
