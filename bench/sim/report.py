@@ -405,12 +405,13 @@ def md_ep(out, lines, name, title):
         w("")
 
 
-def paper_note(out, lines, name, staged_name):
-    """Section 5 of the issue: ring/a2a at EP 8 and the largest EP beside the paper's ~2x."""
+def paper_note(out, lines, name, staged_name, title="Against the paper (Fig. 10), transport gpudirect"):
+    """Ring/a2a at EP 8 and the largest EP beside the paper's ~2x; staged_name
+    (or None) adds the staged sweep's ratios."""
     rows = read_csv(os.path.join(out, name + ".csv")) or []
     meta = load_json(os.path.join(out, name + ".meta.json")) or {}
     w = lines.append
-    w("## Against the paper (Fig. 10), transport gpudirect")
+    w("## " + title)
     w("")
     ring, ringb = by(rows, "ring"), by(rows, "ring", "bound_ms")
     if len(ring) < 1:
@@ -448,7 +449,7 @@ def paper_note(out, lines, name, staged_name):
               ", ".join("%.2fx at EP=%d" % (a2a[e] / ring[e], e) for e in ends),
               ", ".join("%.2fx" % (a2ab[e] / ringb[e]) for e in ends)))
         w("")
-    srows = read_csv(os.path.join(out, staged_name + ".csv")) or []
+    srows = read_csv(os.path.join(out, staged_name + ".csv")) or [] if staged_name else []
     sr, sa = by(srows, "ring"), by(srows, "a2a")
     common = [e for e in sorted(sr) if e in sa and e in ring and e in a2a]
     if common:
@@ -495,6 +496,10 @@ def md_check(out, lines):
 
 SWEEPS = (("sim_ep", "EP sweep, transport gpudirect (the paper's Fig. 10 analogue)"),
           ("sim_ep_staged", "EP sweep, transport staged (StarPU-MPI 1.3's host staging)"))
+# Written only where their CSV exists: the full-size sweep, and EP 64 at the
+# largest scale this host's memory allows (sim_notes.md gives the commands).
+OPTIONAL_SWEEPS = (("sim_ep_full", "EP sweep at full size, transport gpudirect"),
+                   ("sim_ep_64", "EP 64 at the largest scale that fits this host, transport gpudirect"))
 
 
 def write_md(out):
@@ -523,7 +528,9 @@ def write_md(out):
             lines += [l.rstrip("\n") for l in f]
         lines += ["```", ""]
     paper_note(out, lines, "sim_ep", "sim_ep_staged")
-    for name, title in SWEEPS:
+    if os.path.exists(os.path.join(out, "sim_ep_full.csv")):
+        paper_note(out, lines, "sim_ep_full", None, "Against the paper at full size, transport gpudirect")
+    for name, title in SWEEPS + tuple(o for o in OPTIONAL_SWEEPS if os.path.exists(os.path.join(out, o[0] + ".csv"))):
         md_ep(out, lines, name, title)
     md_check(out, lines)
     # Measured notes kept by hand beside the generated tables: the check's
