@@ -501,52 +501,6 @@ static int write_routing(const char *path, const struct rmoe_problem *p, const i
 	return rc;
 }
 
-/* The dispatchers --dispatch names, ring first: ratios are against it. A
- * comma list names several (ring,token,a2a: each once, in that order). */
-static int parse_dispatch(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
-{
-	int n = 0, ring = 0, token = 0, a2a = 0, megatron = 0, deepep = 0, autod = 0, words = 0;
-	const char *p = d;
-	do {
-		size_t w = strcspn(p, ",");
-		char word[32] = "";
-		if (w > 0 && w < sizeof(word))
-			memcpy(word, p, w);
-		const int all = !strcmp(word, "all"), baselines = !strcmp(word, "baselines"), both = !strcmp(word, "both");
-		const int r = !strcmp(word, "ring") || both || baselines || all, t = !strcmp(word, "token") || all,
-		          a = !strcmp(word, "a2a") || both || baselines || all,
-		          m = !strcmp(word, "a2a-megatron") || baselines || all,
-		          e = !strcmp(word, "a2a-deepep") || baselines || all, au = !strcmp(word, "auto");
-		if (!(r || t || a || m || e || au)) {
-			snprintf(msg, len,
-			         "--dispatch '%s': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines "
-			         "or all, or a comma list of them ('%.*s' is none)",
-			         d, (int)(w < 40 ? w : 40), p);
-			return 0;
-		}
-		ring |= r, token |= t, a2a |= a, megatron |= m, deepep |= e, autod |= au;
-		words++;
-		p += w;
-	} while (*p++ == ',');
-	if (autod && words > 1) {
-		snprintf(msg, len, "--dispatch '%s': auto chooses one dispatcher and stands alone", d);
-		return 0;
-	}
-	if (autod)
-		which[n++] = RMOE_DISPATCH_AUTO;
-	if (ring)
-		which[n++] = RMOE_DISPATCH_RING_EXPERT;
-	if (token)
-		which[n++] = RMOE_DISPATCH_RING_TOKEN;
-	if (a2a)
-		which[n++] = RMOE_DISPATCH_ALLTOALL;
-	if (megatron)
-		which[n++] = RMOE_DISPATCH_ALLTOALL_MEGATRON;
-	if (deepep)
-		which[n++] = RMOE_DISPATCH_ALLTOALL_DEEPEP;
-	return n;
-}
-
 /* The context, with the trace and scheduler settings of the options. */
 static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 {
@@ -733,7 +687,7 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	int ndisp = 0;
 	if (!prc)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
-	if (!prc && !(ndisp = parse_dispatch(r.dispatch, which, msg, sizeof(msg))))
+	if (!prc && !(ndisp = rmoe_app_dispatch_list(r.dispatch, which, msg, sizeof(msg))))
 		prc = RMOE_EINVAL;
 	/* Beside others, a2a-deepep runs whole blocks while they are chunked
 	 * (contender_open); asked for alone, the knobs are refused. */

@@ -67,3 +67,56 @@ int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_confi
 	cfg->window = (int)o->window;
 	return 0;
 }
+
+#define DISPATCH_BIT(d) (1u << (d))
+
+/* The dispatchers one word of --dispatch names, as bits; 0: none. */
+static unsigned dispatch_word(const char *word)
+{
+	const unsigned both = DISPATCH_BIT(RMOE_DISPATCH_RING_EXPERT) | DISPATCH_BIT(RMOE_DISPATCH_ALLTOALL),
+	               baselines = both | DISPATCH_BIT(RMOE_DISPATCH_ALLTOALL_MEGATRON) |
+	                           DISPATCH_BIT(RMOE_DISPATCH_ALLTOALL_DEEPEP);
+	enum rmoe_dispatch d;
+	if (!strcmp(word, "both"))
+		return both;
+	if (!strcmp(word, "baselines"))
+		return baselines;
+	if (!strcmp(word, "all"))
+		return baselines | DISPATCH_BIT(RMOE_DISPATCH_RING_TOKEN);
+	return rmoe_dispatch_parse(word, &d) ? 0 : DISPATCH_BIT(d);
+}
+
+int rmoe_app_dispatch_list(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
+{
+	static const enum rmoe_dispatch order[] = {RMOE_DISPATCH_AUTO, RMOE_DISPATCH_RING_EXPERT,
+	                                           RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
+	                                           RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
+	unsigned named = 0;
+	int n = 0, words = 0;
+	const char *p = d;
+	do {
+		size_t w = strcspn(p, ",");
+		char word[32] = "";
+		if (w < sizeof(word))
+			memcpy(word, p, w);
+		unsigned bits = dispatch_word(word);
+		if (!bits) {
+			snprintf(msg, len,
+			         "--dispatch '%s': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines "
+			         "or all, or a comma list of them ('%.*s' is none)",
+			         d, (int)(w < 40 ? w : 40), p);
+			return 0;
+		}
+		named |= bits;
+		words++;
+		p += w;
+	} while (*p++ == ',');
+	if ((named & DISPATCH_BIT(RMOE_DISPATCH_AUTO)) && words > 1) {
+		snprintf(msg, len, "--dispatch '%s': auto chooses one dispatcher and stands alone", d);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+		if (named & DISPATCH_BIT(order[i]))
+			which[n++] = order[i];
+	return n;
+}

@@ -97,4 +97,11 @@ int rmoe_app_shape_config(const struct rmoe_preset_opts *p, const struct rmoe_sh
  * 0 or RMOE_EINVAL with msg naming the value. */
 int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_config *cfg, char *msg, size_t len);
 
+/* The dispatchers a --dispatch value names into which (room for every
+ * dispatcher), ring first, since ratios are against it: a name, both (ring
+ * and a2a), baselines (ring and every all-to-all), all, or a comma list of
+ * these (each dispatcher once, in that order). 0, with msg, when a word is
+ * none of them or auto is not alone. */
+int rmoe_app_dispatch_list(const char *d, enum rmoe_dispatch *which, char *msg, size_t len);
+
 #endif

@@ -135,7 +135,10 @@ static void check_dedup(const int32_t *idx, int64_t T, int64_t K, int64_t E, int
 static void check_dedup_refused(void)
 {
 	const int64_t T = 5, K = 2, E = 4, N = 2;
-	int32_t idx[10] = {0, 1, 2, 3, 0, 2, 1, 3, 0, 1}, counts[4] = {0}, peer[6] = {0};
+	int32_t idx[10] = {0, 1, 2, 3, 0, 2, 1, 3, 0, 1}, order[10], counts[4], peer[6];
+	ref_dispatch(idx, T, K, E, order, counts);
+	for (int i = 0; i < 6; i++)
+		peer[i] = -7;
 	starpu_data_handle_t h[3] = {vec_i(idx, T * K), vec_i(counts, E), vec_i(peer, E + N)};
 	assert_int_equal(rmoe_insert_peer_counts(opts("peer-counts"), T, K, E, N, h[0], h[1], h[2]), RMOE_ESTARPU);
 	assert_non_null(strstr(rmoe_last_error_message(), "no StarPU worker can run"));
