@@ -61,6 +61,7 @@ int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, st
 		starpu_task_declare_deps_array(t, 1, (struct starpu_task **)&o->after);
 	if (o->kept)
 		t->destroy = 0;
+	rmoe_bookkeeping_count_task(nd, argsize);
 	int ret = starpu_task_submit(t);
 	if (ret) {
 		/* StarPU 1.3 refuses to destroy a detached task that would

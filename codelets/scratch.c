@@ -35,6 +35,7 @@ int rmoe_cl_scratch(const char *op, size_t bytes, struct starpu_data_descr *d, i
 	/* Home node -1: no copy anywhere, a buffer on whichever node runs the
 	 * task, freed once the task ends (rmoe_cl_scratch_release). */
 	starpu_vector_data_register(&d->handle, -1, 0, (uint32_t)elements, 4);
+	rmoe_bookkeeping_count_handle();
 	if (!d->handle)
 		return rmoe_error(RMOE_ESTARPU, "%s: registering a device scratch of %zu bytes failed", op, bytes);
 	*n = (int64_t)elements;

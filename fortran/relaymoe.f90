@@ -102,6 +102,8 @@ module relaymoe
     integer(c_int) :: host_waits_backward
     integer(c_int64_t) :: peak_heap_forward_bytes
     integer(c_int64_t) :: peak_heap_backward_bytes
+    integer(c_int64_t) :: runtime_forward_bytes
+    integer(c_int64_t) :: runtime_backward_bytes
   end type
 
   ! The C side writes whole structs (the *_init functions, get_stats) into

@@ -36,6 +36,7 @@ starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t 
 		starpu_vector_data_register_allocsize(&h, -1, 0, vector_nx(pass, n), elsize, (size_t)rmoe_size_class(bytes));
 	else
 		starpu_vector_data_register(&h, -1, 0, vector_nx(pass, n), elsize);
+	rmoe_bookkeeping_count_handle();
 	if (bytes > pass->largest_temporary)
 		pass->largest_temporary = bytes;
 	return h;
@@ -47,6 +48,7 @@ starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *pt
 		pass->resident += n * (int64_t)elsize;
 	starpu_data_handle_t h;
 	starpu_vector_data_register(&h, node, (uintptr_t)ptr, vector_nx(pass, n), elsize);
+	rmoe_bookkeeping_count_handle();
 	return h;
 }
 

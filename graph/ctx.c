@@ -120,6 +120,15 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		return rc;
 	}
 	rmoe_tags_init(ctx);
+	/* The runtime's structures a pass's graph will hold, measured once
+	 * per process (codelets/bookkeeping.c). */
+	rc = rmoe_bookkeeping_measure();
+	if (!rc)
+		rc = rmoe_requests_measure(ctx);
+	if ((rc = rmoe_agree(&w, ctx->comm, rc, "to measure the runtime's structures"))) {
+		rmoe_ctx_destroy(ctx);
+		return rc;
+	}
 	*out = ctx;
 	return 0;
 }

@@ -129,6 +129,7 @@ static int submit_shared_bwd(struct rmoe_layer *L, struct rmoe_pass *pass, starp
  * sampler thread runs for it. */
 struct measure {
 	int64_t starpu_base, heap_base;
+	int64_t runtime_base; /* rmoe_bookkeeping_bytes at the start */
 	int sampling;
 };
 
@@ -143,6 +144,7 @@ static void measure_start(struct measure *m)
 	rmoe_host_peak_rss_reset();
 	m->starpu_base = rmoe_probe_current();
 	m->heap_base = rmoe_heap_reset();
+	m->runtime_base = rmoe_bookkeeping_bytes();
 }
 
 /* Every pass that started a measurement ends it, recorded or not. */
@@ -164,13 +166,16 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure 
 	if (heap < 0)
 		heap = 0;
 	int64_t resident = L->resident_bytes + pass->resident;
+	int64_t runtime = rmoe_bookkeeping_bytes() - m->runtime_base;
 	if (pass->backward) {
+		L->stats.runtime_backward_bytes = runtime;
 		L->stats.peak_device_backward_bytes = rmoe_probe_device_peak();
 		L->stats.backward_seconds = secs;
 		L->stats.peak_backward_bytes = resident + dyn;
 		L->stats.peak_heap_backward_bytes = resident + heap;
 		L->stats.bytes_sent_backward = pass->bytes_sent;
 	} else {
+		L->stats.runtime_forward_bytes = runtime;
 		L->stats.peak_device_forward_bytes = rmoe_probe_device_peak();
 		L->stats.forward_seconds = secs;
 		L->stats.peak_forward_bytes = resident + dyn;

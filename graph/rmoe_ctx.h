@@ -78,6 +78,12 @@ void rmoe_tags_init(rmoe_ctx *ctx);
  * in the same order, so they agree on the block. */
 int rmoe_tags_reserve(rmoe_ctx *ctx, int64_t count, int64_t *base);
 
+/* The bytes of a StarPU-MPI send's and receive's structures, measured with
+ * requests to this rank itself (transfers.c) for the bookkeeping term
+ * (rmoe_bookkeeping_set_requests); leaves the tag window as
+ * rmoe_tags_init does. Before any pass. */
+int rmoe_requests_measure(rmoe_ctx *ctx);
+
 /* FxT traces (trace.c): before StarPU starts, the folder and the
  * environment FxT reads (dir NULL: no trace); at destroy, after StarPU has
  * written every rank's file, their merge on rank 0; and the environment as

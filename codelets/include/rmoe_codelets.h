@@ -246,6 +246,20 @@ int64_t rmoe_probe_device_peak(void);
 int64_t rmoe_heap_current(void);
 int64_t rmoe_heap_reset(void);
 int64_t rmoe_heap_peak(void);
+/* The runtime's bookkeeping (bookkeeping.c): every handle, task and
+ * StarPU-MPI request the library makes is counted where it is made;
+ * rmoe_bookkeeping_bytes is the running total of their structures' bytes
+ * (a pass takes the difference over itself). measure: once per process,
+ * after StarPU starts, the bytes of a handle, a task and a task's buffer
+ * (StarPU only); the graph measures and sets a request's
+ * (rmoe_bookkeeping_set_requests). */
+int rmoe_bookkeeping_measure(void);
+void rmoe_bookkeeping_set_requests(int64_t send, int64_t recv);
+void rmoe_bookkeeping_units(int64_t *handle, int64_t *task, int64_t *task_buffer, int64_t *send, int64_t *recv);
+void rmoe_bookkeeping_count_handle(void);
+void rmoe_bookkeeping_count_task(int nbuffers, size_t argsize);
+void rmoe_bookkeeping_count_request(int send);
+int64_t rmoe_bookkeeping_bytes(void);
 /* The sampler thread (sampler.c): samples both probes every 0.5 ms between a start and
  * its stop, so memory held while no codelet runs (exchanges in flight) is
  * seen. Counted: the first start creates it, the last stop joins it. 0, or

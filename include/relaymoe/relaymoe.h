@@ -383,6 +383,18 @@ struct rmoe_layer_stats {
 	                                     whole process: another layer's pass
 	                                     running at once would count here */
 	int64_t peak_heap_backward_bytes;
+	int64_t runtime_forward_bytes;    /* the runtime's structures the pass's
+	                                     graph held: its StarPU handles, tasks
+	                                     (with their arguments) and StarPU-MPI
+	                                     requests, counted as submitted, each
+	                                     at its size measured in this StarPU
+	                                     when the context started. A pass
+	                                     submits its whole graph at once, so
+	                                     the heap figure holds them beside the
+	                                     data; an upper bound of what its peak
+	                                     holds (a task ended is freed). 0 in a
+	                                     simulation */
+	int64_t runtime_backward_bytes;
 };
 RMOE_API int rmoe_layer_get_stats(const rmoe_layer *layer, struct rmoe_layer_stats *stats);
 

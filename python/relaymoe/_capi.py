@@ -113,6 +113,8 @@ class LayerStats(ctypes.Structure):
         ("host_waits_backward", ctypes.c_int),
         ("peak_heap_forward_bytes", ctypes.c_int64),
         ("peak_heap_backward_bytes", ctypes.c_int64),
+        ("runtime_forward_bytes", ctypes.c_int64),
+        ("runtime_backward_bytes", ctypes.c_int64),
     ]
 
 

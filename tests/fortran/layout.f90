@@ -82,6 +82,10 @@ program layout
              c_sizeof(s%peak_heap_forward_bytes), 'int')
   call field('rmoe_layer_stats', 'peak_heap_backward_bytes', c_loc(s), c_loc(s%peak_heap_backward_bytes), &
              c_sizeof(s%peak_heap_backward_bytes), 'int')
+  call field('rmoe_layer_stats', 'runtime_forward_bytes', c_loc(s), c_loc(s%runtime_forward_bytes), &
+             c_sizeof(s%runtime_forward_bytes), 'int')
+  call field('rmoe_layer_stats', 'runtime_backward_bytes', c_loc(s), c_loc(s%runtime_backward_bytes), &
+             c_sizeof(s%runtime_backward_bytes), 'int')
 
   call enum('RMOE_OK', RMOE_OK)
   call enum('RMOE_EINVAL', RMOE_EINVAL)
