@@ -32,7 +32,7 @@ struct run_opts {
 	const char *dispatch, *load, *dump, *csv, *io, *routing;
 	const char *trace, *sched;      /* traces and scheduler experiments */
 	int no_prio;
-	int check, norm_topk, no_norm_topk, shared_gated, no_overlap, quiet;
+	int check, norm_topk, no_norm_topk, shared_gated, no_overlap, quiet, verbose;
 	int check_finite;
 	int deterministic;
 };
@@ -102,6 +102,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 		{"csv", RMOE_OPT_STRING, &r->csv, 0, 0, "FILE", "append one result row per dispatcher", NULL},
 		{"routing", RMOE_OPT_STRING, &r->routing, 0, 0, "FILE", "write the rows each rank routed to each expert (CSV)", NULL},
 		{"quiet", RMOE_OPT_FLAG, &r->quiet, 0, 0, NULL, "print the summary only", NULL},
+		{"verbose", RMOE_OPT_FLAG, &r->verbose, 0, 0, NULL, "print the context's decisions: workers, ring, the runtime's structure sizes", NULL},
 	};
 	const struct rmoe_opt_set sets[] = {
 		RMOE_OPT_SET("the layer's shape", shape, RMOE_PRESET_NOTE),
@@ -512,6 +513,7 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	struct rmoe_ctx_config ccfg;
 	rmoe_ctx_config_init(&ccfg);
 	ccfg.trace = r->trace;
+	ccfg.verbose = r->verbose;
 	ccfg.ring_order = strcmp(r->ring.ring_order, "rank") ? RMOE_RING_PLANNED : RMOE_RING_RANK;
 	ccfg.blas_threads = (int)r->blas_threads;
 	if (r->sched) {

@@ -129,6 +129,14 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		rmoe_ctx_destroy(ctx);
 		return rc;
 	}
+	if (ctx->verbose && ctx->rank == 0) {
+		int64_t handle, task, task_buffer, send, recv;
+		rmoe_bookkeeping_units(&handle, &task, &task_buffer, &send, &recv);
+		fprintf(stderr,
+		        "relaymoe: the runtime's structures: %lld B a handle, %lld B a task and %lld B a task's "
+		        "buffer, %lld B a send, %lld B a receive\n",
+		        (long long)handle, (long long)task, (long long)task_buffer, (long long)send, (long long)recv);
+	}
 	*out = ctx;
 	return 0;
 }
