@@ -151,6 +151,11 @@ class Trace:
         self.nranks, self.ring, self.tag_first = read_layout(directory)
         self.tasks = read_tasks(os.path.join(directory, "tasks.rec"))
         self.transfers, self.open_links = read_links(os.path.join(directory, "paje.trace"))
+        # A rank's messages to itself are the context's measurement of
+        # StarPU-MPI's request structures when it starts (graph/transfers.c,
+        # rmoe_requests_measure), on the first tags of its window: no layer
+        # sends to its own rank, and decoded they would read as a pass's.
+        self.transfers = [x for x in self.transfers if x.src != x.dst]
         if self.nranks is None:
             self.nranks = 1 + max([t.rank for t in self.tasks] + [x.dst for x in self.transfers] + [0])
         self.clock_shift = self._align_clocks()
@@ -458,7 +463,10 @@ def read_task_records(path):
     """tasks.rec's records of tasks that ran (StarPU's internal acquire and
     sync tasks do not: they have no start, end or name), as dicts."""
     rec = {}
-    with open(path) as f:
+    # StarPU writes a task's name as it finds it in memory: a name it reads
+    # after the task is gone comes out as stray bytes, which must not stop
+    # the reading of every other task (surrogateescape keeps them as they are).
+    with open(path, errors="surrogateescape") as f:
         for line in f:
             line = line.rstrip("\n")
             if line:
@@ -482,7 +490,7 @@ def read_links(path):
     """StarPU-MPI transfers: PajeStartLink (23) and PajeEndLink (19) lines of
     type MPIL, matched by key."""
     starts, ends = {}, {}
-    with open(path) as f:
+    with open(path, errors="surrogateescape") as f:
         for line in f:
             if not (line.startswith("23\t") or line.startswith("19\t")):
                 continue
@@ -522,7 +530,7 @@ def name_paje_links(directory, trace=None):
     for x in trace.transfers:
         labels[(x.src, round(x.paje_start, 6), x.tag)] = x.label
     tmp = path + ".tmp"
-    with open(path) as f, open(tmp, "w") as g:
+    with open(path, errors="surrogateescape") as f, open(tmp, "w", errors="surrogateescape") as g:
         for line in f:
             if line.startswith("6\t") or line.startswith("20\t"):
                 w = line.rstrip("\n").split("\t")
