@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hardening stage (docs/hardening.md), after the main suite:
 #  1. the suite (less the multihost, bench, subproject and long labels: flow_np8,
-#     train_exactness_np4) built with ASan + UBSan
+#     app_preset_routing, train_exactness_np4) built with ASan + UBSan
 #     (build-asan/), multi-rank tests included;
 #  2. the unit tests under Valgrind memcheck (the main build, build/);
 #  3. each libFuzzer target for RMOE_FUZZ_SECONDS (default 60) from its seed
