@@ -118,7 +118,26 @@ static int block_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 	return rc;
 }
 
+/* The own block's outputs are added at their tokens before a peer's block
+ * reaches the experts: a peer's first expansion waits for the own block's
+ * end, not for its expert task alone. Otherwise they may or may not be
+ * held beside that block, as the scheduler picks (the task that adds them
+ * is ready with it), and the peak with them; in this order the memory
+ * model knows the peak (scheduler/memory_model.c, deepep_blocks). */
+static int own_added_first(struct rmoe_a2a_run *r, int64_t before, int rc)
+{
+	if (!rc && r->experts.n > before)
+		r->experts.computed = r->experts.done[(r->experts.n - 1) % RMOE_A2A_DEPTH];
+	return rc;
+}
+
 /* ---- forward ------------------------------------------------------------------------- */
+
+static int own_block_fwd(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	const int64_t before = r->experts.n;
+	return own_added_first(r, before, rmoe_a2a_own_forward(r, peer, j, c, prio));
+}
 
 /* My block for peer to: token rows, codes and weights out; the combined
  * rows back and added at their tokens (the weights are in). */
@@ -195,12 +214,18 @@ static int expert_block_fwd(struct rmoe_a2a_run *r, int from, int64_t j, const s
 int rmoe_alltoall_deepep_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
 	/* Whole blocks (config.c refuses chunk rows): one chunk a block. */
-	static const struct rmoe_a2a_steps steps = {rmoe_a2a_own_forward, token_block_fwd, expert_block_fwd};
+	static const struct rmoe_a2a_steps steps = {own_block_fwd, token_block_fwd, expert_block_fwd};
 	struct rmoe_a2a_run r = {.L = L, .pass = pass, .out = y};
 	return rmoe_a2a_forward_run(&r, &steps);
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
+
+static int own_block_bwd(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio)
+{
+	const int64_t before = r->experts.n;
+	return own_added_first(r, before, rmoe_a2a_own_backward(r, peer, j, c, prio));
+}
 
 /* My block for peer to: token rows, dy rows, codes and weights out; the
  * reduced dx rows and the dg back, added at their tokens. */
@@ -297,7 +322,7 @@ int rmoe_alltoall_deepep_backward(struct rmoe_layer *L, struct rmoe_pass *pass, 
                                   starpu_data_handle_t dx)
 {
 	/* The identity pair order serves the own block only. */
-	static const struct rmoe_a2a_steps steps = {rmoe_a2a_own_backward, token_block_bwd, expert_block_bwd};
+	static const struct rmoe_a2a_steps steps = {own_block_bwd, token_block_bwd, expert_block_bwd};
 	struct rmoe_a2a_run r = {.L = L, .pass = pass, .dy = dy, .out = dx};
 	return rmoe_a2a_backward_run(&r, &steps, 1);
 }

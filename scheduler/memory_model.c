@@ -192,38 +192,31 @@ static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64
  *   weights out, combined rows back), bwd 4T + D (3 H s + 12K) (with dy
  *   out, dx and dg back); of it, the inputs may have left: D (H s + 8K),
  *   bwd D (2 H s + 8K).
- * A rank's own block is a2a's step 0 (per row own_comp, own_held), with
- * the backward's identity pair order (4 bytes a row, ident). Its held
- * bytes (outputs waiting to be added here, not to go anywhere) are in the
- * window only if a peer's block reaches the experts before they are added,
- * which the senders' dedup-map and gathers make rare: they count as
- * leaving, as the token blocks' inputs do. */
+ * A rank's own block is a2a's step 0 (per row own_comp), with the
+ * backward's identity pair order (4 bytes a row, ident). It holds nothing
+ * once off the experts: its outputs are added here before a peer's block
+ * reaches them (alltoall_deepep.c, own_added_first). */
 static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, const int64_t *tok, int bwd,
-                             int64_t own_comp, int64_t own_held, int64_t *leaving)
+                             int64_t own_comp, int64_t *leaving)
 {
 	const int64_t N = c->nranks, D = RMOE_A2A_DEPTH, T = c->tokens, H = c->hidden, K = c->topk;
 	const int64_t F = c->ffn / c->etp, s = c->dtype_bytes;
 	int64_t worst = 0;
 	for (int64_t q = 0; q < N; q++) {
-		int64_t exp = 0, out = 0, left = 0, own_left = 0;
+		int64_t exp = 0, out = 0, left = 0;
 		for (int64_t w = 0; w == 0 || w + D <= N; w++) {
-			int64_t sum = 0, top = 0, own = 0;
+			int64_t sum = 0, top = 0;
 			for (int64_t k = w; k < w + D && k < N; k++) {
 				const int64_t from = (q - k + N) % N, r = b[from * N + q], d = tok[from * N + q];
-				int64_t held = k == 0 ? r * own_held : d * ((bwd ? 2 : 1) * H * s + 8 * K);
+				int64_t held = k == 0 ? 0 : d * ((bwd ? 2 : 1) * H * s + 8 * K);
 				int64_t comp = k == 0 ? r * own_comp
 				                      : bwd ? r * (2 * H + 4 * F) * s + 12 * d * K : r * (2 * H + 3 * F) * s + 8 * d * K;
 				if (r == 0)
 					held = comp = 0;
-				if (k == 0)
-					own = held;
 				sum += held;
 				top = max2(top, comp - held);
 			}
-			if (sum + top > exp) {
-				exp = sum + top;
-				own_left = own;
-			}
+			exp = max2(exp, sum + top);
 		}
 		for (int64_t w = 1; w == 1 || w + D <= N; w++) {
 			int64_t sum = 0, go = 0;
@@ -242,7 +235,7 @@ static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, 
 		const int64_t ident = bwd ? 4 * b[q * N + q] : 0;
 		if (exp + out + ident > worst) {
 			worst = exp + out + ident;
-			*leaving = left + own_left;
+			*leaving = left;
 		}
 	}
 	return worst;
@@ -430,9 +423,8 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		int64_t rmax = 0;
 		for (int64_t i = 0; i < N * N; i++)
 			rmax = max2(rmax, bb[i]);
-		fwd = max2(shared, deepep_blocks(c, bb, bt, 0, (2 * H + 3 * F) * s, H * s, &o->leaving_forward));
-		bwd = max2(shared_b, deepep_blocks(c, bb, bt, 1, (2 * H + 4 * F) * s + 8, 2 * H * s + 4,
-		                                   &o->leaving_backward));
+		fwd = max2(shared, deepep_blocks(c, bb, bt, 0, (2 * H + 3 * F) * s, &o->leaving_forward));
+		bwd = max2(shared_b, deepep_blocks(c, bb, bt, 1, (2 * H + 4 * F) * s + 8, &o->leaving_backward));
 		free(b);
 		largest = max2(largest, rmax * max2(H, 4 * F) * s);
 		o->fixed_backward = o->resident_backward + bwd;

@@ -181,19 +181,20 @@ static void test_memory_model_alltoall_by_hand(void **state)
  * 1 - C(2,2)/C(4,2) = 5/6: ceil(5/6 * 4) = 4, at most the 4 tokens). Its
  * peer counts [E + N] add 6 int32 to the resident routing (24 bytes).
  * forward, the owner of experts: the own block computing (a2a's: 4 rows of
- * 2H + 3F, 208) or held (its outputs, 32); the peer's block computing,
+ * 2H + 3F, 208), nothing once off the experts (its outputs are added
+ * before the peer's block is expanded); the peer's block computing,
  * expanded rows (8 floats), workspace (36), outputs (8), codes and weights
  * (D*K = 8 each): 272, or held, rows (D*H = 8), codes, weights: 96. The
- * window holds both: 128 held + the larger rise, 176: 304. The block out:
- * token list (T = 4 int32), rows, codes, weights out and the combined rows
- * back (4 * 8 values): 144. Peak 448; leaving: the block's inputs (96) and
- * the own outputs (32).
- * backward: the own block as a2a's (288 computing, 80 held); the peer's
- * computing, x and dy expanded (16 floats), workspace [4, 4F] (48), dg,
- * codes, weights (24 values): 352, held x, dy, codes, weights: 128; the
- * window 208 + 224 = 432. The block out: token list, x, dy, codes, weights,
- * dx and dg back: 16 + 6 * 32 = 208; the own block's identity pair order
- * (4 int32): 16. Peak 656; leaving 128 + 80. */
+ * window: the peer's 96 held + the larger rise, the own block's 208: 304.
+ * The block out: token list (T = 4 int32), rows, codes, weights out and
+ * the combined rows back (4 * 8 values): 144. Peak 448; leaving: the
+ * block's inputs (96).
+ * backward: the own block computing as a2a's (288); the peer's computing,
+ * x and dy expanded (16 floats), workspace [4, 4F] (48), dg, codes,
+ * weights (24 values): 352, held x, dy, codes, weights: 128; the window
+ * 128 + 288 = 416. The block out: token list, x, dy, codes, weights, dx
+ * and dg back: 16 + 6 * 32 = 208; the own block's identity pair order (4
+ * int32): 16. Peak 640; leaving 128. */
 static void test_memory_model_alltoall_deepep_by_hand(void **state)
 {
 	(void)state;
@@ -202,16 +203,16 @@ static void test_memory_model_alltoall_deepep_by_hand(void **state)
 	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c, &e), 0);
 	assert_int_equal(e.resident_forward, 272 + 24 + 288 + 32 + 32);
 	assert_int_equal(e.dynamic_forward, 448);
-	assert_int_equal(e.leaving_forward, 128);
-	assert_int_equal(e.dynamic_backward, 656);
-	assert_int_equal(e.leaving_backward, 208);
+	assert_int_equal(e.leaving_forward, 96);
+	assert_int_equal(e.dynamic_backward, 640);
+	assert_int_equal(e.leaving_backward, 128);
 	assert_int_equal(e.largest_buffer, 48 * 4);
 	/* The routing seen: rank 0 sends rank 1 one token with both its pairs
 	 * there (r = 2, D = 1), rank 1 sends rank 0 three tokens of one pair
 	 * each; the own blocks of 6 and 5 pairs. Rank 0's forward: own
 	 * computing 6*52 = 312 + the received 3 tokens held 3*(8+16) = 72 ->
-	 * 384 (own held 48 + the received block computing 3*52 + 8*3*2 = 204
-	 * is less); its block out 16 + 1 * 32 = 48: 432. Rank 1's: own
+	 * 384 (the received block computing, 3*52 + 8*3*2 = 204, the own
+	 * outputs added by then, is less); its block out 16 + 1 * 32 = 48: 432. Rank 1's: own
 	 * computing 5*52 = 260 + the received 1 token held 24 = 284; out 16 +
 	 * 3 * 32 = 112: 396. The model takes the larger, 432. */
 	const int64_t blocks[8] = {6, 2, 3, 5, /* tokens */ 4, 1, 3, 4};
