@@ -417,8 +417,7 @@ def main():
         if r["dispatch"] in PIPELINED:
             # a2a pipelines its chunks (graph/alltoall_fwd.c), a2a-deepep
             # its blocks: their token blocks' inputs may leave before the
-            # peak (a2a-deepep's own outputs too), the model less them is
-            # the least they hold.
+            # peak, the model less them is the least they hold.
             p = "fwd" if e == "err_fwd" else "bwd"
             low = (r[f"model_peak_{p}_bytes"] - r.get(f"model_leaving_{p}_bytes", 0.0)) / r[f"peak_{p}_bytes"] - 1.0
             return r[e] < -MODEL_TOLERANCE or low > MODEL_TOLERANCE
@@ -662,7 +661,7 @@ def main():
             "chunk of the pipelined a2a waits for its receiver's credit (graph/flow.c). "
             + ("Where the model is above the measured peak it is a pipelined all-to-all's (a2a, a2a-deepep): its "
                "model counts a token block's rows as still held while the rank's own experts compute, which is "
-               "what can coexist (a2a-deepep's also its own outputs while a peer's block computes); at 2 ranks "
+               "what can coexist; at 2 ranks "
                "those rows have usually left by then, so the measured peak sits below the model, within the "
                "span the tests check (the model less the rows that may leave first, to the model). "
                if under_a2a and len(hoff) > len(over) else "")
