@@ -509,9 +509,10 @@ def write_md(out):
              "transfer crosses the simulated platform. Platforms come from the planner's cluster files "
              "(`scripts/sim/platform.py`); `scripts/sim/probe/check.sh` checks them with a StarPU-MPI probe "
              "(simulated bandwidth of every rank pair equal to the file's, latency plus StarPU-MPI's ~3 us "
-             "per message). Every table below is written by `bench/sim/all.sh` at one commit (each row "
-             "records it, with its transport, element type, scale, policy and platform); "
-             "[sim_sched.md](sim_sched.md) holds the policy sweep.", ""]
+             "per message). Each table below names the command, date and commit that wrote it, and each "
+             "row of the EP sweeps records its commit, transport, element type, scale, policy and "
+             "platform; `bench/sim/all.sh` reruns the 1/8-scale sweeps and the policy sweep at one "
+             "commit; [sim_sched.md](sim_sched.md) holds the policy sweep.", ""]
     extra = os.path.join(out, "sim_notes.md")
     if os.path.exists(extra):
         with open(extra) as f:

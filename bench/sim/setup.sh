@@ -21,10 +21,12 @@ sim_setup() {
   # The commit every row records: the tree's, marked when tracked files
   # differ from it; bench/sim/all.sh takes it once for all its sweeps
   # (RMOE_SIM_COMMIT), so a sweep that runs long records where it started.
+  # bench/results/ does not count: it is what the sweeps write, and one
+  # sweep run after (or beside) another finds the other's tables there.
   sim_commit=${RMOE_SIM_COMMIT:-}
   if [ -z "$sim_commit" ]; then
     sim_commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-    git -C "$root" diff --quiet HEAD -- 2>/dev/null || sim_commit=$sim_commit-dirty
+    git -C "$root" diff --quiet HEAD -- . ':!bench/results' 2>/dev/null || sim_commit=$sim_commit-dirty
   fi
   [ -f "$cluster" ] || die "--cluster $cluster: no such file"
   [ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see docs/simulation.md)"
