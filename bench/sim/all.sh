@@ -46,8 +46,9 @@ t0=$(date +%s)
 mkdir -p "$keep"
 # One commit for every row, taken now (the scripts and the build are this
 # commit's for the whole run; files edited meanwhile do not count).
-RMOE_SIM_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-git -C "$root" diff --quiet HEAD -- . ':!bench/results' 2>/dev/null || RMOE_SIM_COMMIT=$RMOE_SIM_COMMIT-dirty
+# shellcheck source=bench/sim/commit.sh
+. "$root/bench/sim/commit.sh"
+RMOE_SIM_COMMIT=$(sim_tree_commit "$root")
 export RMOE_SIM_COMMIT
 echo "sim/all.sh: commit $RMOE_SIM_COMMIT"
 

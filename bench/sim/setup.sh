@@ -3,6 +3,8 @@
 # defines die() and sets dispatches; gpu_tflops empty means the cluster
 # file's bf16_tflops; sim_setup makes the paths absolute (the runs start in
 # their work folder), fills gpu_tflops and raises vm.max_map_count.
+# shellcheck source=bench/sim/commit.sh
+. "$root/bench/sim/commit.sh"
 sim_setup() {
   local e d
   for e in $eps; do [[ $e =~ ^[0-9]+$ ]] && [ "$e" -ge 1 ] || die "--ep: '$e' is not a rank count"; done
@@ -21,13 +23,7 @@ sim_setup() {
   # The commit every row records: the tree's, marked when tracked files
   # differ from it; bench/sim/all.sh takes it once for all its sweeps
   # (RMOE_SIM_COMMIT), so a sweep that runs long records where it started.
-  # bench/results/ does not count: it is what the sweeps write, and one
-  # sweep run after (or beside) another finds the other's tables there.
-  sim_commit=${RMOE_SIM_COMMIT:-}
-  if [ -z "$sim_commit" ]; then
-    sim_commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-    git -C "$root" diff --quiet HEAD -- . ':!bench/results' 2>/dev/null || sim_commit=$sim_commit-dirty
-  fi
+  sim_commit=${RMOE_SIM_COMMIT:-$(sim_tree_commit "$root")}
   [ -f "$cluster" ] || die "--cluster $cluster: no such file"
   [ -x "$app" ] || die "no relaymoe simulation build at $app (cmake -DRMOE_SIMGRID=ON, see docs/simulation.md)"
   [ -x "$prefix/bin/starpu_smpirun" ] || die "no starpu_smpirun in $prefix/bin (scripts/build-starpu.sh --prefix $prefix --simgrid)"

@@ -32,7 +32,6 @@ mkdir -p "$work"
 start=$(date +%s)
 fail() { echo "test_calibrated: FAIL: $*" >&2; exit 1; }
 [ -x "$real_app" ] || fail "no real build at $real_app"
-col() { tail -n 1 "$1" | cut -d, -f"$2"; }   # 9: fwd_ms, 10: bwd_ms
 
 "$src/bench/sim/calibrate.sh" --out "$work/rec" --np 1 --host rmoe-test -- "${layer[@]}" --dispatch ring \
   --repeat 7 --quiet --csv "$work/real.csv" || fail "recording failed"
