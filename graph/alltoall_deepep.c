@@ -280,13 +280,23 @@ static int expert_block_bwd(struct rmoe_a2a_run *r, int from, int64_t j, const s
 	                              rmoe_temp_vector(pass, D * L->K, sizeof(float))};
 	int rc = rmoe_a2a_post_recvs(L, pass, in, 4, from, BWD_X, 0, 1, rmoe_a2a_depth_wait(experts), NULL, what_bwd);
 	starpu_data_handle_t rows[2] = {rmoe_act_vector(pass, L, P * L->H), rmoe_act_vector(pass, L, P * L->H)};
+	starpu_data_handle_t work = rmoe_act_vector(pass, L, P * 4 * L->F);
+	starpu_data_handle_t dg = rmoe_temp_vector(pass, D * L->K, sizeof(float));
+	/* One expansion after the other, and the workspace after both: each
+	 * received input is freed before the next buffer of the block comes to
+	 * exist. Otherwise both inputs may be held beside both expansions, or
+	 * the dy rows beside the workspace, as the scheduler picks, and the
+	 * peak with them (scheduler/memory_model.c, deepep_blocks, counts the
+	 * phases of this order). */
 	if (!rc)
 		rc = expand(L, in[0], in[2], P, rows[0], experts->computed, prio, "expand");
 	if (!rc)
+		rc = rmoe_pass_fence(L, pass, &rows[0], 1, &rows[1], 1, NULL, NULL, "expand-after");
+	if (!rc)
 		rc = expand(L, in[1], in[2], P, rows[1], experts->computed, prio, "expand-dy");
 	release(in, 2);
-	starpu_data_handle_t work = rmoe_act_vector(pass, L, P * 4 * L->F);
-	starpu_data_handle_t dg = rmoe_temp_vector(pass, D * L->K, sizeof(float));
+	if (!rc)
+		rc = rmoe_pass_fence(L, pass, &rows[1], 1, &work, 1, NULL, NULL, "recompute-after");
 	struct rmoe_expert_shape es = {L->H, L->F, L->e_local, P, c->rows_per_expert};
 	struct rmoe_task_opts o = rmoe_opts(L, "recompute", prio);
 	o.after = experts->computed;

@@ -186,8 +186,11 @@ static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64
  *   received, or combined and waiting to go back (fwd): D (H s + 8K) (rows,
  *   codes, weights); bwd D (2 H s + 8K);
  *   on the experts: fwd r (2H + 3F) s + 8DK (expanded rows, workspace,
- *   outputs; codes, weights), bwd r (2H + 4F) s + 12DK (x and dy
- *   expanded, workspace; codes, weights, dg);
+ *   outputs; codes, weights), bwd 12DK (codes, weights, dg) and the
+ *   largest of the graph's three phases, one after the other: x expanded
+ *   beside both inputs (2DH + rH) s, dy expanded beside its input and
+ *   the x rows (DH + 2rH) s, the backward on both expansions and the
+ *   workspace r (2H + 4F) s;
  *   a token block: fwd 4T + D (2 H s + 8K) (token list, rows, codes,
  *   weights out, combined rows back), bwd 4T + D (3 H s + 12K) (with dy
  *   out, dx and dg back); of it, the inputs may have left: D (H s + 8K),
@@ -209,8 +212,8 @@ static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, 
 			for (int64_t k = w; k < w + D && k < N; k++) {
 				const int64_t from = (q - k + N) % N, r = b[from * N + q], d = tok[from * N + q];
 				int64_t held = k == 0 ? 0 : d * ((bwd ? 2 : 1) * H * s + 8 * K);
-				int64_t comp = k == 0 ? r * own_comp
-				                      : bwd ? r * (2 * H + 4 * F) * s + 12 * d * K : r * (2 * H + 3 * F) * s + 8 * d * K;
+				const int64_t phases = max2(max2(2 * d * H + r * H, d * H + 2 * r * H), r * (2 * H + 4 * F)) * s;
+				int64_t comp = k == 0 ? r * own_comp : bwd ? phases + 12 * d * K : r * (2 * H + 3 * F) * s + 8 * d * K;
 				if (r == 0)
 					held = comp = 0;
 				sum += held;
