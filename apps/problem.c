@@ -694,6 +694,13 @@ int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p
 		unsigned nout = p->w_sgate ? 20 : p->cfg.shared_ffn > 0 ? 18 : 12;
 		for (unsigned i = 0; i < nout && !rc; i++)
 			rc = write_npy(dir, out[i].name, out[i].ndim, out[i].shape, out[i].data);
+		/* The layer's routing, for a peer to compare at equal routing where
+		 * the router is within its precision of a tie (torch_moe.py). */
+		int64_t si[2] = {TT, p->cfg.topk};
+		char path[4096], msg[512];
+		snprintf(path, sizeof(path), "%s/topk_idx.npy", dir);
+		if (!rc && (rc = rmoe_npy_write_i32(path, 2, si, g.idx, msg, sizeof(msg))))
+			rmoe_app_error("%s", msg);
 	}
 	global_free(&g);
 	return rmoe_app_agree(rc);

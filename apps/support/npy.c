@@ -450,7 +450,8 @@ int rmoe_npy_read_f32(const char *path, int ndim, int64_t *expect_shape, int64_t
 
 /* ---- writing ------------------------------------------------------------- */
 
-int rmoe_npy_write_f32(const char *path, int ndim, const int64_t *shape, const float *data,
+/* descr: NumPy's name of the 4-byte element type ('<f4', '<i4'). */
+static int write_4byte(const char *path, const char *descr, int ndim, const int64_t *shape, const void *data,
                        char *msg, size_t msglen)
 {
 	if (!path)
@@ -475,9 +476,9 @@ int rmoe_npy_write_f32(const char *path, int ndim, const int64_t *shape, const f
 	char header[512];
 	memcpy(header, NPY_MAGIC "\x01\x00", 8);
 	const size_t dict_len = (size_t)snprintf(header + 10, sizeof(header) - 10,
-	                                         "{'descr': '<f4', 'fortran_order': False, "
+	                                         "{'descr': '%s', 'fortran_order': False, "
 	                                         "'shape': %s, }",
-	                                         shape_text);
+	                                         descr, shape_text);
 	/* The dict, padded with spaces to a NPY_ALIGN multiple and ended by '\n',
 	 * as NumPy writes it. */
 	const size_t total = (10 + dict_len + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
@@ -501,7 +502,7 @@ int rmoe_npy_write_f32(const char *path, int ndim, const int64_t *shape, const f
 		return rc;
 	}
 	if (fwrite(header, 1, total, f) != total ||
-	    (elements > 0 && fwrite(data, sizeof(float), (size_t)elements, f) != (size_t)elements) ||
+	    (elements > 0 && fwrite(data, 4, (size_t)elements, f) != (size_t)elements) ||
 	    fflush(f) != 0 || fsync(fileno(f)) != 0)
 		rc = fail(msg, msglen, RMOE_EIO, "%s: write to %s failed: %s", path, tmp,
 		          strerror(errno));
@@ -515,4 +516,16 @@ int rmoe_npy_write_f32(const char *path, int ndim, const int64_t *shape, const f
 		remove(tmp);
 	free(tmp);
 	return rc;
+}
+
+int rmoe_npy_write_f32(const char *path, int ndim, const int64_t *shape, const float *data,
+                       char *msg, size_t msglen)
+{
+	return write_4byte(path, "<f4", ndim, shape, data, msg, msglen);
+}
+
+int rmoe_npy_write_i32(const char *path, int ndim, const int64_t *shape, const int32_t *data,
+                       char *msg, size_t msglen)
+{
+	return write_4byte(path, "<i4", ndim, shape, data, msg, msglen);
 }

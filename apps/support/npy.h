@@ -1,4 +1,4 @@
-/* NumPy .npy files: float32, C order, little-endian, version 1.0-3.0 headers.
+/* NumPy .npy files: float32 (int32 written too), C order, little-endian, version 1.0-3.0 headers.
  * Reads check magic, dtype, order and shape against what the caller expects
  * and say which file and which mismatch; writes go to a temporary name that is
  * renamed when complete, so a failed run leaves no partial file. */
@@ -20,6 +20,9 @@ int rmoe_npy_read_f32(const char *path, int ndim, int64_t *expect_shape, int64_t
 
 /* Writes data with the given shape to path (via path.tmp.<pid>, then rename). */
 int rmoe_npy_write_f32(const char *path, int ndim, const int64_t *shape, const float *data,
+                       char *msg, size_t msglen);
+/* The same for int32 data (the routing's expert indices of a dump). */
+int rmoe_npy_write_i32(const char *path, int ndim, const int64_t *shape, const int32_t *data,
                        char *msg, size_t msglen);
 
 /* Parses an in-memory .npy header (for the reader and its fuzzer): fills ndim,

@@ -15,8 +15,10 @@
 #       bf16 within 1e-2, one layer run under compute-sanitizer (120 s);
 #   (b) the card's cuBLAS bf16 GEMM rate (rmoe_gemm_rate): an 8192^3 GEMM,
 #       and the GEMMs of one expert of the layer below (30 s);
-#   (p) the PyTorch peer against a relaymoe dump of a small bf16 problem,
-#       with one expert group and with the ring's grouping (60 s);
+#   (p) the PyTorch peer and a relaymoe dump of a small bf16 problem, both
+#       against the layer in float64 (torch_moe.py check: relaymoe within
+#       2e-2, the peer's bf16 path within 2e-2, 5e-2 on the CPU), with one
+#       expert group and with the ring's grouping (60 s);
 #   (c) the Qwen3-30B-A3B layer (H=2048, F=768, E=128), bf16, forward and
 #       backward with recomputation, one GPU, activations on the device, at
 #       T=65536 K=8 (first: the acceptance case), T=16384 K=8, T=65536 K=16;
@@ -110,10 +112,14 @@ trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/failures"
 
 if [ $dry = 1 ]; then
-  gpu_env=(STARPU_NCPU=2 STARPU_NCUDA=0) io=host torch_dev=cpu
+  # PyTorch's CPU bf16 path (Debian's 1.13) is ten times less precise than
+  # relaymoe's against float64 on the peer check's problem (2.4e-2 against
+  # 2.9e-3): the dry run judges the peer's arithmetic more loosely, and
+  # relaymoe's as on the GPU.
+  gpu_env=(STARPU_NCPU=2 STARPU_NCUDA=0) io=host torch_dev=cpu peer_tol=5e-2
   H=128 F=48 E=128 default_cases="1024:8 256:8 1024:16" parts=8 repeat=2
 else
-  gpu_env=(STARPU_NCPU=0 STARPU_NCUDA=1) io=device torch_dev=cuda
+  gpu_env=(STARPU_NCPU=0 STARPU_NCUDA=1) io=device torch_dev=cuda peer_tol=2e-2
   H=2048 F=768 E=128 default_cases="65536:8 16384:8 65536:16" parts=8 repeat=5
 fi
 cases=${cases_opt//,/ }
@@ -342,7 +348,7 @@ if want peer; then
     t=$(limit 30 "$(keep layer)")
     [ "$t" -le 0 ] && { peer="not run"; fail "PyTorch peer check ($g groups): not run, the budget was spent"; break; }
     timeout -k 5 "$t" "$py" "$here/torch_moe.py" check "$tmp/dump" --topk 4 --device $torch_dev --dtype bf16 \
-      --tol 2e-2 --groups $g 2>&1 | tail -1 | tee -a "$results/run.log"
+      --tol 2e-2 --peer-tol $peer_tol --groups $g 2>&1 | tail -1 | tee -a "$results/run.log"
     rc=${PIPESTATUS[0]}
     case $rc in
       0) ;;

@@ -9,7 +9,9 @@ checking `relaymoe run --load/--dump` against files.
       gate w_shared_expert_gate)
   moe_numpy.py check IN OUT --topk K [--no-norm-topk] [--tol auto|T]
       computes y, dx and every gradient from IN/*.npy and compares them with
-      OUT/*.npy (relative norm error); exits 1 past the tolerance. A shared
+      OUT/*.npy (relative norm error), and OUT/topk_idx.npy with its own
+      routing (a float32 near-tie aside); exits 1 past the tolerance or on a
+      token routed otherwise. A shared
       expert is added where IN has its weights: ungated (DeepSeek-style), or,
       with w_shared_expert_gate.npy, as Qwen2-MoE's block adds it:
       sigmoid(x w_shared_expert_gate) * shared(x)
@@ -162,8 +164,21 @@ def check(a):
         err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-300)
         worst = max(worst, err)
         print(f"{name:21s} relative error {err:.2e}")
+    # The dump's routing (topk_idx.npy, int32 [N*T, K]): each token's
+    # experts as the float64 router picks them, but at a float32 near-tie.
+    p, idx, _, _ = route(load["x"], load["w_router"], a.topk, not a.no_norm_topk)
+    got = np.load(f"{a.out}/topk_idx.npy")
+    if got.dtype != np.int32 or got.shape != idx.shape:
+        print(f"topk_idx: {got.dtype} {got.shape}, expected int32 {idx.shape}")
+        return 1
+    differ = (np.sort(got, axis=1) != np.sort(idx, axis=1)).any(axis=1)
+    kth = np.take_along_axis(p, idx[:, -1:], axis=1)[:, 0]
+    tied = kth - np.take_along_axis(p, got.astype(np.int64), axis=1).min(axis=1) <= 1e-6
+    wrong = int((differ & ~tied).sum())
+    print(f"topk_idx              {int(differ.sum())} of {len(idx)} tokens routed otherwise, "
+          f"{wrong} of them beyond a near-tie")
     tol = fp32_tolerance(load) if a.tol == "auto" else float(a.tol)
-    ok = worst <= tol
+    ok = worst <= tol and wrong == 0
     print(f"largest {worst:.2e}, tolerance {tol:.1e}: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

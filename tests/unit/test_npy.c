@@ -225,6 +225,35 @@ static void test_npy_header_is_numpys(void **state)
 	assert_int_equal(header[127], '\n');
 }
 
+/* int32 (a dump's topk_idx.npy): NumPy's '<i4' header, then the values. */
+static void test_npy_int32_is_numpys(void **state)
+{
+	const char *path = test_path(state, "int32", "topk_idx.npy");
+	const int64_t shape[2] = { 6, 4 };
+	int32_t data[24];
+	float u[24];
+	rmoe_seeded_uniform(u, 24, SEED, RMOE_STREAM_USER + 2, 0, 1.0f);
+	for (int i = 0; i < 24; i++)
+		data[i] = (int32_t)(u[i] * 1000.0f) - 500;
+	char msg[512] = "";
+	assert_int_equal(rmoe_npy_write_i32(path, 2, shape, data, msg, sizeof(msg)), 0);
+	unsigned char file[128 + sizeof(data)];
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fread(file, 1, sizeof(file), f), sizeof(file));
+	assert_int_equal(fgetc(f), EOF);
+	fclose(f);
+	const char dict[] = "{'descr': '<i4', 'fortran_order': False, 'shape': (6, 4), }";
+	assert_memory_equal(file + 10, dict, sizeof(dict) - 1);
+	assert_int_equal(file[127], '\n');
+	assert_memory_equal(file + 128, data, sizeof(data));
+	/* the float reader refuses it, naming the dtype */
+	int64_t expect[2] = { 6, 4 };
+	float back[24];
+	assert_true(rmoe_npy_read_f32(path, 2, expect, 0, -1, back, msg, sizeof(msg)) < 0);
+	assert_non_null(strstr(msg, "<i4"));
+}
+
 static void test_npy_any_extent_is_reported(void **state)
 {
 	const char *path = test_path(state, "any_extent", "x.npy");
@@ -586,6 +615,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_npy_round_trip),
 		cmocka_unit_test(test_npy_header_is_numpys),
+		cmocka_unit_test(test_npy_int32_is_numpys),
 		cmocka_unit_test(test_npy_any_extent_is_reported),
 		cmocka_unit_test(test_npy_slice_read),
 		cmocka_unit_test(test_npy_version_2_and_3_headers),
