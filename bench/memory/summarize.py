@@ -766,8 +766,9 @@ def main():
     if check_log:
         say("### PyTorch against relaymoe's outputs")
         say("")
-        say("`relaymoe run --dump DIR` on 2 ranks, then `torch_moe.py check DIR` (relative norm error, "
-            "tolerance 1e-4):")
+        say("`relaymoe run --dump DIR` on 2 ranks, then `torch_moe.py check DIR`: relaymoe's outputs and "
+            "PyTorch's float32 path, each against the layer in float64 at the dump's routing (relative norm "
+            "error, tolerance 1e-4):")
         say("")
         say("```")
         say(check_log.rstrip())
