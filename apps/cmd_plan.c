@@ -192,7 +192,7 @@ static void put_json_string(struct text *t, const char *s)
 
 static const char *mode_name(enum rmoe_dispatch d)
 {
-	return d == RMOE_DISPATCH_RING_TOKEN ? "token" : "expert";
+	return rmoe_dispatcher_of(d)->mode;
 }
 
 struct plan_view {
@@ -226,7 +226,7 @@ static struct cap_cost cap_cost(const struct plan_view *v)
 
 static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
 {
-	return plan->routing.mode == RMOE_DISPATCH_RING_TOKEN ? plan->routing.token : plan->routing.expert;
+	return plan->routing.tokens_travel ? plan->routing.token : plan->routing.expert;
 }
 
 /* Selective attention recomputation (§3.4), once per dispatcher: the memory
@@ -376,7 +376,7 @@ static void print_text(struct text *o, const struct plan_view *v)
 	put(o, "\nmemory per rank (scheduler/memory_model.c, even routing):\n");
 	put(o, "  %-12s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
-		put(o, "  %-12s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_plan_dispatchers[i]),
+		put(o, "  %-12s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_dispatchers[i].kind),
 		    mem->est[i].peak_forward / GiB, mem->est[i].peak_backward / GiB, (long long)mem->max_tokens[i]);
 	put(o, "  max tokens: the largest local token count whose peak fits %.2f GiB%s; ring/a2a "
 	       "%.2fx, token/a2a %.2fx, ring/a2a-megatron %.2fx, ring/a2a-deepep %.2fx\n",
@@ -399,12 +399,9 @@ static void print_text(struct text *o, const struct plan_view *v)
 		 * all-to-all, both E/N experts' worth at even routing. */
 		put(o, "  under the cap, worst routing (rows per chunk; chunks per hop or block at even routing):\n");
 		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-			const char *name = rmoe_dispatch_name(rmoe_plan_dispatchers[i]);
+			const char *name = rmoe_dispatch_name(rmoe_dispatchers[i].kind);
 			if (mem->cap_rc[i] == RMOE_ENOTSUP)
-				put(o, "    %-12s takes no cap (%s)\n", name,
-				    rmoe_plan_dispatchers[i] == RMOE_DISPATCH_ALLTOALL_DEEPEP
-				        ? "its per-rank blocks are sent whole"
-				        : "its top-k-expanded buffers are built whole");
+				put(o, "    %-12s takes no cap (it %s)\n", name, rmoe_dispatchers[i].no_cap);
 			else if (mem->cap_rc[i])
 				put(o, "    %-12s cannot meet it: the cap is below what it holds before a chunk's rows\n", name);
 			else
@@ -523,7 +520,7 @@ static void print_json(struct text *o, const struct plan_view *v)
 		       "\"resident_forward_bytes\": %lld, \"resident_backward_bytes\": %lld, "
 		       "\"weights_and_inputs_bytes\": %lld, \"largest_buffer_bytes\": %lld, "
 		       "\"largest_trainable_tokens\": %lld}",
-		    i ? ", " : "", rmoe_dispatch_name(rmoe_plan_dispatchers[i]), (long long)mem->est[i].peak_forward,
+		    i ? ", " : "", rmoe_dispatch_name(rmoe_dispatchers[i].kind), (long long)mem->est[i].peak_forward,
 		    (long long)mem->est[i].peak_backward, (long long)mem->est[i].resident_forward,
 		    (long long)mem->est[i].resident_backward, (long long)mem->est[i].weights_and_inputs,
 		    (long long)mem->est[i].largest_buffer, (long long)mem->max_tokens[i]);
@@ -537,7 +534,7 @@ static void print_json(struct text *o, const struct plan_view *v)
 			put(o, "null");
 		put(o, ", \"dispatchers\": {");
 		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-			put(o, "%s\"%s\": ", i ? ", " : "", rmoe_dispatch_name(rmoe_plan_dispatchers[i]));
+			put(o, "%s\"%s\": ", i ? ", " : "", rmoe_dispatch_name(rmoe_dispatchers[i].kind));
 			if (mem->cap_rc[i])
 				put(o, "{\"chunk_rows\": 0, \"error\": \"%s\"}",
 				    mem->cap_rc[i] == RMOE_ENOTSUP ? "takes no cap" : "cap too small");

@@ -215,21 +215,22 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 	*c = (struct contender){.d = d};
 	struct rmoe_layer_config cfg = prob->cfg;
 	cfg.dispatch = d;
-	/* The partitions are the rings' hops; the cap chunks the rings' hops
-	 * and a2a's blocks, a2a-megatron builds its buffers whole. */
-	if (rmoe_dispatch_alltoall(d))
+	/* Beside the others, each takes the knobs that apply to it: the
+	 * partitions are the rings' hops; the cap chunks the rings' hops and
+	 * a2a's blocks; whole blocks take no chunks. */
+	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(d);
+	if (row->family == RMOE_FAMILY_ALLTOALL)
 		cfg.partitions = 1;
-	if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON || d == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+	if (!row->capped)
 		cfg.mem_cap = 0;
-	/* a2a-deepep's receivers size whole blocks by their tokens. */
-	if (d == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+	if (row->whole_blocks)
 		cfg.chunk_rows = 0;
 	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
 	if (rc) {
 		rmoe_app_error("%s", rmoe_strerror(rc));
 		return rc;
 	}
-	if (d == RMOE_DISPATCH_AUTO) {
+	if (row->family == RMOE_FAMILY_CHOICE) {
 		c->d = rmoe_layer_dispatch(c->layer);
 		rmoe_app_say("dispatch auto: %s (%s)\n", rmoe_dispatch_name(c->d), rmoe_layer_dispatch_reason(c->layer));
 	}
@@ -324,9 +325,10 @@ static void contender_outcome(struct contender *c, const struct contender *first
 		rmoe_problem_routing_skew(prob, res->topk_idx, &skew_ring, &skew_a2a);
 	/* a2a's chunks are blocks of one rank's pairs for one partition, as a
 	 * ring hop's rows; a2a-megatron holds the busiest rank's rows. */
-	out->skew = c->d == RMOE_DISPATCH_ALLTOALL_MEGATRON ? skew_a2a : skew_ring;
+	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(c->d);
+	out->skew = row->rank_rows ? skew_a2a : skew_ring;
 	int64_t *blocks = NULL;
-	if (!RMOE_SIMULATED && (c->d == RMOE_DISPATCH_ALLTOALL || c->d == RMOE_DISPATCH_ALLTOALL_DEEPEP))
+	if (!RMOE_SIMULATED && row->routing_blocks)
 		blocks = rmoe_problem_a2a_blocks(prob, res->topk_idx);
 	model_peaks(prob, out, blocks);
 	free(blocks);
@@ -634,11 +636,9 @@ static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg,
 	for (int i = 0; i < ndisp; i++)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && out[i].d != RMOE_DISPATCH_ALLTOALL_MEGATRON &&
-		    out[i].d != RMOE_DISPATCH_ALLTOALL_DEEPEP)
+		if (cfg->mem_cap > 0 && rmoe_dispatcher_of(out[i].d)->capped)
 			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
-			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB,
-			             out[i].d == RMOE_DISPATCH_ALLTOALL ? "exchanged blocks" : "hops",
+			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, rmoe_dispatcher_of(out[i].d)->chunked,
 			             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
 #ifdef RMOE_SIMGRID
 	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
@@ -699,11 +699,12 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 		prc = make_config(&r, &cfg, msg, sizeof(msg));
 	if (!prc && !(ndisp = rmoe_app_dispatch_list(r.dispatch, which, msg, sizeof(msg))))
 		prc = RMOE_EINVAL;
-	/* Beside others, a2a-deepep runs whole blocks while they are chunked
+	/* Beside others, whole blocks run whole while the others are chunked
 	 * (contender_open); asked for alone, the knobs are refused. */
-	if (!prc && ndisp == 1 && which[0] == RMOE_DISPATCH_ALLTOALL_DEEPEP && (cfg.chunk_rows > 0 || cfg.mem_cap > 0)) {
-		snprintf(msg, sizeof(msg), "%s: a2a-deepep sends whole per-rank blocks (they apply to the rings and a2a)",
-		         cfg.chunk_rows > 0 ? "--chunk-rows" : "--mem-cap");
+	const struct rmoe_dispatcher *alone = !prc && ndisp == 1 ? rmoe_dispatcher_of(which[0]) : NULL;
+	if (alone && alone->whole_blocks && (cfg.chunk_rows > 0 || cfg.mem_cap > 0)) {
+		snprintf(msg, sizeof(msg), "%s: %s sends whole per-rank blocks (they apply to the rings and a2a)",
+		         cfg.chunk_rows > 0 ? "--chunk-rows" : "--mem-cap", alone->name);
 		prc = RMOE_EINVAL;
 	}
 #ifdef RMOE_SIMGRID

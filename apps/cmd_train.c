@@ -100,15 +100,11 @@ static int parse_options(struct train_opts *r, int argc, char **argv, int first,
 static int check_opts(struct train_opts *r, int nranks, struct rmoe_train_shape *shape,
                       enum rmoe_dispatch *d, char *msg, size_t len)
 {
-	if (strcmp(r->dispatch, "ring") == 0) {
-		*d = RMOE_DISPATCH_RING_EXPERT;
-	} else if (strcmp(r->dispatch, "a2a") == 0) {
-		*d = RMOE_DISPATCH_ALLTOALL;
-	} else if (strcmp(r->dispatch, "a2a-megatron") == 0) {
-		*d = RMOE_DISPATCH_ALLTOALL_MEGATRON;
-	} else if (strcmp(r->dispatch, "a2a-deepep") == 0) {
-		*d = RMOE_DISPATCH_ALLTOALL_DEEPEP;
-	} else {
+	/* Training runs expert routing's ring or an all-to-all: auto would
+	 * choose per layer, and token routing is not among the trainer's tests. */
+	const struct rmoe_dispatcher *row = rmoe_dispatch_parse(r->dispatch, d) ? NULL : rmoe_dispatcher_of(*d);
+	const int ring = row && row->family == RMOE_FAMILY_RING;
+	if (!row || row->family == RMOE_FAMILY_CHOICE || (ring && strcmp(row->mode, "expert"))) {
 		snprintf(msg, len, "--dispatch '%s': expected ring, a2a, a2a-megatron or a2a-deepep", r->dispatch);
 		return RMOE_EINVAL;
 	}

@@ -68,29 +68,43 @@ int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_confi
 	return 0;
 }
 
-#define DISPATCH_BIT(d) (1u << (d))
+#define DISPATCH_BIT(i) (1u << (i))
 
-/* The dispatchers one word of --dispatch names, as bits; 0: none. */
+/* Whether name is one of the comma-separated names of list. */
+static int name_in_list(const char *name, const char *list)
+{
+	const size_t n = strlen(name);
+	for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+		if (strcspn(p, ",") == n && !strncmp(p, name, n))
+			return 1;
+	return 0;
+}
+
+/* The dispatchers one word of --dispatch names, as bits of their rows in
+ * rmoe_dispatchers[]; 0: none. The group words name lists of rows. */
 static unsigned dispatch_word(const char *word)
 {
-	const unsigned both = DISPATCH_BIT(RMOE_DISPATCH_RING_EXPERT) | DISPATCH_BIT(RMOE_DISPATCH_ALLTOALL),
-	               baselines = both | DISPATCH_BIT(RMOE_DISPATCH_ALLTOALL_MEGATRON) |
-	                           DISPATCH_BIT(RMOE_DISPATCH_ALLTOALL_DEEPEP);
-	enum rmoe_dispatch d;
-	if (!strcmp(word, "both"))
-		return both;
-	if (!strcmp(word, "baselines"))
-		return baselines;
-	if (!strcmp(word, "all"))
-		return baselines | DISPATCH_BIT(RMOE_DISPATCH_RING_TOKEN);
-	return rmoe_dispatch_parse(word, &d) ? 0 : DISPATCH_BIT(d);
+	static const struct {
+		const char *word, *names;
+	} groups[] = {{"both", "ring,a2a"}, {"baselines", "ring,a2a,a2a-megatron,a2a-deepep"}};
+	for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++)
+		if (!strcmp(word, groups[g].word)) {
+			unsigned bits = 0;
+			for (int i = 0; i < RMOE_NDISPATCHERS; i++)
+				if (name_in_list(rmoe_dispatchers[i].name, groups[g].names))
+					bits |= DISPATCH_BIT(i);
+			return bits;
+		}
+	unsigned bits = 0;
+	for (int i = 0; i < RMOE_NDISPATCHERS; i++)
+		if (!strcmp(word, "all") ? rmoe_dispatchers[i].family != RMOE_FAMILY_CHOICE
+		                         : !strcmp(word, rmoe_dispatchers[i].name))
+			bits |= DISPATCH_BIT(i);
+	return bits;
 }
 
 int rmoe_app_dispatch_list(const char *d, enum rmoe_dispatch *which, char *msg, size_t len)
 {
-	static const enum rmoe_dispatch order[] = {RMOE_DISPATCH_AUTO, RMOE_DISPATCH_RING_EXPERT,
-	                                           RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
-	                                           RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
 	unsigned named = 0;
 	int n = 0, words = 0;
 	const char *p = d;
@@ -101,22 +115,23 @@ int rmoe_app_dispatch_list(const char *d, enum rmoe_dispatch *which, char *msg, 
 			memcpy(word, p, w);
 		unsigned bits = dispatch_word(word);
 		if (!bits) {
-			snprintf(msg, len,
-			         "--dispatch '%s': expected ring, token, a2a, a2a-megatron, a2a-deepep, auto, both, baselines "
-			         "or all, or a comma list of them ('%.*s' is none)",
-			         d, (int)(w < 40 ? w : 40), p);
+			char names[128];
+			snprintf(msg, len, "--dispatch '%s': expected %s, both, baselines or all, or a comma list of them "
+			         "('%.*s' is none)", d, rmoe_dispatch_names(names, sizeof(names)), (int)(w < 40 ? w : 40), p);
 			return 0;
 		}
 		named |= bits;
 		words++;
 		p += w;
 	} while (*p++ == ',');
-	if ((named & DISPATCH_BIT(RMOE_DISPATCH_AUTO)) && words > 1) {
-		snprintf(msg, len, "--dispatch '%s': auto chooses one dispatcher and stands alone", d);
-		return 0;
-	}
-	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
-		if (named & DISPATCH_BIT(order[i]))
-			which[n++] = order[i];
+	for (int i = 0; i < RMOE_NDISPATCHERS; i++)
+		if ((named & DISPATCH_BIT(i)) && rmoe_dispatchers[i].family == RMOE_FAMILY_CHOICE && words > 1) {
+			snprintf(msg, len, "--dispatch '%s': %s chooses one dispatcher and stands alone", d,
+			         rmoe_dispatchers[i].name);
+			return 0;
+		}
+	for (int i = 0; i < RMOE_NDISPATCHERS; i++)
+		if (named & DISPATCH_BIT(i))
+			which[n++] = rmoe_dispatchers[i].kind;
 	return n;
 }

@@ -1,5 +1,5 @@
 /* DeepEP's normal-mode dispatch sends a token once to each rank that owns
- * one of its experts (graph/alltoall_deepep.c). Two small index tasks on
+ * one of its experts (graph/dispatch/alltoall_deepep.c). Two small index tasks on
  * the host serve it: peer-counts adds to the expert counts, for each rank,
  * the tokens routed to it (the receivers size their buffers with them, so
  * they travel in the one counts exchange), and dedup-map turns one rank's

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_system.h"
 
@@ -25,7 +24,7 @@ static int submit_router_fwd(struct rmoe_layer *L)
 	if (!rc)
 		rc = rmoe_insert_dispatch_map(&o, L->T, L->K, L->E, L->h_topk_idx, L->h_pair_order, L->h_counts);
 	o = rmoe_opts(L, "peer-counts", top);
-	if (!rc && L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+	if (!rc && L->traits->peer_counts)
 		rc = rmoe_insert_peer_counts(&o, L->T, L->K, L->E, L->N, L->h_topk_idx, L->h_counts, L->h_peer_counts);
 	return rc;
 }
@@ -45,8 +44,8 @@ static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx, star
  * build no dispatch graph while the others wait inside theirs. */
 static int read_counts(struct rmoe_layer *L, struct rmoe_pass *pass)
 {
-	/* a2a-deepep reads the expert counts in its peer counts, which come
-	 * after them (one wait either way). */
+	/* A dispatcher that counts peers reads the expert counts in its peer
+	 * counts, which come after them (one wait either way). */
 	int32_t *counts;
 	starpu_data_handle_t h = rmoe_counts_handle(L, &counts);
 #ifdef STARPU_SIMGRID
@@ -155,6 +154,24 @@ static void measure_stop(struct measure *m)
 	m->sampling = 0;
 }
 
+/* The public statistics keep a field of each kind per pass: one pass's. */
+struct pass_stats {
+	int64_t *runtime, *device_peak, *peak, *heap, *sent;
+	double *seconds;
+	int *host_waits;
+};
+
+static struct pass_stats pass_stats(struct rmoe_layer_stats *s, int backward)
+{
+	if (backward)
+		return (struct pass_stats){&s->runtime_backward_bytes, &s->peak_device_backward_bytes,
+		                           &s->peak_backward_bytes, &s->peak_heap_backward_bytes, &s->bytes_sent_backward,
+		                           &s->backward_seconds, &s->host_waits_backward};
+	return (struct pass_stats){&s->runtime_forward_bytes, &s->peak_device_forward_bytes, &s->peak_forward_bytes,
+	                           &s->peak_heap_forward_bytes, &s->bytes_sent_forward, &s->forward_seconds,
+	                           &s->host_waits_forward};
+}
+
 static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure *m, double t0)
 {
 	double secs = (starpu_timing_now() - t0) * 1e-6;
@@ -166,22 +183,14 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure 
 	if (heap < 0)
 		heap = 0;
 	int64_t resident = L->resident_bytes + pass->resident;
-	int64_t runtime = rmoe_bookkeeping_bytes() - m->runtime_base;
-	if (pass->backward) {
-		L->stats.runtime_backward_bytes = runtime;
-		L->stats.peak_device_backward_bytes = rmoe_probe_device_peak();
-		L->stats.backward_seconds = secs;
-		L->stats.peak_backward_bytes = resident + dyn;
-		L->stats.peak_heap_backward_bytes = resident + heap;
-		L->stats.bytes_sent_backward = pass->bytes_sent;
-	} else {
-		L->stats.runtime_forward_bytes = runtime;
-		L->stats.peak_device_forward_bytes = rmoe_probe_device_peak();
-		L->stats.forward_seconds = secs;
-		L->stats.peak_forward_bytes = resident + dyn;
-		L->stats.peak_heap_forward_bytes = resident + heap;
-		L->stats.bytes_sent_forward = pass->bytes_sent;
-	}
+	struct pass_stats st = pass_stats(&L->stats, pass->backward);
+	*st.runtime = rmoe_bookkeeping_bytes() - m->runtime_base;
+	*st.device_peak = rmoe_probe_device_peak();
+	*st.seconds = secs;
+	*st.peak = resident + dyn;
+	*st.heap = resident + heap;
+	*st.sent = pass->bytes_sent;
+	*st.host_waits = pass->host_waits;
 	L->stats.resident_bytes = resident;
 	if (pass->largest_temporary > L->stats.largest_temporary_bytes)
 		L->stats.largest_temporary_bytes = pass->largest_temporary;
@@ -189,11 +198,7 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure 
 	int64_t rss = rmoe_host_peak_rss();
 	if (!pass->backward || rss > L->stats.peak_rss_bytes)
 		L->stats.peak_rss_bytes = rss;
-	if (pass->backward)
-		L->stats.host_waits_backward = pass->host_waits;
-	else
-		L->stats.host_waits_forward = pass->host_waits;
-	L->stats.hops = rmoe_dispatch_alltoall(L->dispatch) ? 0 : L->N;
+	L->stats.hops = L->traits->family == RMOE_FAMILY_RING ? L->N : 0;
 	L->stats.chunk_rows = L->cfg.chunk_rows;
 }
 
@@ -258,9 +263,8 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 	 * (scripts/trace/rmoe_trace.py). */
 	const int64_t block = RMOE_PASS_TAGS(L->N);
 	int64_t tags = block;
-	if ((L->dispatch == RMOE_DISPATCH_ALLTOALL || L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP) &&
-	    rmoe_a2a_tags(L) > tags)
-		tags = (rmoe_a2a_tags(L) + block - 1) / block * block;
+	if (L->ops->tags && L->ops->tags(L) > tags)
+		tags = (L->ops->tags(L) + block - 1) / block * block;
 	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
 }
 
@@ -310,23 +314,7 @@ static int raw_node(const struct rmoe_layer *L, enum rmoe_memory where, const ch
 static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy, starpu_data_handle_t out)
 {
 	int64_t waits = pass->wait->count;
-	int rc;
-	switch (L->dispatch) {
-	case RMOE_DISPATCH_ALLTOALL:
-		rc = dy ? rmoe_alltoall_backward(L, pass, dy, out) : rmoe_alltoall_forward(L, pass, out);
-		break;
-	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
-		rc = dy ? rmoe_alltoall_megatron_backward(L, pass, dy, out) : rmoe_alltoall_megatron_forward(L, pass, out);
-		break;
-	case RMOE_DISPATCH_ALLTOALL_DEEPEP:
-		rc = dy ? rmoe_alltoall_deepep_backward(L, pass, dy, out) : rmoe_alltoall_deepep_forward(L, pass, out);
-		break;
-	case RMOE_DISPATCH_RING_TOKEN:
-		rc = dy ? rmoe_ring_token_backward(L, pass, dy, out) : rmoe_ring_token_forward(L, pass, out);
-		break;
-	default:
-		rc = dy ? rmoe_ring_expert_backward(L, pass, dy, out) : rmoe_ring_expert_forward(L, pass, out);
-	}
+	int rc = dy ? L->ops->backward(L, pass, dy, out) : L->ops->forward(L, pass, out);
 	pass->host_waits = (int)(pass->wait->count - waits);
 	return rc;
 }

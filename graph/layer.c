@@ -89,7 +89,7 @@ static int kept_list(struct rmoe_layer *L, struct kept *k)
 	KEEP(L->dg, L->h_dg, TK, sizeof(float), 1);
 	KEEP(L->pair_order, L->h_pair_order, TK, sizeof(int32_t), 0);
 	KEEP(L->expert_counts, L->h_counts, L->E, sizeof(int32_t), 0);
-	if (L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP)
+	if (L->traits->peer_counts)
 		KEEP(L->peer_counts, L->h_peer_counts, L->E + L->N, sizeof(int32_t), 0);
 #undef KEEP
 	return n;
@@ -245,6 +245,8 @@ static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_confi
 	L->ctx = ctx;
 	L->cfg = *cfg;
 	L->cfg.dispatch = L->dispatch = plan->dispatch;
+	L->traits = rmoe_dispatcher_of(plan->dispatch);
+	L->ops = rmoe_dispatch_ops_of(plan->dispatch);
 	L->cfg.chunk_rows = plan->chunk_rows;
 	L->window = rmoe_config_window(cfg);
 	L->flow_credits = credits;
@@ -274,10 +276,10 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	if (!rc)
 		rc = flow_credits_env(&credits);
 #ifndef STARPU_SIMGRID
-	/* Its index tasks (codelet_dedup.c) have a CPU function only. */
-	if (!rc && cfg->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP && starpu_cpu_worker_get_count() == 0)
-		rc = rmoe_error(RMOE_ENOTSUP, "dispatch a2a-deepep: its index tasks run on CPU workers and StarPU has "
-		                "none here (STARPU_NCPU=0?): give it at least one");
+	const struct rmoe_dispatcher *row = rc ? NULL : rmoe_dispatcher_of(cfg->dispatch);
+	if (row && row->cpu_tasks && starpu_cpu_worker_get_count() == 0)
+		rc = rmoe_error(RMOE_ENOTSUP, "dispatch %s: its index tasks run on CPU workers and StarPU has "
+		                "none here (STARPU_NCPU=0?): give it at least one", row->name);
 #endif
 	if ((rc = rmoe_agree_first(&w, ctx->comm, rc, "the layer configuration check")) ||
 	    (rc = rmoe_agree(&w, ctx->comm, check_same_config(ctx, &w, cfg, credits), "the cross-rank configuration check")))
@@ -285,7 +287,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	struct rmoe_plan plan;
 	if ((rc = plan_layer(ctx, &w, cfg, &plan)))
 		return rc;
-	if (cfg->dispatch == RMOE_DISPATCH_AUTO && ctx->verbose && ctx->rank == 0)
+	if (rmoe_dispatcher_of(cfg->dispatch)->family == RMOE_FAMILY_CHOICE && ctx->verbose && ctx->rank == 0)
 		fprintf(stderr, "relaymoe: dispatch auto -> %s: %s\n", rmoe_dispatch_name(plan.dispatch),
 		        plan.dispatch_reason);
 	struct rmoe_layer *L = layer_new(ctx, cfg, &plan, credits);

@@ -1,5 +1,5 @@
 /* Configuration: defaults, checks that name the bad value, the cross-rank
- * digest, dispatch names. (What the environment sets, rmoe_layer_config_init,
+ * digest. (What the environment sets, rmoe_layer_config_init,
  * is system/'s.) */
 #include <string.h>
 
@@ -37,33 +37,6 @@ void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg)
 int rmoe_config_window(const struct rmoe_layer_config *cfg)
 {
 	return cfg->window > 0 ? cfg->window : RMOE_WINDOW_DEFAULT;
-}
-
-static const char *const dispatch_names[] = {
-	[RMOE_DISPATCH_ALLTOALL] = "a2a",
-	[RMOE_DISPATCH_RING_EXPERT] = "ring",
-	[RMOE_DISPATCH_RING_TOKEN] = "token",
-	[RMOE_DISPATCH_AUTO] = "auto",
-	[RMOE_DISPATCH_ALLTOALL_MEGATRON] = "a2a-megatron",
-	[RMOE_DISPATCH_ALLTOALL_DEEPEP] = "a2a-deepep",
-};
-
-const char *rmoe_dispatch_name(enum rmoe_dispatch d)
-{
-	if ((unsigned)d < sizeof(dispatch_names) / sizeof(dispatch_names[0]))
-		return dispatch_names[d];
-	return "invalid";
-}
-
-int rmoe_dispatch_parse(const char *name, enum rmoe_dispatch *d)
-{
-	for (unsigned i = 0; i < sizeof(dispatch_names) / sizeof(dispatch_names[0]); i++)
-		if (name && strcmp(name, dispatch_names[i]) == 0) {
-			*d = (enum rmoe_dispatch)i;
-			return 0;
-		}
-	return rmoe_error(RMOE_EINVAL, "dispatch '%s': expected one of a2a, ring, token, auto, a2a-megatron, a2a-deepep",
-	                  name ? name : "(null)");
 }
 
 /* a * b elements must fit one StarPU handle. */
@@ -129,11 +102,10 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 	if (c->chunk_rows < 0)
 		return rmoe_error(RMOE_EINVAL, "chunk_rows = %lld: expected 0 (whole hop) or a row count",
 		                  (long long)c->chunk_rows);
-	/* Its receivers size a block by the distinct tokens in it, which the
-	 * counts exchange carries per block, not per chunk. */
-	if (c->chunk_rows > 0 && c->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP)
-		return rmoe_error(RMOE_ENOTSUP, "chunk_rows = %lld: a2a-deepep sends whole per-rank blocks (expected 0; "
-		                  "chunks apply to the rings and a2a)", (long long)c->chunk_rows);
+	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(c->dispatch);
+	if (c->chunk_rows > 0 && row && row->whole_blocks)
+		return rmoe_error(RMOE_ENOTSUP, "chunk_rows = %lld: %s sends whole per-rank blocks (expected 0; "
+		                  "chunks apply to the rings and a2a)", (long long)c->chunk_rows, row->name);
 	/* A relay forwards hop h out of the buffer it received it in while
 	 * hop h+1 arrives: with one buffer per rank, every rank would wait for
 	 * its right neighbour to free the buffer it is itself sending from. */
@@ -155,18 +127,10 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 		                  "wait_timeout = %g: expected 0 (wait forever) or seconds up to 1e9 (a "
 		                  "malformed RMOE_WAIT_TIMEOUT in the environment gives -1)",
 		                  c->wait_timeout);
-	switch (c->dispatch) {
-	case RMOE_DISPATCH_ALLTOALL:
-	case RMOE_DISPATCH_RING_EXPERT:
-	case RMOE_DISPATCH_RING_TOKEN:
-	case RMOE_DISPATCH_AUTO:
-	case RMOE_DISPATCH_ALLTOALL_MEGATRON:
-	case RMOE_DISPATCH_ALLTOALL_DEEPEP:
-		break;
-	default:
-		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected a2a, ring, token, auto, a2a-megatron or a2a-deepep",
-		                  (int)c->dispatch);
-	}
+	char names[128];
+	if (!row)
+		return rmoe_error(RMOE_EINVAL, "dispatch = %d: expected one of %s", (int)c->dispatch,
+		                  rmoe_dispatch_names(names, sizeof(names)));
 	if (c->dtype != RMOE_DTYPE_F32 && c->dtype != RMOE_DTYPE_BF16)
 		return rmoe_error(RMOE_EINVAL, "dtype = %d: expected f32 or bf16", (int)c->dtype);
 

@@ -9,10 +9,6 @@
 
 #include "rmoe_plan.h"
 
-const enum rmoe_dispatch rmoe_plan_dispatchers[RMOE_PLAN_NDISPATCHERS] = {
-	RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL, RMOE_DISPATCH_ALLTOALL_MEGATRON,
-	RMOE_DISPATCH_ALLTOALL_DEEPEP};
-
 /* The ring: the planned order, or rank order when asked (the baseline the
  * planner is measured against, bench/multihost/); its edges either way. */
 static int plan_ring(const struct rmoe_topology *t, int rank_order, struct rmoe_plan *out)
@@ -42,7 +38,8 @@ static void plan_dispatch(const struct rmoe_layer_config *cfg, const struct rmoe
 	double tflops = p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops;
 	int rc = rmoe_routing_choose(p, out->edges, t->nranks, tflops, &out->routing);
 	out->dispatch = cfg->dispatch;
-	if (cfg->dispatch != RMOE_DISPATCH_AUTO) {
+	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(cfg->dispatch);
+	if (!row || row->family != RMOE_FAMILY_CHOICE) {
 		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason), "%s requested",
 		         rmoe_dispatch_name(cfg->dispatch));
 	} else if (rc) {
@@ -79,8 +76,8 @@ static void plan_cap(const struct rmoe_layer_config *cfg, const struct rmoe_mem_
 	out->cap_rc = RMOE_ENOTSUP;
 	snprintf(out->cap_msg, sizeof(out->cap_msg), "%s takes no memory cap", rmoe_dispatch_name(out->dispatch));
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-		m->cap_rc[i] = cap_chunk(rmoe_plan_dispatchers[i], mc, cfg->mem_cap, &m->cap_chunk_rows[i]);
-		if (rmoe_plan_dispatchers[i] != out->dispatch)
+		m->cap_rc[i] = cap_chunk(rmoe_dispatchers[i].kind, mc, cfg->mem_cap, &m->cap_chunk_rows[i]);
+		if (rmoe_dispatchers[i].kind != out->dispatch)
 			continue;
 		out->cap_rc = m->cap_rc[i];
 		c = m->cap_chunk_rows[i];
@@ -155,8 +152,8 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 	struct rmoe_mem_config even = *mc;
 	even.chunk_rows = 0;
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-		rmoe_memory_model(rmoe_plan_dispatchers[i], &even, &m->est[i]);
-		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_plan_dispatchers[i], &even, m->budget) : 0;
+		rmoe_memory_model(rmoe_dispatchers[i].kind, &even, &m->est[i]);
+		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_dispatchers[i].kind, &even, m->budget) : 0;
 	}
 	struct rmoe_mem_config run = *mc;
 	run.chunk_rows = out->chunk_rows;

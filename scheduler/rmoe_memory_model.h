@@ -59,7 +59,7 @@ struct rmoe_mem_estimate {
  * on the block's rank): the distinct tokens a block holds per pair; and a
  * block's distinct tokens d brought within what its pairs allow (at least
  * pairs / min(K, el), at most pairs and the rank's tokens). The model and
- * the simulation's peer counts (graph/sim_routing.c) both use them. */
+ * the simulation's peer counts (graph/pass/sim_routing.c) both use them. */
 double rmoe_uniform_tokens_per_pair(int64_t topk, int64_t experts, int64_t el);
 int64_t rmoe_block_tokens_within(int64_t d, int64_t pairs, int64_t tokens, int64_t topk, int64_t el);
 

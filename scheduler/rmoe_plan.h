@@ -5,7 +5,7 @@
  *
  * Everything here is pure, so it is unit-testable without MPI or StarPU and
  * identical on every rank given the same inputs: the context
- * (graph/ctx_ring.c, discover.c) gathers what every rank sees over MPI and
+ * (graph/context/ctx_ring.c, discover.c) gathers what every rank sees over MPI and
  * hands it here as plain data (rmoe_rank_info, rmoe_device_info); a
  * description is read from its file by system/ (rmoe_cluster_load).
  *
@@ -202,7 +202,7 @@ int64_t rmoe_routing_metadata_bytes(int64_t topk);
  * modes (weights + gradients; tokens + their gradients). */
 double rmoe_expert_hop_bytes(const struct rmoe_routing_problem *p, int backward);
 double rmoe_token_hop_bytes(const struct rmoe_routing_problem *p, int backward);
-/* What this implementation's token ring carries per hop (graph/ring_token.c):
+/* What this implementation's token ring carries per hop (graph/dispatch/ring_token.c):
  * Table 2's tokens and metadata plus the output accumulator, forward
  * T*(2H*s + 8K); backward x, dy, the dx accumulator and the routing with
  * dg, T*(3H*s + 12K). The routing choice uses these. */
@@ -225,6 +225,7 @@ struct rmoe_hop_cost {
 
 struct rmoe_routing_choice {
 	enum rmoe_dispatch mode;   /* RMOE_DISPATCH_RING_EXPERT or RMOE_DISPATCH_RING_TOKEN */
+	int tokens_travel;         /* 1: token routing (mode), 0: expert routing */
 	struct rmoe_hop_cost expert[2], token[2];   /* [0] forward, [1] backward */
 	double token_table2[2];    /* Table 2's token volumes, for comparison */
 	double pairs_per_hop;
@@ -282,12 +283,12 @@ struct rmoe_plan_request {
 	int rank_order;
 };
 
-/* The memory model at the planned configuration (scheduler/memory_model.c). */
-enum { RMOE_PLAN_NDISPATCHERS = 5 };
+/* The memory model at the planned configuration (scheduler/model/). The
+ * plan compares every dispatcher but auto: the rows before it. */
+enum { RMOE_PLAN_NDISPATCHERS = RMOE_NDISPATCHERS - 1 };
 struct rmoe_plan_memory {
-	/* The dispatchers (RMOE_DISPATCH_RING_EXPERT, RING_TOKEN, ALLTOALL,
-	 * ALLTOALL_MEGATRON, ALLTOALL_DEEPEP, in that order), even routing,
-	 * no chunking. */
+	/* The dispatchers of rmoe_dispatchers[] in their order, even
+	 * routing, no chunking. */
 	struct rmoe_mem_estimate est[RMOE_PLAN_NDISPATCHERS];
 	int64_t max_tokens[RMOE_PLAN_NDISPATCHERS]; /* largest local token count whose peak fits budget */
 	/* Under the layer's memory cap (mem_cap > 0), worst routing: each
@@ -300,9 +301,6 @@ struct rmoe_plan_memory {
 	 * fit check compares with the device's memory. */
 	struct rmoe_mem_estimate run;
 };
-
-/* The dispatchers of rmoe_plan_memory.est, in order. */
-extern const enum rmoe_dispatch rmoe_plan_dispatchers[RMOE_PLAN_NDISPATCHERS];
 
 /* The device the plan targets: the smallest memory over the ranks. */
 struct rmoe_plan_device {

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "relaymoe/relaymoe.h"
+#include "rmoe_dispatchers.h"
 #include "rmoe_error.h"
 #include "rmoe_hash.h"
 
@@ -71,14 +72,6 @@ const struct rmoe_preset *rmoe_preset_list(size_t *count);
  * RMOE_EINVAL with msg naming an unknown preset (and the known ones) or a
  * scale that leaves a size below 1. */
 int rmoe_preset_apply(const char *name, double scale, struct rmoe_layer_config *cfg, char *msg, size_t len);
-
-/* The all-to-alls (the lean one, Megatron's, DeepEP's) share their plan,
- * transfers and limits: no hops, no partitions. */
-static inline int rmoe_dispatch_alltoall(enum rmoe_dispatch d)
-{
-	return d == RMOE_DISPATCH_ALLTOALL || d == RMOE_DISPATCH_ALLTOALL_MEGATRON ||
-	       d == RMOE_DISPATCH_ALLTOALL_DEEPEP;
-}
 
 /* ---- ownership ------------------------------------------------------------ */
 

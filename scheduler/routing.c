@@ -99,7 +99,7 @@ int64_t rmoe_routing_crossover_tokens(const struct rmoe_routing_problem *p)
 	/* Both modes cross the same edges and compute the same pairs, so the
 	 * choice follows the bytes of a forward and a backward hop together:
 	 * experts 3 partitions (weights, then weights and gradients); tokens
-	 * carried 5H*s + 20K bytes each (graph/ring_token.c). */
+	 * carried 5H*s + 20K bytes each (graph/dispatch/ring_token.c). */
 	int64_t per_token = 5 * p->hidden * rmoe_dtype_bytes(p->dtype) + 20 * p->topk;
 	int64_t w, vol;
 	if (__builtin_mul_overflow(3 * p->hidden, (p->ffn / p->etp) * rmoe_dtype_bytes(p->dtype), &w) ||
@@ -178,6 +178,7 @@ int rmoe_routing_choose(const struct rmoe_routing_problem *p, const struct rmoe_
 	double eps = 1e-9 * fmax(ex, tx);
 	int token = tx < ex - eps || (fabs(tx - ex) <= eps && tv < ev);
 	out->mode = token ? RMOE_DISPATCH_RING_TOKEN : RMOE_DISPATCH_RING_EXPERT;
+	out->tokens_travel = token;
 
 	char eb[32], tb[32];
 	human_bytes(out->expert[0].bytes, eb);

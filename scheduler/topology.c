@@ -1,6 +1,6 @@
 /* Topology: where every rank runs (node, device) and how two ranks are
  * linked. hwloc describes each machine (system/local_hw.c); the context
- * gathers what every rank saw (graph/discover.c); the construction here is
+ * gathers what every rank saw (graph/context/discover.c); the construction here is
  * pure, so every rank derives the same topology from the same gathered
  * bytes. A cluster description can replace the live placement (simulated
  * multi-node placements on one machine). */

@@ -214,7 +214,7 @@ void rmoe_from_elements(const void *src, float *dst, int64_t n, size_t elsize);
 int rmoe_codelets_init(void);
 
 /* OpenBLAS threads per BLAS call from now on (n >= 1), for every worker:
- * the context gives those its workers leave idle (graph/ctx_blas.c). n, or 0
+ * the context gives those its workers leave idle (graph/context/ctx_blas.c). n, or 0
  * where the BLAS is not OpenBLAS (nothing set). */
 int rmoe_codelets_blas_threads(int n);
 

@@ -9,20 +9,20 @@ Tasks carry the method's names, "op hN" for the ops of ring hop N. A
 transfer carries only its tag; its pass and hop come from the tag layout of
 graph/: every pass (one forward or backward of one layer) reserves a block
 of TAG_BLOCK(N) = 10N+8 consecutive tags, RMOE_PASS_TAGS(N) of
-graph/rmoe_pass.h (the pipelined all-to-all, whole blocks: several when its
+graph/pass/rmoe_pass.h (the pipelined all-to-all, whole blocks: several when its
 chunks need more; graph/forward_backward.c), and each dispatcher numbers its
 transfers inside the block:
 
-  expert ring (graph/ring_expert.c)  forward:  h           weights sent during hop h
+  expert ring (graph/dispatch/ring_expert.c)  forward:  h           weights sent during hop h
                                      backward: h           weights sent during hop h
                                                N+1+h       gradient accumulator sent after hop h
                                                2N          finished gradient back to its owner
-  token ring (graph/ring_token.c)    0                     expert counts (every pair of ranks)
+  token ring (graph/dispatch/ring_token.c)    0                     expert counts (every pair of ranks)
                                      1+6h+k                kind k sent during hop h
                                      1+6N+k                accumulator k back to its owner
-  both rings (graph/flow.c)          8N+8+kN+h             credit k for the slot of hop h
-  a2a-megatron (graph/alltoall_megatron.c)  0 counts, 1 dispatch, 2 combine, 3 dout, 4 dx, ...
-  a2a (graph/alltoall_plan.c)        0 counts, then 1+k*C+j for chunk j of kind k
+  both rings (graph/pass/flow.c)          8N+8+kN+h             credit k for the slot of hop h
+  a2a-megatron (graph/dispatch/alltoall_megatron.c)  0 counts, 1 dispatch, 2 combine, 3 dout, 4 dx, ...
+  a2a (graph/dispatch/alltoall_plan.c)        0 counts, then 1+k*C+j for chunk j of kind k
 
 StarPU 1.3 records tags in 32 bits, so the offset is taken modulo 2^32 from
 the low 32 bits of tag_first. Which dispatcher and direction a block belongs
@@ -55,7 +55,7 @@ TAG_FIELD = re.compile(r"^\s*(-?\d+)\s*$|\(tag (-?\d+)\)")
 
 
 def tag_block(nranks):
-    """RMOE_PASS_TAGS(N) of graph/rmoe_pass.h: 8N+8 data tags, then the
+    """RMOE_PASS_TAGS(N) of graph/pass/rmoe_pass.h: 8N+8 data tags, then the
     rings' credits, RMOE_CREDIT_KINDS (2) x N."""
     return 8 * nranks + 8 + CREDIT_KINDS * nranks
 
@@ -152,7 +152,7 @@ class Trace:
         self.tasks = read_tasks(os.path.join(directory, "tasks.rec"))
         self.transfers, self.open_links = read_links(os.path.join(directory, "paje.trace"))
         # A rank's messages to itself are the context's measurement of
-        # StarPU-MPI's request structures when it starts (graph/transfers.c,
+        # StarPU-MPI's request structures when it starts (graph/pass/transfers.c,
         # rmoe_requests_measure), on the first tags of its window: no layer
         # sends to its own rank, and decoded they would read as a pass's.
         self.transfers = [x for x in self.transfers if x.src != x.dst]
@@ -390,11 +390,11 @@ def name_transfer(x, rel, n, p):
     if p is None:
         # An all-to-all's pass: a2a-megatron numbers its phases from 0; the
         # pipelined a2a, which may take several blocks, tags its chunks
-        # after the counts (graph/alltoall_plan.c).
+        # after the counts (graph/dispatch/alltoall_plan.c).
         x.what = "a2a " + A2A_PHASES[rel] if rel < len(A2A_PHASES) else "a2a chunk"
         return
     if rel >= 8 * n + 8:
-        # A credit of the ring's flow control (graph/flow.c): kind k of hop h.
+        # A credit of the ring's flow control (graph/pass/flow.c): kind k of hop h.
         k, h = divmod(rel - (8 * n + 8), n)
         x.what, x.hop = "credit %d" % k, h
         return

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """Checks that the library's layers stay honest (README, "Layout"):
 
-- The layers, bottom up: include < base < scheduler < system < codelets <
-  graph. base/ is what every layer stands on (errors, hashes); scheduler/
-  the pure planner; system/ what reads this process's machine (host
-  probes, files, the environment, hwloc).
+- The layers, bottom up: include < base < scheduler < system < simmpi <
+  codelets < graph. base/ is what every layer stands on (errors, hashes);
+  scheduler/ the pure planner; system/ what reads this process's machine
+  (host probes, files, the environment, hwloc); simmpi/ the simulation
+  build's MPI over StarPU-MPI.
 - include/, base/, scheduler/ and system/ include neither StarPU nor MPI
   (include's relaymoe_mpi.h aside); codelets/kernels/ includes no StarPU;
   codelets/ no MPI; graph/ no BLAS; <hwloc.h> only in system/. <starpu*.h>
-  appears only in codelets/ and graph/.
+  appears only in simmpi/, codelets/ and graph/.
+- Inside codelets/ and graph/, folders by concern, bottom up: codelets/
+  kernels/ < probe/ < runtime/ < the codelets at its top; graph/ context/ <
+  pass/ < dispatch/ < the layer at its top. A file includes and calls only
+  its own folder's files and those of the folders below it.
+- No folder of the library or apps/ holds more than MAX_FOLDER_FILES
+  source files.
 - A layer includes only its own headers and those of the layers below it;
   private headers (codelets/ outside codelets/include/, graph/*.h) only
   from their own folder.
@@ -22,8 +29,9 @@
   base/, and none of the C library's calls that read or change the machine
   (environment, files, clocks, threads, hwloc): a plan depends only on its
   inputs.
-- No library file over 600 lines; no function over 80 lines unless the
-  comment at its head says why it is long (a line with "Long:").
+- No file of the library or apps/ over 600 lines; no function there over
+  80 lines unless the comment at its head says why it is long (a line with
+  "Long:").
 
 Prints every violation and exits 1 when there is one."""
 import os
@@ -31,7 +39,12 @@ import re
 import sys
 
 ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
-LAYERS = ["include", "base", "scheduler", "system", "codelets", "graph"]
+LAYERS = ["include", "base", "scheduler", "system", "simmpi", "codelets", "graph"]
+# The folders by concern inside a layer, bottom up ("" is the layer's top).
+FOLDERS = {"codelets": ["kernels", "probe", "runtime", ""], "graph": ["context", "pass", "dispatch", ""]}
+# Held to the sizes, not the layering: the programs.
+SIZED_ONLY = []
+MAX_FOLDER_FILES = 20
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # What each layer's files may call besides the C library and the runtimes.
 PURE = {"base": {"base"}, "scheduler": {"scheduler", "base"}}
@@ -45,15 +58,15 @@ MAX_FUNCTION_LINES = 80
 problems = []
 
 
-def library_files():
-    for layer in LAYERS:
+def source_files(layers):
+    for layer in layers:
         for dirpath, _, names in os.walk(os.path.join(ROOT, layer)):
             for n in sorted(names):
                 if n.endswith((".c", ".h", ".cu", ".cuh")):
                     yield os.path.relpath(os.path.join(dirpath, n), ROOT)
 
 
-files = sorted(library_files())
+files = sorted(source_files(LAYERS))
 text = {}
 for f in files:
     with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
@@ -66,6 +79,32 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 def layer_of(path):
     return path.split(os.sep)[0]
+
+
+def folder_rank(path):
+    """The rank of path's folder by concern inside its layer, or None where
+    the layer has no such folders (include/, base/, ...)."""
+    parts = path.split(os.sep)
+    order = FOLDERS.get(parts[0])
+    if order is None:
+        return None
+    if len(parts) > 2 and parts[1] == "include":
+        return -1  # the layer's interface, below every folder
+    sub = parts[1] if len(parts) > 2 and parts[1] in order else ""
+    if len(parts) > 2 and parts[1] not in order:
+        problems.append(f"{path}: in {parts[0]}/{parts[1]}/, which is none of {parts[0]}/'s folders "
+                        f"({', '.join(o + '/' for o in order if o)})")
+    return order.index(sub)
+
+
+def below_or_same(f, t, what):
+    """A problem when f, in a folder by concern, reaches t in a folder above
+    its own inside the same layer."""
+    if layer_of(f) != layer_of(t):
+        return
+    rf, rt = folder_rank(f), folder_rank(t)
+    if rf is not None and rt is not None and rt > rf:
+        problems.append(f"{f}: {what} {t}, in a folder above its own in {layer_of(f)}/")
 
 
 def private(path):
@@ -89,8 +128,8 @@ for f in files:
         where = f"{f}:{no}"
         system = kind == "<"
         if system and re.match(r"starpu", name):
-            if layer not in ("codelets", "graph") or kernel:
-                problems.append(f"{where}: <{name}> outside codelets/ and graph/ (or in the plain kernels)")
+            if layer not in ("simmpi", "codelets", "graph") or kernel:
+                problems.append(f"{where}: <{name}> outside simmpi/, codelets/ and graph/ (or in the plain kernels)")
         if system and name == "mpi.h":
             if layer in ("base", "scheduler", "system", "codelets") or (
                     layer == "include" and not f.endswith("relaymoe_mpi.h")):
@@ -109,6 +148,7 @@ for f in files:
         edges[f].append(t)
         if RANK[layer_of(t)] > RANK[layer]:
             problems.append(f"{where}: {layer}/ includes {t}, a layer above it")
+        below_or_same(f, t, "includes")
         owner = private(t)
         if owner and not f.startswith(owner):
             problems.append(f"{where}: {t} is private to {owner}")
@@ -218,6 +258,7 @@ for f in sorted(calls):
     for t, n in sorted(calls[f].items()):
         if RANK[layer_of(t)] > RANK[layer]:
             problems.append(f"{f}: calls {n} of {t}, a layer above {layer}/")
+        below_or_same(f, t, f"calls {n} of")
         if layer in PURE and layer_of(t) not in PURE[layer]:
             problems.append(f"{f}: calls {n} of {t}: {layer}/ calls only {', '.join(sorted(PURE[layer]))}/")
     if layer in PURE:
@@ -282,7 +323,18 @@ for comp in sccs:
     problems.append("call cycle: " + " ".join(hops))
 
 # Sizes. The comment right above a function's signature is its head.
-for f in files:
+sized = files + sorted(source_files(SIZED_ONLY))
+for f in sized:
+    if f not in text:
+        with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+            text[f] = fh.read()
+folders = {}
+for f in sized:
+    folders.setdefault(os.path.dirname(f), []).append(f)
+for d, members in sorted(folders.items()):
+    if len(members) > MAX_FOLDER_FILES:
+        problems.append(f"{d}/: {len(members)} source files, more than {MAX_FOLDER_FILES}: split it by concern")
+for f in sized:
     lines = text[f].split("\n")
     if len(lines) - 1 > MAX_FILE_LINES:
         problems.append(f"{f}: {len(lines) - 1} lines, more than {MAX_FILE_LINES}")
@@ -299,6 +351,6 @@ for f in files:
 
 for p in problems:
     print(p)
-print(f"check_layers: {len(files)} library files, {sum(len(e) for e in edges.values())} includes and "
+print(f"check_layers: {len(files)} library files and {len(sized) - len(files)} of apps/, {sum(len(e) for e in edges.values())} includes and "
       f"{sum(len(c) for c in calls.values())} calling pairs between them, {len(problems)} problem(s)")
 sys.exit(1 if problems else 0)

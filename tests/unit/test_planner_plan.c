@@ -96,7 +96,7 @@ static void test_planner_plan_for_a_simulated_cluster(void **state)
 		struct rmoe_mem_config mc;
 		struct rmoe_mem_estimate e;
 		rmoe_mem_config_from_layer(&mc, &cfg, 8);
-		assert_int_equal(rmoe_memory_model(rmoe_plan_dispatchers[i], &mc, &e), 0);
+		assert_int_equal(rmoe_memory_model(rmoe_dispatchers[i].kind, &mc, &e), 0);
 		assert_int_equal(plan.memory.est[i].peak, e.peak);
 	}
 	assert_int_equal(plan.memory.run.peak, plan.memory.est[0].peak);
@@ -202,7 +202,7 @@ static void test_planner_plan_chunks_under_a_cap(void **state)
 	 * the run's, a2a's its own (a block's rows), each modelled within the
 	 * cap at the worst routing; a2a-megatron takes none. */
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-		enum rmoe_dispatch d = rmoe_plan_dispatchers[i];
+		enum rmoe_dispatch d = rmoe_dispatchers[i].kind;
 		if (d == RMOE_DISPATCH_ALLTOALL_MEGATRON || d == RMOE_DISPATCH_ALLTOALL_DEEPEP) {
 			assert_int_equal(plan.memory.cap_rc[i], RMOE_ENOTSUP);
 			continue;
@@ -217,7 +217,7 @@ static void test_planner_plan_chunks_under_a_cap(void **state)
 		assert_int_equal(rmoe_memory_model(d, &worst, &e), 0);
 		assert_true(e.peak <= cfg.mem_cap);
 	}
-	assert_int_equal(plan.memory.cap_rc[2], 0); /* a2a (rmoe_plan_dispatchers' order) */
+	assert_int_equal(plan.memory.cap_rc[2], 0); /* a2a (rmoe_dispatchers' order) */
 	rmoe_plan_free(&plan);
 	cfg.mem_cap = 1024;
 	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "codelet.h"
+#include "rmoe_cl_probe.h"
 
 /* One thread, started by the first rmoe_sampler_start and joined by the
  * matching last stop (counted, for passes of two layers in one process).

@@ -123,7 +123,7 @@ static int block_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
  * end, not for its expert task alone. Otherwise they may or may not be
  * held beside that block, as the scheduler picks (the task that adds them
  * is ready with it), and the peak with them; in this order the memory
- * model knows the peak (scheduler/memory_model.c, deepep_blocks). */
+ * model knows the peak (scheduler/model/memory_model.c, deepep_blocks). */
 static int own_added_first(struct rmoe_a2a_run *r, int64_t before, int rc)
 {
 	if (!rc && r->experts.n > before)
@@ -286,7 +286,7 @@ static int expert_block_bwd(struct rmoe_a2a_run *r, int from, int64_t j, const s
 	 * received input is freed before the next buffer of the block comes to
 	 * exist. Otherwise both inputs may be held beside both expansions, or
 	 * the dy rows beside the workspace, as the scheduler picks, and the
-	 * peak with them (scheduler/memory_model.c, deepep_blocks, counts the
+	 * peak with them (scheduler/model/memory_model.c, deepep_blocks, counts the
 	 * phases of this order). */
 	if (!rc)
 		rc = expand(L, in[0], in[2], P, rows[0], experts->computed, prio, "expand");

@@ -21,7 +21,7 @@
  * receive is posted, and its buffer allocated, once the results of the
  * chunk that many before have left). So a rank holds a bounded number of
  * chunks whatever the routing, and the memory model counts them
- * (scheduler/memory_model.c). Only the expert counts reach the host: the
+ * (scheduler/model/memory_model.c). Only the expert counts reach the host: the
  * rest is submitted at once, ordered by data dependencies. Every buffer is
  * released before anything that waits for its last task is submitted
  * (StarPU frees it when that task's successors are notified, in the order

@@ -121,7 +121,7 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 	}
 	rmoe_tags_init(ctx);
 	/* The runtime's structures a pass's graph will hold, measured once
-	 * per process (codelets/bookkeeping.c). */
+	 * per process (codelets/probe/bookkeeping.c). */
 	rc = rmoe_bookkeeping_measure();
 	if (!rc)
 		rc = rmoe_requests_measure(ctx);

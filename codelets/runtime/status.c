@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelet.h"
+#include "rmoe_cl_runtime.h"
 
 static struct rmoe_task_status default_status;
 

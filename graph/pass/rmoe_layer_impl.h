@@ -10,6 +10,7 @@
 #include "relaymoe/relaymoe.h"
 #include "rmoe_codelets.h"
 #include "rmoe_ctx.h"
+#include "rmoe_dispatchers.h"
 
 struct rmoe_wait; /* rmoe_collective.h */
 
@@ -23,11 +24,16 @@ struct rmoe_routing {
 };
 
 struct rmoe_a2a_plan;
+struct rmoe_dispatch_ops; /* rmoe_dispatch.h */
 
 struct rmoe_layer {
 	rmoe_ctx *ctx;
 	struct rmoe_layer_config cfg;     /* as planned: the dispatch that runs, the chunk rows */
 	enum rmoe_dispatch dispatch;
+	/* The dispatch's rows: its traits (scheduler/dispatchers.c) and its
+	 * graph (dispatch/table.c). */
+	const struct rmoe_dispatcher *traits;
+	const struct rmoe_dispatch_ops *ops;
 	int64_t H, F, E, K, T, Fs;
 	int N;                    /* ranks in the expert-parallel group */
 	int64_t e_local;          /* experts per partition (E / N) */
@@ -52,7 +58,8 @@ struct rmoe_layer {
 	float *probs, *topk_w, *dg;
 	int32_t *topk_idx, *pair_order, *expert_counts;
 	int64_t *expert_offsets;          /* E+1 prefix sums of expert_counts */
-	/* a2a-deepep: the expert counts and then, per rank, the tokens routed
+	/* A dispatcher that counts each peer's tokens (traits->peer_counts,
+	 * a2a-deepep): the expert counts and then, per rank, the tokens routed
 	 * to it ([E + N], codelet_dedup.c), what its counts exchange carries. */
 	int32_t *peer_counts;
 	/* 0, 1, ...: the all-to-alls' pair order of rows that are their own

@@ -54,7 +54,7 @@ int rmoe_ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	setenv("STARPU_SIMGRID_CUDA_MALLOC_COST", "0", 0);
 #endif
 	/* Before StarPU allocates anything: every main-memory buffer it frees
-	 * must come from the cache's hooks (codelets/host_cache.c). Not beside
+	 * must come from the cache's hooks (codelets/probe/host_cache.c). Not beside
 	 * CUDA workers, whose pinned host memory StarPU allocates itself. */
 #ifdef STARPU_USE_CUDA
 	const int may_pin = conf.ncuda != 0;

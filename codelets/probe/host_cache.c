@@ -38,7 +38,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "codelet.h"
+#include "rmoe_cl_probe.h"
+#include "rmoe_scheduler.h"
 
 #define CACHE_MIN_BYTES ((int64_t)1 << 20)
 #define HUGE_BYTES ((int64_t)2 << 20)

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "codelet.h"
+#include "rmoe_cl_probe.h"
 
 static _Atomic int64_t n_handles, n_tasks, n_task_buffers, n_sends, n_recvs, arg_bytes;
 

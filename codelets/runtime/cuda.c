@@ -10,11 +10,11 @@
  * and starpu_cublas_shutdown destroys them for every user in the process.
  * The library runs inside applications that may own StarPU and call that
  * pair for cuBLAS codelets of their own (it stops only what it started,
- * graph/ctx.c): calling it too would destroy the application's handles at
+ * graph/context/ctx.c): calling it too would destroy the application's handles at
  * rmoe_ctx_destroy, and the application's shutdown would destroy the
  * library's under a live context. Handles of its own, counted, share
  * nothing with anyone. */
-#include "codelet.h"
+#include "rmoe_cl_runtime.h"
 
 #ifdef RMOE_HAVE_CUDA
 #include <pthread.h>

@@ -23,7 +23,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "codelet.h"
+#include "rmoe_cl_probe.h"
 
 /* The simulation build compiles with SMPI's helpers, which replace malloc
  * by a macro that <malloc.h>'s declarations cannot take: nothing is

@@ -28,7 +28,7 @@
  * Each exchange is framed by two ordering tasks (exchange_rows()) and each
  * stage waits for the one before, so a stage's buffers come to exist only
  * after the previous stage's are gone: the peaks are those of the stages in
- * turn (scheduler/memory_model.c), as with a collective on a stream and a
+ * turn (scheduler/model/memory_model.c), as with a collective on a stream and a
  * caching allocator.
  *
  * Release order: StarPU frees a released buffer when the release's own

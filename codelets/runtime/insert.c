@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelet.h"
+#include "rmoe_cl_runtime.h"
 
 /* Colours of the operations in a trace, one per operation whatever the hop.
  * StarPU 1.3 passes each 0-255 component to Paje where 0-1 is expected, so
@@ -76,4 +76,12 @@ int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, st
 	if (o->kept)
 		*o->kept = t;
 	return 0;
+}
+
+void *rmoe_cl_args_dup(const void *args, size_t size)
+{
+	void *a = malloc(size);
+	if (a)
+		memcpy(a, args, size);
+	return a;
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelet.h"
+#include "rmoe_cl_probe.h"
 
 #define RMOE_PROBE_NODES 16
 static _Atomic int64_t peak_bytes[RMOE_PROBE_NODES];

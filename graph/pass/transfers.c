@@ -62,14 +62,14 @@ int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 
 int64_t rmoe_counts_width(const struct rmoe_layer *L)
 {
-	return L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP ? L->E + L->N : L->E;
+	return L->traits->peer_counts ? L->E + L->N : L->E;
 }
 
 starpu_data_handle_t rmoe_counts_handle(const struct rmoe_layer *L, int32_t **host)
 {
-	const int deepep = L->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
-	*host = deepep ? L->peer_counts : L->expert_counts;
-	return deepep ? L->h_peer_counts : L->h_counts;
+	const int peers = L->traits->peer_counts;
+	*host = peers ? L->peer_counts : L->expert_counts;
+	return peers ? L->h_peer_counts : L->h_counts;
 }
 
 void rmoe_sim_rank_counts(const struct rmoe_layer *L, int rank, int32_t *out)
@@ -125,62 +125,3 @@ int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t t
 #endif
 	return 0;
 }
-
-#ifndef STARPU_SIMGRID
-/* A StarPU-MPI request's structures, for the bookkeeping term
- * (codelets/bookkeeping.c): receives and then sends of one-value vectors
- * from and to this rank itself, on tags of the context's window before any
- * pass has one, each measured as the heap's growth while they are posted. */
-int rmoe_requests_measure(rmoe_ctx *ctx)
-{
-	enum { COUNT = 32 };
-	static float values[COUNT];
-	starpu_data_handle_t src[COUNT], dst[COUNT];
-	starpu_mpi_req rreq[COUNT], sreq[COUNT];
-	int64_t base;
-	int rc = rmoe_tags_reserve(ctx, COUNT, &base);
-	if (rc)
-		return rc;
-	for (int i = 0; i < COUNT; i++) {
-		values[i] = (float)i;
-		starpu_vector_data_register(&src[i], STARPU_MAIN_RAM, (uintptr_t)&values[i], 1, sizeof(float));
-		starpu_vector_data_register(&dst[i], -1, 0, 1, sizeof(float));
-	}
-	int nr = 0, ns = 0;
-	int64_t before = rmoe_heap_current();
-	while (nr < COUNT && starpu_mpi_irecv(dst[nr], &rreq[nr], ctx->rank, base + nr, ctx->comm) == 0)
-		nr++;
-	int64_t posted = rmoe_heap_current();
-	while (ns < nr && starpu_mpi_isend(src[ns], &sreq[ns], ctx->rank, base + ns, ctx->comm) == 0)
-		ns++;
-	int64_t sent = rmoe_heap_current();
-	if (nr > 0 && ns > 0)
-		rmoe_bookkeeping_set_requests((sent - posted) / ns, (posted - before) / nr);
-	MPI_Status st;
-	for (int i = 0; i < ns; i++)
-		starpu_mpi_wait(&sreq[i], &st);
-	/* A receive without its send would never end: each has its send. */
-	for (int i = 0; i < ns; i++)
-		starpu_mpi_wait(&rreq[i], &st);
-	if (ns < nr)
-		rc = rmoe_error(RMOE_ESTARPU, "starpu_mpi_isend to this rank itself failed measuring its requests");
-	else if (nr < COUNT)
-		rc = rmoe_error(RMOE_ESTARPU, "starpu_mpi_irecv from this rank itself failed measuring its requests");
-	/* Submitted, not waited for: a receive left without its send (a
-	 * failed isend) would hold its handle forever. */
-	for (int i = 0; i < COUNT; i++) {
-		starpu_data_unregister_submit(src[i]);
-		starpu_data_unregister_submit(dst[i]);
-	}
-	/* The window starts again at its first tag, so the first pass's block
-	 * decodes as the first (scripts/trace). */
-	rmoe_tags_init(ctx);
-	return rc;
-}
-#else
-int rmoe_requests_measure(rmoe_ctx *ctx)
-{
-	(void)ctx;
-	return 0;
-}
-#endif

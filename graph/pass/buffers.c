@@ -26,7 +26,7 @@ starpu_data_handle_t rmoe_temp_vector(struct rmoe_pass *pass, int64_t n, size_t 
 	starpu_data_handle_t h;
 	int64_t bytes = n * (int64_t)elsize;
 	/* StarPU frees a temporary's main-memory buffer at once (the host
-	 * cache, codelets/host_cache.c, keeps it), but keeps a device's in a
+	 * cache, codelets/probe/host_cache.c, keeps it), but keeps a device's in a
 	 * cache that serves only an allocation of the same size: with row
 	 * counts that differ from partition to partition every temporary would
 	 * stay allocated until the device is full. Sizes in classes of an

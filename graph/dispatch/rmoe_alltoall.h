@@ -140,7 +140,4 @@ int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s
 int rmoe_a2a_own_forward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
 int rmoe_a2a_own_backward(struct rmoe_a2a_run *r, int peer, int64_t j, const struct rmoe_chunk *c, int prio);
 
-/* Megatron-LM's all-to-all (alltoall_megatron.c). */
-int rmoe_alltoall_megatron_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y);
-
 #endif /* RMOE_ALLTOALL_H */

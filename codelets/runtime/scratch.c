@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelet.h"
+#include "rmoe_cl_runtime.h"
 
 #ifdef RMOE_HAVE_CUDA
 /* RMOE_SCRATCH_ON_CPU=1: declared where StarPU has no CUDA worker too, so

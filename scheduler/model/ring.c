@@ -1,0 +1,56 @@
+/* The rings' memory models (§3.1 expert routing, §3.2 token routing):
+ * their receive slots and one hop's (or chunk's) rows at a time.
+ * memory_model.c's head comment names the buffers and the terms. */
+#include "rmoe_model_terms.h"
+
+/* Expert routing: the weight relay, and in the backward the gradient relay. */
+int rmoe_model_ring_expert(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o)
+{
+	const int64_t N = t->N, W = t->W, s = t->s, r = t->r, H = t->H, F = t->F, window = t->window;
+	const int64_t shared = t->shared, shared_b = t->shared_b;
+	int64_t fwd, bwd, largest = p->largest;
+	/* Receive buffers: hops 1..N-1 arrive in window slots, so
+	 * min(window, N-1) of them are ever used (two by default, one with
+	 * two ranks). Backward adds the gradient relay, whose slots also
+	 * serve hop 0 (min(window, N): by default the accumulator being
+	 * summed and the one still leaving for the right), and one partial
+	 * gradient (window.c's gate). */
+	int64_t rbufs = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
+	int64_t gbufs = N > 1 ? (window < N ? window : N) : 0;
+	int64_t relay_f = rbufs * W * s;
+	int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
+	fwd = rmoe_max2(shared, relay_f + r * (2 * H + 3 * F) * s);
+	bwd = rmoe_max2(shared_b, relay_b + r * (2 * H + 4 * F) * s);
+	o->fixed_backward = o->resident_backward + relay_b;
+	o->per_row_backward = (2 * H + 4 * F) * s;
+	largest = rmoe_max2(largest, rmoe_max2(N > 1 ? W * s : 0, r * rmoe_max2(H, 4 * F) * s));
+	p->fwd = fwd;
+	p->bwd = bwd;
+	p->largest = largest;
+	return 0;
+}
+
+/* Token routing: the travelling activations, routing and accumulators. */
+int rmoe_model_ring_token(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o)
+{
+	const int64_t N = t->N, T = t->T, P = t->P, s = t->s, r = t->r, H = t->H, F = t->F, window = t->window;
+	const int64_t shared = t->shared, shared_b = t->shared_b;
+	int64_t fwd, bwd, largest = p->largest;
+	/* One set of travelling buffers with two ranks, two otherwise; from
+	 * hop 1 on a hop computes into partials (forward: outputs [T,H];
+	 * backward: dx [T,H] and dg [T,K]) added into the visiting
+	 * accumulators once they arrive. */
+	int64_t sets = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
+	int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
+	int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
+	int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
+	fwd = rmoe_max2(shared, travel_f + part_f + r * (2 * H + 3 * F) * s);
+	bwd = rmoe_max2(shared_b, travel_b + part_b + r * (2 * H + 4 * F) * s);
+	o->fixed_backward = o->resident_backward + travel_b + part_b;
+	o->per_row_backward = (2 * H + 4 * F) * s;
+	largest = rmoe_max2(largest, r * rmoe_max2(H, 4 * F) * s);
+	p->fwd = fwd;
+	p->bwd = bwd;
+	p->largest = largest;
+	return 0;
+}
