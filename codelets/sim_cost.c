@@ -38,6 +38,7 @@
 
 #include "codelet.h"
 #include "sim_cost.h"
+#include "rmoe_system.h"
 
 struct sim_rates {
 	double flops_per_us, bytes_per_us, floor_us;
@@ -150,10 +151,10 @@ static int history_load(const char *dir, const char *host)
 
 static int history_init(void)
 {
-	const char *dir = getenv("RMOE_SIM_HISTORY");
+	const char *dir = rmoe_env(RMOE_ENV_SIM_HISTORY);
 	if (!dir || !*dir)
 		return 0;
-	const char *host = getenv("RMOE_SIM_HISTORY_HOST");
+	const char *host = rmoe_env(RMOE_ENV_SIM_HISTORY_HOST);
 	struct stat st;
 	if (!host || !*host)
 		return rmoe_error(RMOE_EINVAL, "RMOE_SIM_HISTORY=%s needs RMOE_SIM_HISTORY_HOST, the host name the "

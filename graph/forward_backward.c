@@ -60,9 +60,7 @@ static int read_counts(struct rmoe_layer *L, struct rmoe_pass *pass)
 	if (rc)
 		return rc;
 #endif
-	L->expert_offsets[0] = 0;
-	for (int64_t e = 0; e < L->E; e++)
-		L->expert_offsets[e + 1] = L->expert_offsets[e] + counts[e];
+	rmoe_counts_offsets(counts, L->E, L->expert_offsets);
 	starpu_data_release(h);
 	rc = rmoe_task_status_check(L->tasks);
 	if (!rc && L->expert_offsets[L->E] != L->T * L->K)

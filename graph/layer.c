@@ -10,6 +10,7 @@
 #include "rmoe_alltoall.h"
 #include "rmoe_dispatch.h"
 #include "rmoe_plan.h"
+#include "rmoe_system.h"
 
 /* ---- buffers the layer keeps ----------------------------------------------------- */
 
@@ -221,7 +222,7 @@ static int plan_layer(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_laye
  * the credits cost with one binary, interleaved; never for production. */
 static int flow_credits_env(int *credits)
 {
-	const char *v = getenv("RMOE_FLOW_CREDITS");
+	const char *v = rmoe_env(RMOE_ENV_FLOW_CREDITS);
 	*credits = 1;
 	if (!v || !*v || !strcmp(v, "on") || !strcmp(v, "1"))
 		return 0;

@@ -2,7 +2,8 @@
  * from the pure planner (scheduler/): the host's memory and the process's
  * (host.c: /proc, cgroups, rlimits), files (files.c: folders, a cluster
  * description read from disk), the environment's part of a configuration
- * (environment.c: rmoe_layer_config_init, declared in relaymoe.h), and this
+ * (environment.c: every RMOE_* variable, and rmoe_layer_config_init,
+ * declared in relaymoe.h), and this
  * machine as hwloc sees it (local_hw.c). No StarPU and no MPI. */
 #ifndef RMOE_SYSTEM_H
 #define RMOE_SYSTEM_H
@@ -17,6 +18,31 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the environment ------------------------------------------------------ */
+
+/* Every RMOE_* variable read anywhere (environment.c holds their names and
+ * what each does; docs/tuning.md lists them). */
+enum rmoe_env_knob {
+	RMOE_ENV_WAIT_TIMEOUT,
+	RMOE_ENV_HOST_CACHE,
+	RMOE_ENV_DEVICE_CACHE,
+	RMOE_ENV_HEAP_SAMPLER_US,
+	RMOE_ENV_FLOW_CREDITS,
+	RMOE_ENV_SCRATCH_ON_CPU,
+	RMOE_ENV_FAULT_TASK,
+	RMOE_ENV_TEST_EXPERT_DELAY_US,
+	RMOE_ENV_SIM_SEED,
+	RMOE_ENV_SIM_JITTER,
+	RMOE_ENV_SIM_HISTORY,
+	RMOE_ENV_SIM_HISTORY_HOST,
+	RMOE_ENV_TRAIN_PLOT,
+	RMOE_ENV_COUNT
+};
+/* The variable's value (NULL: unset), its name, and what it does. */
+const char *rmoe_env(enum rmoe_env_knob k);
+const char *rmoe_env_name(enum rmoe_env_knob k);
+const char *rmoe_env_what(enum rmoe_env_knob k);
 
 /* ---- files -------------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "rmoe_cl_probe.h"
+#include "rmoe_system.h"
 
 #define RMOE_PROBE_NODES 16
 static _Atomic int64_t peak_bytes[RMOE_PROBE_NODES];
@@ -66,7 +67,7 @@ static void device_cache_setting(void)
 	int expected = 0;
 	if (!atomic_compare_exchange_strong(&applied, &expected, 1))
 		return;
-	const char *env = getenv("RMOE_DEVICE_CACHE");
+	const char *env = rmoe_env(RMOE_ENV_DEVICE_CACHE);
 	if (env && !strcmp(env, "off"))
 		starpu_interface_vector_ops.dontcache = 1;
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "rmoe_cl_probe.h"
+#include "rmoe_system.h"
 
 /* One thread, started by the first rmoe_sampler_start and joined by the
  * matching last stop (counted, for passes of two layers in one process).
@@ -35,7 +36,7 @@ static long sampler_period(void)
 	if (sampler.period_us >= 0)
 		return sampler.period_us;
 	long us = 500;
-	const char *env = getenv("RMOE_HEAP_SAMPLER_US");
+	const char *env = rmoe_env(RMOE_ENV_HEAP_SAMPLER_US);
 	if (env && *env) {
 		char *end;
 		const long v = strtol(env, &end, 10);

@@ -9,6 +9,7 @@
 
 #include "rmoe_cl_probe.h"
 #include "rmoe_cl_runtime.h"
+#include "rmoe_system.h"
 
 int rmoe_cl_fail(const char *op, const char *fmt, ...)
 {
@@ -28,7 +29,7 @@ void rmoe_cl_test_delay(void)
 	static long delay_us = -1;
 	long d = __atomic_load_n(&delay_us, __ATOMIC_RELAXED);
 	if (d < 0) {
-		const char *v = getenv("RMOE_TEST_EXPERT_DELAY_US");
+		const char *v = rmoe_env(RMOE_ENV_TEST_EXPERT_DELAY_US);
 		char *end = NULL;
 		long parsed = v ? strtol(v, &end, 10) : 0;
 		d = v && end != v && *end == '\0' && parsed > 0 && parsed <= 10000000 ? parsed : 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "rmoe_cl_runtime.h"
+#include "rmoe_system.h"
 
 #ifdef RMOE_HAVE_CUDA
 /* RMOE_SCRATCH_ON_CPU=1: declared where StarPU has no CUDA worker too, so
@@ -15,7 +16,7 @@
  * functions then get it and leave it alone). */
 static int declare_without_cuda(void)
 {
-	const char *v = getenv("RMOE_SCRATCH_ON_CPU");
+	const char *v = rmoe_env(RMOE_ENV_SCRATCH_ON_CPU);
 	return v && !strcmp(v, "1");
 }
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "rmoe_cl_runtime.h"
+#include "rmoe_system.h"
 
 static struct rmoe_task_status default_status;
 
@@ -100,7 +101,7 @@ static int launcher_rank(void)
 
 static void fault_read(void)
 {
-	const char *v = getenv("RMOE_FAULT_TASK");
+	const char *v = rmoe_env(RMOE_ENV_FAULT_TASK);
 	if (!v || !*v)
 		return;
 	snprintf(fault.name, sizeof(fault.name), "%s", v);

@@ -10,6 +10,7 @@
 
 #include "rmoe_codelets.h"
 #include "rmoe_ctx.h"
+#include "rmoe_system.h"
 
 /* CPU workers for this rank when the user did not say: the node's cores
  * shared among its ranks, one of each rank's share left to StarPU-MPI's
@@ -62,7 +63,7 @@ int rmoe_ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	const int may_pin = 0;
 #endif
 	if (!may_pin) {
-		if ((rc = rmoe_host_cache_install(getenv("RMOE_HOST_CACHE"))))
+		if ((rc = rmoe_host_cache_install(rmoe_env(RMOE_ENV_HOST_CACHE))))
 			return rc;
 		ctx->host_cache = 1;
 	}

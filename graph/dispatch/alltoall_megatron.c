@@ -102,18 +102,8 @@ static int exchange_rows(struct rmoe_layer *L, struct rmoe_pass *pass, const str
 	out[me] = NULL;
 	if (!rc)
 		rc = rmoe_pass_fence(L, pass, in, N, out, N, NULL, done, "a2a-done");
-	for (int q = 0; q < N; q++)
-		if (out[q]) {
-			/* A sent buffer's last access is StarPU-MPI's, which
-			 * releases the data while it still holds the handle busy:
-			 * an unregistration alone would free it only once that
-			 * release returns, after the fence's successors (the next
-			 * stage) have started. The invalidation frees it at once,
-			 * before them (release order, file head). */
-			starpu_data_invalidate_submit(out[q]);
-			starpu_data_unregister_submit(out[q]);
-			out[q] = NULL;
-		}
+	/* Freed before the next stage's tasks start (release order, file head). */
+	rmoe_a2a_release_sent(out, N);
 	return rc;
 }
 

@@ -79,9 +79,7 @@ static int plan_fill(struct rmoe_layer *L, struct rmoe_pass *pass, struct rmoe_a
 	if (rc)
 		return rc;
 	for (int q = 0; q < N; q++) {
-		int64_t *off = p->peer_offsets + (int64_t)q * (E + 1);
-		for (int64_t e = 0; e < E; e++)
-			off[e + 1] = off[e] + p->peer_counts[(int64_t)q * W + e];
+		rmoe_counts_offsets(p->peer_counts + (int64_t)q * W, E, p->peer_offsets + (int64_t)q * (E + 1));
 		p->send_first[q] = rmoe_pairs_first(L->expert_offsets, q * el);
 		p->send_rows[q] = rmoe_pairs_count(L->expert_offsets, q * el, el);
 		if (W > E) {
@@ -194,10 +192,8 @@ int rmoe_a2a_reserve_credits(const struct rmoe_a2a_plan *p, struct rmoe_pass *pa
 	return rmoe_flow_reserve(pass, n);
 }
 
-int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h, int n,
-                  struct starpu_task **done)
+void rmoe_a2a_release_sent(starpu_data_handle_t *h, int n)
 {
-	int rc = rmoe_pass_fence(L, pass, NULL, 0, h, n, NULL, done, "a2a-done");
 	for (int i = 0; i < n; i++)
 		if (h[i]) {
 			/* A sent buffer's last access is StarPU-MPI's, which releases
@@ -208,6 +204,13 @@ int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_hand
 			starpu_data_unregister_submit(h[i]);
 			h[i] = NULL;
 		}
+}
+
+int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h, int n,
+                  struct starpu_task **done)
+{
+	int rc = rmoe_pass_fence(L, pass, NULL, 0, h, n, NULL, done, "a2a-done");
+	rmoe_a2a_release_sent(h, n);
 	return rc;
 }
 

@@ -48,11 +48,8 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 	int rc = rmoe_exchange_counts(L, pass, pass->tag_base, R->counts);
 	if (rc)
 		return rc;
-	for (int q = 0; q < N; q++) {
-		int64_t *o = R->offsets + (int64_t)q * (E + 1);
-		for (int64_t e = 0; e < E; e++)
-			o[e + 1] = o[e] + R->counts[(int64_t)q * E + e];
-	}
+	for (int q = 0; q < N; q++)
+		rmoe_counts_offsets(R->counts + (int64_t)q * E, E, R->offsets + (int64_t)q * (E + 1));
 	if (N == 1)
 		return 0;
 	const int64_t n[NKINDS] = {TH, TH, TK, TK, TH, TK};

@@ -95,6 +95,10 @@ int rmoe_a2a_reserve_credits(const struct rmoe_a2a_plan *p, struct rmoe_pass *pa
  * a sent one freed as soon as the fence ends. */
 int rmoe_a2a_done(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h, int n,
                   struct starpu_task **done);
+/* The n handles h (NULL ones skipped) unregistered and set to NULL, each
+ * invalidated first so that a sent buffer is freed as soon as its last
+ * access (a send's) ends, not after the tasks that follow have started. */
+void rmoe_a2a_release_sent(starpu_data_handle_t *h, int n);
 
 /* Rows of width elements of src (x or dy: topk K; the routing weights:
  * width 1, topk 1) of my pairs [first, first + rows), after the task after. */

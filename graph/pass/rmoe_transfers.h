@@ -76,6 +76,9 @@ int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
  * buffers from them. width rmoe_counts_width(L): E, or for a2a-deepep E + N
  * (its peer counts, layer.c). */
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all);
+/* The n + 1 offsets of n counts (0, c0, c0 + c1, ...): where each expert's
+ * rows start in rows sorted by expert. */
+void rmoe_counts_offsets(const int32_t *counts, int64_t n, int64_t *offsets);
 int64_t rmoe_counts_width(const struct rmoe_layer *L);
 /* The counts the exchange carries: their handle, and their host buffer
  * into *host (the expert counts, or a2a-deepep's peer counts). */

@@ -15,6 +15,7 @@
 #include "rmoe_hash.h"
 #include "rmoe_memory_model.h"
 #include "rmoe_transfers.h"
+#include "rmoe_system.h"
 
 
 void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int rank, int32_t *counts)
@@ -24,9 +25,9 @@ void rmoe_sim_expert_counts(int64_t tokens, int64_t topk, int64_t experts, int r
 		counts[e] = (int32_t)(base + (e < rem ? 1 : 0));
 	if (experts < 2)
 		return;
-	const char *s = getenv("RMOE_SIM_SEED");
+	const char *s = rmoe_env(RMOE_ENV_SIM_SEED);
 	uint64_t seed = s && *s ? strtoull(s, NULL, 10) : 1;
-	const char *j = getenv("RMOE_SIM_JITTER");
+	const char *j = rmoe_env(RMOE_ENV_SIM_JITTER);
 	double spread = j && *j ? atof(j) * (double)base : sqrt((double)base);
 	int64_t width = spread > 0 ? (int64_t)llround(spread) : 0;
 	if (width <= 0)

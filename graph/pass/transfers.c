@@ -79,6 +79,13 @@ void rmoe_sim_rank_counts(const struct rmoe_layer *L, int rank, int32_t *out)
 		rmoe_sim_peer_tokens(L->T, L->K, L->E, L->N, out, out + L->E);
 }
 
+void rmoe_counts_offsets(const int32_t *counts, int64_t n, int64_t *offsets)
+{
+	offsets[0] = 0;
+	for (int64_t e = 0; e < n; e++)
+		offsets[e + 1] = offsets[e] + counts[e];
+}
+
 int rmoe_exchange_counts(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, int32_t *all)
 {
 	const int N = L->N, me = L->ctx->rank;

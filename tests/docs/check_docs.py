@@ -9,7 +9,9 @@
 - the README has at most 250 lines;
 - the README's and docs' cheap commands (`build/apps/relaymoe` with --help,
   --blas-core, or plan: one process, no StarPU started) exit 0;
-- no text file of bench/results/ names a local checkout path.
+- no text file of bench/results/ names a local checkout path;
+- docs/tuning.md names every RMOE_* variable of system/environment.c's
+  table, the one place the library and its programs read them.
   check_docs.py SOURCE_DIR RELAYMOE_APP
 """
 import glob
@@ -222,6 +224,15 @@ def main(src, app):
                 if m:
                     fail("%s:%d names a local path (%s...): use a repository-relative one"
                          % (os.path.relpath(f, src), i, line[m.start():m.start() + 40]))
+
+    env = open(os.path.join(src, "system", "environment.c"), encoding="utf-8").read()
+    tuning = open(os.path.join(src, "docs", "tuning.md"), encoding="utf-8").read()
+    knobs = re.findall(r'\{"(RMOE_[A-Z0-9_]+)",', env)
+    if not knobs:
+        fail("system/environment.c: no RMOE_* variable found in its table")
+    for k in knobs:
+        if "`%s`" % k not in tuning:
+            fail("docs/tuning.md does not list %s, an environment variable system/environment.c reads" % k)
 
     print("check_docs: %d files, README %d lines, %d paths, %d links, %d commands run, "
           "%d results files; %d problem(s)" % (len(files), n_lines, n_paths, n_links, len(runs),

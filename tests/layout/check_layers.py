@@ -16,6 +16,8 @@
   its own folder's files and those of the folders below it.
 - No folder of the library or apps/ holds more than MAX_FOLDER_FILES
   source files.
+- An RMOE_* environment variable is read in system/environment.c only
+  (its table names them all; docs/tuning.md lists them).
 - A layer includes only its own headers and those of the layers below it;
   private headers (codelets/ outside codelets/include/, graph/*.h) only
   from their own folder.
@@ -45,6 +47,7 @@ FOLDERS = {"codelets": ["kernels", "probe", "runtime", ""], "graph": ["context",
 # Held to the sizes, not the layering: the programs.
 SIZED_ONLY = []
 MAX_FOLDER_FILES = 20
+ENVIRONMENT = os.path.join("system", "environment.c")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # What each layer's files may call besides the C library and the runtimes.
 PURE = {"base": {"base"}, "scheduler": {"scheduler", "base"}}
@@ -334,6 +337,9 @@ for f in sized:
 for d, members in sorted(folders.items()):
     if len(members) > MAX_FOLDER_FILES:
         problems.append(f"{d}/: {len(members)} source files, more than {MAX_FOLDER_FILES}: split it by concern")
+for f in sized:
+    if f != ENVIRONMENT and re.search(r'getenv\s*\(\s*"RMOE_', text[f]):
+        problems.append(f"{f}: reads an RMOE_ variable with getenv: read it through rmoe_env ({ENVIRONMENT})")
 for f in sized:
     lines = text[f].split("\n")
     if len(lines) - 1 > MAX_FILE_LINES:
