@@ -7,10 +7,8 @@
 #   test_preset_routing.sh RELAYMOE MPIEXEC WORK_DIR
 set -uo pipefail
 app=$1 mpiexec=$2 work=$3
-rm -rf "$work" && mkdir -p "$work"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/app/checks.sh
+. "$(dirname "$0")/checks.sh"
 
 expect_routing() { # NAME WANT ARGS...: plan's routing line
   local name=$1 want=$2 out; shift 2

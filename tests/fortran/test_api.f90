@@ -116,9 +116,7 @@ program test_api
   cfg%shared_ffn = 16
   rc = rmoe_layer_create(shared, ctx, cfg)
   call expect(rc == 0, 'a layer with a shared expert', rc)
-  call fill(sg, 7.1, 0.125)
-  call fill(su, 8.3, 0.125)
-  call fill(sd, 9.7, 0.25)
+  call fill_shared(sg, su, sd)
   call expect_error(rmoe_layer_set_shared(shared, sg, su, sg), RMOE_EINVAL, &
                     'w_down is (16, 64): expected (hidden=64, shared_ffn=16)', &
                     'shared w_down in the C orientation')
@@ -136,9 +134,7 @@ program test_api
   cfg%shared_gated = 1
   rc = rmoe_layer_create(shared, ctx, cfg)
   call expect(rc == 0, 'a layer with a gated shared expert', rc)
-  call fill(sg, 7.1, 0.125)
-  call fill(su, 8.3, 0.125)
-  call fill(sd, 9.7, 0.25)
+  call fill_shared(sg, su, sd)
   call expect(rmoe_layer_set_shared(shared, sg, su, sd) == 0, 'rmoe_layer_set_shared (gated)', 0)
   sgate_bad = 1
   call expect_error(rmoe_layer_set_shared_expert_gate(shared, sgate_bad), RMOE_EINVAL, &
@@ -206,6 +202,14 @@ contains
         a(i, j) = scale * sin(phase + real(i) * 0.37 + real(j) * 1.13 + real(i * j) * 0.01)
       end do
     end do
+  end subroutine
+
+  ! The shared expert's weights, the same in the ungated and the gated layer.
+  subroutine fill_shared(gate, up, down)
+    real(c_float), intent(out) :: gate(:, :), up(:, :), down(:, :)
+    call fill(gate, 7.1, 0.125)
+    call fill(up, 8.3, 0.125)
+    call fill(down, 9.7, 0.25)
   end subroutine
 
 end program test_api

@@ -2,15 +2,12 @@
  * environment's timeout, and extents whose products used to overflow. Pure
  * functions: no MPI, no StarPU. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
-
+#include "cmocka_main.h"
 #include "rmoe_scheduler.h"
 
 static void expect_invalid(struct rmoe_layer_config c, const char *needle)
@@ -100,13 +97,8 @@ static void test_hardening_config_hash_covers_check_finite(void **state)
 	assert_true(rmoe_config_hash(&a) == rmoe_config_hash(&b));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_hardening_config_new_fields),
-		cmocka_unit_test(test_hardening_config_timeout_from_environment),
-		cmocka_unit_test(test_hardening_config_products_never_overflow),
-		cmocka_unit_test(test_hardening_config_hash_covers_check_finite),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_hardening_config_new_fields),
+               cmocka_unit_test(test_hardening_config_timeout_from_environment),
+               cmocka_unit_test(test_hardening_config_products_never_overflow),
+               cmocka_unit_test(test_hardening_config_hash_covers_check_finite))

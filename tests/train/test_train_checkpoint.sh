@@ -10,10 +10,8 @@
 #   test_train_checkpoint.sh RELAYMOE MPIEXEC WORK_DIR
 set -uo pipefail
 app=$1 mpiexec=$2 work=$3
-rm -rf "$work" && mkdir -p "$work"
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/app/checks.sh
+. "$(dirname "$0")/../app/checks.sh"
 run() { timeout 120 "$mpiexec" -n "$1" --oversubscribe "$app" train "${@:2}"; }
 
 # One rank first: StarPU calibrates a fresh STARPU_HOME, which ranks starting

@@ -3,17 +3,15 @@
  * set-up. */
 #include <errno.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "codelets_check.h"
 #include "codelets_fixture.h"
 #include "rmoe_hash.h"

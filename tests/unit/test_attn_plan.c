@@ -13,14 +13,11 @@
  * 1152. With model states 1000, other activations 100 and an MoE peak of
  * 2000, the full-recomputation peak is 1000+256+100+2000 = 3356 bytes. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <cmocka.h>
-
+#include "cmocka_main.h"
 #include "relaymoe/relaymoe.h"
 #include "rmoe_attn_plan.h"
 
@@ -296,22 +293,17 @@ static void test_attn_plan_format_and_json(void **state)
 	assert_string_equal(rmoe_attn_keep_name(9), "unknown");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_attn_plan_layer_costs_by_hand),
-		cmocka_unit_test(test_attn_plan_peak_and_budget),
-		cmocka_unit_test(test_attn_plan_greedy_two_layers_qkv),
-		cmocka_unit_test(test_attn_plan_greedy_skips_and_continues),
-		cmocka_unit_test(test_attn_plan_no_budget_and_everything),
-		cmocka_unit_test(test_attn_plan_does_not_fit),
-		cmocka_unit_test(test_attn_plan_smaller_moe_peak_retains_more),
-		cmocka_unit_test(test_attn_plan_moe_flops_in_gain),
-		cmocka_unit_test(test_attn_plan_parallel_sizes),
-		cmocka_unit_test(test_attn_plan_window_ranks_full_layers_first),
-		cmocka_unit_test(test_attn_plan_many_layers),
-		cmocka_unit_test(test_attn_plan_rejects_bad_input),
-		cmocka_unit_test(test_attn_plan_format_and_json),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_attn_plan_layer_costs_by_hand),
+               cmocka_unit_test(test_attn_plan_peak_and_budget),
+               cmocka_unit_test(test_attn_plan_greedy_two_layers_qkv),
+               cmocka_unit_test(test_attn_plan_greedy_skips_and_continues),
+               cmocka_unit_test(test_attn_plan_no_budget_and_everything),
+               cmocka_unit_test(test_attn_plan_does_not_fit),
+               cmocka_unit_test(test_attn_plan_smaller_moe_peak_retains_more),
+               cmocka_unit_test(test_attn_plan_moe_flops_in_gain),
+               cmocka_unit_test(test_attn_plan_parallel_sizes),
+               cmocka_unit_test(test_attn_plan_window_ranks_full_layers_first),
+               cmocka_unit_test(test_attn_plan_many_layers),
+               cmocka_unit_test(test_attn_plan_rejects_bad_input),
+               cmocka_unit_test(test_attn_plan_format_and_json))

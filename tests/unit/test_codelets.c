@@ -4,16 +4,14 @@
  * inputs; gradient accumulation and zeroing; the memory probe on
  * temporaries; the flop counts. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "codelets_check.h"
 #include "codelets_fixture.h"
 
@@ -179,13 +177,8 @@ static void test_codelets_sizes_and_flops(void **state)
 	assert_true(rmoe_flops_router(7, 4, 3) == 2.0 * 7 * 4 * 3);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codelets_accumulate_and_zero),
-		cmocka_unit_test(test_codelets_single_rank_pipeline),
-		cmocka_unit_test(test_codelets_probe_sees_temporaries),
-		cmocka_unit_test(test_codelets_sizes_and_flops),
-	};
-	return cmocka_run_group_tests(tests, codelets_group_setup, codelets_fixture_stop);
-}
+RMOE_TEST_MAIN(codelets_group_setup, codelets_fixture_stop,
+               cmocka_unit_test(test_codelets_accumulate_and_zero),
+               cmocka_unit_test(test_codelets_single_rank_pipeline),
+               cmocka_unit_test(test_codelets_probe_sees_temporaries),
+               cmocka_unit_test(test_codelets_sizes_and_flops))

@@ -2,16 +2,14 @@
  * the expert FFN on bf16 buffers (fp32 copies in, rounded stores out)
  * against the same FFN in fp32. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "relaymoe/relaymoe.h"
 #include "codelets_check.h"
 #include "codelets_fixture.h"
@@ -85,11 +83,6 @@ static void test_codelets_bf16_operands_in_fp32_copies(void **state)
 		free(all[i]);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codelets_bf16_rounding_to_nearest_even),
-		cmocka_unit_test(test_codelets_bf16_operands_in_fp32_copies),
-	};
-	return cmocka_run_group_tests(tests, codelets_group_setup, codelets_fixture_stop);
-}
+RMOE_TEST_MAIN(codelets_group_setup, codelets_fixture_stop,
+               cmocka_unit_test(test_codelets_bf16_rounding_to_nearest_even),
+               cmocka_unit_test(test_codelets_bf16_operands_in_fp32_copies))

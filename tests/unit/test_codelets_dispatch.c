@@ -4,16 +4,14 @@
  * experts' rows (weighted or not), sort_chunks (peer chunks sorted by expert
  * and back) and the unpermute backward. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "codelets_check.h"
 #include "relaymoe/relaymoe.h"
 #include "codelets_fixture.h"
@@ -420,18 +418,13 @@ static void test_codelets_unpermute_bwd(void **state)
 	slice_case_free(&c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codelets_dispatch_map_uneven_with_empty_experts),
-		cmocka_unit_test(test_codelets_dispatch_map_all_to_one_expert),
-		cmocka_unit_test(test_codelets_dispatch_map_k_equals_e),
-		cmocka_unit_test(test_codelets_dedup_skewed_and_even),
-		cmocka_unit_test(test_codelets_dedup_map_wrong_count_fails),
-		cmocka_unit_test(test_codelets_gather_rows_of_a_slice),
-		cmocka_unit_test(test_codelets_scatter_add_into_tokens),
-		cmocka_unit_test(test_codelets_sort_chunks_round_trip),
-		cmocka_unit_test(test_codelets_unpermute_bwd),
-	};
-	return cmocka_run_group_tests(tests, codelets_group_setup, codelets_fixture_stop);
-}
+RMOE_TEST_MAIN(codelets_group_setup, codelets_fixture_stop,
+               cmocka_unit_test(test_codelets_dispatch_map_uneven_with_empty_experts),
+               cmocka_unit_test(test_codelets_dispatch_map_all_to_one_expert),
+               cmocka_unit_test(test_codelets_dispatch_map_k_equals_e),
+               cmocka_unit_test(test_codelets_dedup_skewed_and_even),
+               cmocka_unit_test(test_codelets_dedup_map_wrong_count_fails),
+               cmocka_unit_test(test_codelets_gather_rows_of_a_slice),
+               cmocka_unit_test(test_codelets_scatter_add_into_tokens),
+               cmocka_unit_test(test_codelets_sort_chunks_round_trip),
+               cmocka_unit_test(test_codelets_unpermute_bwd))

@@ -3,16 +3,14 @@
  * recompute (uneven rows, empty experts), and the backwards (pair-weighted,
  * pair rows, preweighted), as one chunk and as two. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "codelets_check.h"
 #include "codelets_fixture.h"
 
@@ -385,14 +383,9 @@ static void test_codelets_expert_bwd_preweighted(void **state)
 	check_expert_bwd(PREWEIGHTED);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codelets_expert_ffn_grouped_uneven),
-		cmocka_unit_test(test_codelets_expert_ffn_all_rows_one_expert),
-		cmocka_unit_test(test_codelets_expert_bwd_pair_weighted),
-		cmocka_unit_test(test_codelets_expert_bwd_pair_rows),
-		cmocka_unit_test(test_codelets_expert_bwd_preweighted),
-	};
-	return cmocka_run_group_tests(tests, codelets_group_setup, codelets_fixture_stop);
-}
+RMOE_TEST_MAIN(codelets_group_setup, codelets_fixture_stop,
+               cmocka_unit_test(test_codelets_expert_ffn_grouped_uneven),
+               cmocka_unit_test(test_codelets_expert_ffn_all_rows_one_expert),
+               cmocka_unit_test(test_codelets_expert_bwd_pair_weighted),
+               cmocka_unit_test(test_codelets_expert_bwd_pair_rows),
+               cmocka_unit_test(test_codelets_expert_bwd_preweighted))

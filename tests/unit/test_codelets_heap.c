@@ -2,8 +2,6 @@
  * codelets and by the sampler thread, the figure a pass reports as
  * peak_heap_*_bytes beside StarPU's. */
 #include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,9 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "rmoe_codelets.h"
 #include "codelets_fixture.h"
 

@@ -3,16 +3,14 @@
  * not) against the routing computed in double precision, and the backward
  * against central differences of a loss of the top-k weights. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "codelets_check.h"
 #include "codelets_fixture.h"
 
@@ -203,14 +201,9 @@ static void test_codelets_router_bwd_matches_finite_differences(void **state)
 	check_router_bwd(22, 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codelets_router_fwd_renormalised),
-		cmocka_unit_test(test_codelets_router_fwd_not_renormalised),
-		cmocka_unit_test(test_codelets_router_fwd_k1_and_ke),
-		cmocka_unit_test(test_codelets_router_fwd_ties_lower_expert_first),
-		cmocka_unit_test(test_codelets_router_bwd_matches_finite_differences),
-	};
-	return cmocka_run_group_tests(tests, codelets_group_setup, codelets_fixture_stop);
-}
+RMOE_TEST_MAIN(codelets_group_setup, codelets_fixture_stop,
+               cmocka_unit_test(test_codelets_router_fwd_renormalised),
+               cmocka_unit_test(test_codelets_router_fwd_not_renormalised),
+               cmocka_unit_test(test_codelets_router_fwd_k1_and_ke),
+               cmocka_unit_test(test_codelets_router_fwd_ties_lower_expert_first),
+               cmocka_unit_test(test_codelets_router_bwd_matches_finite_differences))

@@ -1,12 +1,10 @@
 /* Configuration checks, presets and the option parser: pure functions. */
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <cmocka.h>
-
+#include "cmocka_main.h"
 #include "opts.h"
 #include "rmoe_scheduler.h"
 
@@ -78,27 +76,29 @@ static void test_config_hash_tracks_fields(void **state)
 	assert_true(rmoe_config_hash(&a) != rmoe_config_hash(&b));
 }
 
+/* Preset name, which must exist, with want's shape (Table 3) and routing
+ * (the model's published configuration). */
+static const struct rmoe_preset *expect_preset(const char *name, struct rmoe_preset want)
+{
+	const struct rmoe_preset *p = rmoe_preset_find(name);
+	assert_non_null(p);
+	assert_int_equal(p->hidden, want.hidden);
+	assert_int_equal(p->ffn, want.ffn);
+	assert_int_equal(p->experts, want.experts);
+	assert_int_equal(p->topk, want.topk);
+	assert_int_equal(p->norm_topk, want.norm_topk);
+	assert_int_equal(p->shared_ffn, want.shared_ffn);
+	return p;
+}
+
 static void test_config_presets_match_table3(void **state)
 {
 	(void)state;
-	const struct rmoe_preset *p = rmoe_preset_find("qwen3-30b-a3b");
-	assert_non_null(p);
-	assert_int_equal(p->hidden, 2048);
-	assert_int_equal(p->ffn, 768);
-	assert_int_equal(p->experts, 128);
-	assert_int_equal(p->topk, 8);
+	const struct rmoe_preset *p = expect_preset("qwen3-30b-a3b", (struct rmoe_preset){
+		.hidden = 2048, .ffn = 768, .experts = 128, .topk = 8, .norm_topk = 1, .shared_ffn = 0});
 	assert_int_equal(p->layers, 48);
-	/* the models' routing (their published configurations) */
-	assert_int_equal(p->norm_topk, 1);
-	assert_int_equal(p->shared_ffn, 0);
-	p = rmoe_preset_find("Qwen2-57B-A14B");
-	assert_non_null(p);
-	assert_int_equal(p->hidden, 3584);
-	assert_int_equal(p->ffn, 2560);
-	assert_int_equal(p->experts, 64);
-	assert_int_equal(p->topk, 8);
-	assert_int_equal(p->norm_topk, 0);
-	assert_int_equal(p->shared_ffn, 20480);
+	p = expect_preset("Qwen2-57B-A14B", (struct rmoe_preset){
+		.hidden = 3584, .ffn = 2560, .experts = 64, .topk = 8, .norm_topk = 0, .shared_ffn = 20480});
 	assert_int_equal(p->shared_gated, 1);
 	struct rmoe_layer_config cfg;
 	char msg[256];
@@ -205,16 +205,11 @@ static void test_config_opts_errors_name_the_option(void **state)
 	expect_opt_error("--tokens", "--tokens", "99999999999999999999999", NULL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_config_defaults_pass),
-		cmocka_unit_test(test_config_rejects_bad_values),
-		cmocka_unit_test(test_config_hash_tracks_fields),
-		cmocka_unit_test(test_config_presets_match_table3),
-		cmocka_unit_test(test_config_dispatch_names_round_trip),
-		cmocka_unit_test(test_config_opts_parse_values),
-		cmocka_unit_test(test_config_opts_errors_name_the_option),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_config_defaults_pass),
+               cmocka_unit_test(test_config_rejects_bad_values),
+               cmocka_unit_test(test_config_hash_tracks_fields),
+               cmocka_unit_test(test_config_presets_match_table3),
+               cmocka_unit_test(test_config_dispatch_names_round_trip),
+               cmocka_unit_test(test_config_opts_parse_values),
+               cmocka_unit_test(test_config_opts_errors_name_the_option))

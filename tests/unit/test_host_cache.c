@@ -3,17 +3,15 @@
  * more from freed blocks of a fitting class, never holds more than the peak
  * of live bytes, honours its idle cap, and the heap probe counts what
  * StarPU asked for of the blocks it holds, never idle ones. */
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <starpu.h>
 
+#include "cmocka_main.h"
 #include "rmoe_codelets.h"
 #include "rmoe_scheduler.h"
 #include "codelets_fixture.h"
@@ -251,17 +249,12 @@ static void test_settings(void **state)
 	assert_int_equal(rmoe_host_cache_install("auto"), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sizes_in_classes),
-		cmocka_unit_test(test_freed_block_reused),
-		cmocka_unit_test(test_idle_bounded_by_peak),
-		cmocka_unit_test(test_random_traffic),
-		cmocka_unit_test(test_heap_probe_leaves_idle_out),
-		cmocka_unit_test(test_out_of_memory),
-		cmocka_unit_test(test_starpu_temporaries),
-		cmocka_unit_test(test_settings),
-	};
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+RMOE_TEST_MAIN(group_setup, group_teardown,
+               cmocka_unit_test(test_sizes_in_classes),
+               cmocka_unit_test(test_freed_block_reused),
+               cmocka_unit_test(test_idle_bounded_by_peak),
+               cmocka_unit_test(test_random_traffic),
+               cmocka_unit_test(test_heap_probe_leaves_idle_out),
+               cmocka_unit_test(test_out_of_memory),
+               cmocka_unit_test(test_starpu_temporaries),
+               cmocka_unit_test(test_settings))

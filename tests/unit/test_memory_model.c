@@ -10,14 +10,11 @@
  * P/N = 4 rows; the all-to-all's experts compute M = P = 8 rows on a rank
  * (skew 1 means every rank receives its even share of all ranks' pairs:
  * 4 from itself, 4 from the other). */
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <cmocka.h>
-
+#include "cmocka_main.h"
 #include "rmoe_memory_model.h"
 
 static struct rmoe_mem_config tiny(void)
@@ -53,13 +50,23 @@ static void check_resident(const struct rmoe_mem_estimate *e)
 	assert_int_equal(e->weights_and_inputs, 208);
 }
 
-/* The tiny layer's estimate for dispatch d, with its resident part checked. */
-static struct rmoe_mem_estimate tiny_estimate(enum rmoe_dispatch d)
+/* The memory model's estimate of dispatch d for c, which it must accept. */
+static struct rmoe_mem_estimate estimate(enum rmoe_dispatch d, const struct rmoe_mem_config *c)
+{
+	struct rmoe_mem_estimate e;
+	assert_int_equal(rmoe_memory_model(d, c, &e), 0);
+	return e;
+}
+
+/* The tiny layer's estimate for dispatch d, with its resident part and its
+ * dynamic peaks, forward and backward, checked. */
+static struct rmoe_mem_estimate tiny_estimate(enum rmoe_dispatch d, int64_t forward, int64_t backward)
 {
 	struct rmoe_mem_config c = tiny();
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(d, &c, &e), 0);
+	struct rmoe_mem_estimate e = estimate(d, &c);
 	check_resident(&e);
+	assert_int_equal(e.dynamic_forward, forward);
+	assert_int_equal(e.dynamic_backward, backward);
 	return e;
 }
 
@@ -73,9 +80,7 @@ static void test_memory_model_ring_expert_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_config c = tiny();
-	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_RING_EXPERT);
-	assert_int_equal(e.dynamic_forward, 144 + 208);
-	assert_int_equal(e.dynamic_backward, 576 + 256);
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_RING_EXPERT, 144 + 208, 576 + 256);
 	assert_int_equal(e.peak_forward, 624 + 352);
 	assert_int_equal(e.peak_backward, 656 + 832);
 	assert_int_equal(e.peak, 1488);
@@ -87,7 +92,7 @@ static void test_memory_model_ring_expert_by_hand(void **state)
 	assert_int_equal(e.largest_buffer, 192);
 	/* Chunks of 1 row: 3 rows fewer, 3 * 64 bytes less backward. */
 	c.chunk_rows = 1;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(e.dynamic_backward, 576 + 64);
 }
 
@@ -100,9 +105,7 @@ static void test_memory_model_ring_expert_by_hand(void **state)
 static void test_memory_model_ring_token_by_hand(void **state)
 {
 	(void)state;
-	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_RING_TOKEN);
-	assert_int_equal(e.dynamic_forward, 128 + 32 + 208);
-	assert_int_equal(e.dynamic_backward, 192 + 64 + 256);
+	tiny_estimate(RMOE_DISPATCH_RING_TOKEN, 128 + 32 + 208, 192 + 64 + 256);
 }
 
 /* Megatron Core's all-to-all, 2 ranks, stage by stage
@@ -129,9 +132,7 @@ static void test_memory_model_ring_token_by_hand(void **state)
 static void test_memory_model_alltoall_megatron_by_hand(void **state)
 {
 	(void)state;
-	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL_MEGATRON);
-	assert_int_equal(e.dynamic_forward, 480);
-	assert_int_equal(e.dynamic_backward, 640);
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL_MEGATRON, 480, 640);
 	/* The largest buffer: the recompute's workspace, 8 rows of 4F. */
 	assert_int_equal(e.largest_buffer, 96 * 4);
 }
@@ -156,9 +157,7 @@ static void test_memory_model_alltoall_megatron_by_hand(void **state)
 static void test_memory_model_alltoall_by_hand(void **state)
 {
 	(void)state;
-	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL);
-	assert_int_equal(e.dynamic_forward, 304);
-	assert_int_equal(e.dynamic_backward, 512);
+	struct rmoe_mem_estimate e = tiny_estimate(RMOE_DISPATCH_ALLTOALL, 304, 512);
 	/* The largest buffer: the backward's workspace, 4 rows of 4F. */
 	assert_int_equal(e.largest_buffer, 48 * 4);
 	/* Chunks of 2 rows: the depth's 2 chunks in flight in each role. Per
@@ -166,7 +165,7 @@ static void test_memory_model_alltoall_by_hand(void **state)
 	 * 2 * 16. */
 	struct rmoe_mem_config c = tiny();
 	c.chunk_rows = 2;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL, &c, &e), 0);
+	e = estimate(RMOE_DISPATCH_ALLTOALL, &c);
 	assert_int_equal(e.dynamic_forward, 2 * (52 + 8 + 32));
 	/* a cap fits it: the chunk rows that fit a cap a little above the
 	 * 2-row chunks' peak are 2 */
@@ -199,8 +198,7 @@ static void test_memory_model_alltoall_deepep_by_hand(void **state)
 {
 	(void)state;
 	struct rmoe_mem_config c = tiny();
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c, &e), 0);
+	struct rmoe_mem_estimate e = estimate(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c);
 	assert_int_equal(e.resident_forward, 272 + 24 + 288 + 32 + 32);
 	assert_int_equal(e.dynamic_forward, 448);
 	assert_int_equal(e.leaving_forward, 96);
@@ -218,7 +216,7 @@ static void test_memory_model_alltoall_deepep_by_hand(void **state)
 	const int64_t blocks[8] = {6, 2, 3, 5, /* tokens */ 4, 1, 3, 4};
 	c.blocks = blocks;
 	c.block_tokens = blocks + 4;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c, &e), 0);
+	e = estimate(RMOE_DISPATCH_ALLTOALL_DEEPEP, &c);
 	assert_int_equal(e.dynamic_forward, 432);
 	/* No cap: its blocks are whole. */
 	int64_t rows = 0;
@@ -233,13 +231,12 @@ static void test_memory_model_partitions_by_hand(void **state)
 	(void)state;
 	struct rmoe_mem_config c = tiny();
 	c.partitions = 2;
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	struct rmoe_mem_estimate e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(e.dynamic_backward, 576 + 2 * 64);
 	assert_int_equal(e.dynamic_forward, 144 + 2 * 52);
 	/* The busiest of the 4 partitions may hold every pair: skew up to 4. */
 	c.skew = 4;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(e.dynamic_backward, 576 + 8 * 64);
 	c.skew = 4.5;
 	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), RMOE_EINVAL);
@@ -256,11 +253,11 @@ static void test_memory_model_window_counts_slots(void **state)
 	struct rmoe_mem_config c = tiny();
 	c.nranks = 4;
 	struct rmoe_mem_estimate w2, w3, w8;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w2), 0);
+	w2 = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	c.window = 3;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w3), 0);
+	w3 = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	c.window = 8;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w8), 0);
+	w8 = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(w3.dynamic_forward - w2.dynamic_forward, 72);
 	assert_int_equal(w3.dynamic_backward - w2.dynamic_backward, 2 * 72);
 	assert_int_equal(w8.dynamic_forward, w3.dynamic_forward);
@@ -269,9 +266,9 @@ static void test_memory_model_window_counts_slots(void **state)
 	 * weights: 2*T*H*4 + 2*T*K*4 = 128 bytes) forward at window 3. */
 	struct rmoe_mem_estimate t2, t3;
 	c.window = 0;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_TOKEN, &c, &t2), 0);
+	t2 = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
 	c.window = 3;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_TOKEN, &c, &t3), 0);
+	t3 = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
 	assert_int_equal(t3.dynamic_forward - t2.dynamic_forward, 128);
 	c.window = 1;
 	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &w2), RMOE_EINVAL);
@@ -284,8 +281,7 @@ static void test_memory_model_bf16_halves_the_tensors(void **state)
 	(void)state;
 	struct rmoe_mem_config c = tiny();
 	c.dtype_bytes = 2;
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	struct rmoe_mem_estimate e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(e.resident_forward, 272 + (288 + 32 + 32) / 2);
 	assert_int_equal(e.dynamic_backward, (576 + 256) / 2);
 }
@@ -302,32 +298,26 @@ static void test_memory_model_shared_expert_by_hand(void **state)
 	(void)state;
 	struct rmoe_mem_config c = tiny();
 	c.shared_ffn = 50;
-	struct rmoe_mem_estimate e;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	struct rmoe_mem_estimate e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(e.resident_forward, 624 + 2400);
 	assert_int_equal(e.dynamic_forward, 2432);
 	assert_int_equal(e.dynamic_backward, 2432);
 	c.shared_gated = 1;
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), 0);
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	assert_int_equal(e.resident_forward, 624 + 2400 + 16);
 	assert_int_equal(e.dynamic_forward, 2432);
 	assert_int_equal(e.dynamic_backward, 2464);
-	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_ALLTOALL_MEGATRON, &c, &e), 0);
+	e = estimate(RMOE_DISPATCH_ALLTOALL_MEGATRON, &c);
 	assert_int_equal(e.dynamic_backward >= 2464, 1);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_memory_model_ring_expert_by_hand),
-		cmocka_unit_test(test_memory_model_ring_token_by_hand),
-		cmocka_unit_test(test_memory_model_alltoall_by_hand),
-		cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
-		cmocka_unit_test(test_memory_model_alltoall_deepep_by_hand),
-		cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
-		cmocka_unit_test(test_memory_model_partitions_by_hand),
-		cmocka_unit_test(test_memory_model_shared_expert_by_hand),
-		cmocka_unit_test(test_memory_model_window_counts_slots),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_memory_model_ring_expert_by_hand),
+               cmocka_unit_test(test_memory_model_ring_token_by_hand),
+               cmocka_unit_test(test_memory_model_alltoall_by_hand),
+               cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
+               cmocka_unit_test(test_memory_model_alltoall_deepep_by_hand),
+               cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
+               cmocka_unit_test(test_memory_model_partitions_by_hand),
+               cmocka_unit_test(test_memory_model_shared_expert_by_hand),
+               cmocka_unit_test(test_memory_model_window_counts_slots))

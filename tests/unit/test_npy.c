@@ -1,19 +1,16 @@
 /* .npy reading and writing: round trips, row slices, and for each way a file
  * can be wrong, the error code and a message that names the file. */
 #define _GNU_SOURCE
-#include <stdarg.h>
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
-
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmocka_main.h"
 #include "npy.h"
 #include "relaymoe/relaymoe.h"
 #include "seeded.h"
@@ -610,26 +607,21 @@ static void test_npy_parse_header_survives_mutations(void **state)
 	assert_true(accepted > 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_npy_round_trip),
-		cmocka_unit_test(test_npy_header_is_numpys),
-		cmocka_unit_test(test_npy_int32_is_numpys),
-		cmocka_unit_test(test_npy_any_extent_is_reported),
-		cmocka_unit_test(test_npy_slice_read),
-		cmocka_unit_test(test_npy_version_2_and_3_headers),
-		cmocka_unit_test(test_npy_bad_magic),
-		cmocka_unit_test(test_npy_wrong_dtype),
-		cmocka_unit_test(test_npy_fortran_order),
-		cmocka_unit_test(test_npy_wrong_shape),
-		cmocka_unit_test(test_npy_truncated_data),
-		cmocka_unit_test(test_npy_empty_file),
-		cmocka_unit_test(test_npy_header_length_past_eof),
-		cmocka_unit_test(test_npy_missing_file),
-		cmocka_unit_test(test_npy_write_failure_leaves_no_file),
-		cmocka_unit_test(test_npy_parse_header_rejects_hostile_headers),
-		cmocka_unit_test(test_npy_parse_header_survives_mutations),
-	};
-	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
-}
+RMOE_TEST_MAIN(setup_dir, teardown_dir,
+               cmocka_unit_test(test_npy_round_trip),
+               cmocka_unit_test(test_npy_header_is_numpys),
+               cmocka_unit_test(test_npy_int32_is_numpys),
+               cmocka_unit_test(test_npy_any_extent_is_reported),
+               cmocka_unit_test(test_npy_slice_read),
+               cmocka_unit_test(test_npy_version_2_and_3_headers),
+               cmocka_unit_test(test_npy_bad_magic),
+               cmocka_unit_test(test_npy_wrong_dtype),
+               cmocka_unit_test(test_npy_fortran_order),
+               cmocka_unit_test(test_npy_wrong_shape),
+               cmocka_unit_test(test_npy_truncated_data),
+               cmocka_unit_test(test_npy_empty_file),
+               cmocka_unit_test(test_npy_header_length_past_eof),
+               cmocka_unit_test(test_npy_missing_file),
+               cmocka_unit_test(test_npy_write_failure_leaves_no_file),
+               cmocka_unit_test(test_npy_parse_header_rejects_hostile_headers),
+               cmocka_unit_test(test_npy_parse_header_survives_mutations))

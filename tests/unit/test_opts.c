@@ -1,13 +1,10 @@
 /* The option sets the subcommands share (apps/options.h) and the parser over
  * several sets (apps/support/opts.h): pure functions, one process. */
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <cmocka.h>
-
+#include "cmocka_main.h"
 #include "options.h"
 
 /* A command as the programs compose one: shared sets beside its own. */
@@ -157,13 +154,8 @@ static void test_opts_sets_help_lists_sets_and_defaults(void **state)
 	assert_int_equal(small[sizeof(small) - 1], 'x');
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_opts_sets_parse_every_set),
-		cmocka_unit_test(test_opts_sets_errors_name_the_value),
-		cmocka_unit_test(test_opts_sets_refuse_a_name_twice),
-		cmocka_unit_test(test_opts_sets_help_lists_sets_and_defaults),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_opts_sets_parse_every_set),
+               cmocka_unit_test(test_opts_sets_errors_name_the_value),
+               cmocka_unit_test(test_opts_sets_refuse_a_name_twice),
+               cmocka_unit_test(test_opts_sets_help_lists_sets_and_defaults))

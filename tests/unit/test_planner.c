@@ -1,17 +1,14 @@
 /* The planner's cluster descriptions: good ones, the shipped ones, each way
  * one can be wrong (with the line named), and seeded random damage to a good
  * one. No MPI initialisation, no StarPU. */
-#include <setjmp.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmocka_main.h"
 #include "rmoe_plan.h"
 #include "rmoe_system.h"
 #include "planner_check.h"
@@ -137,56 +134,73 @@ static void expect_bad_variant(const char *key_line, const char *replacement, co
 	free(s);
 }
 
+/* Lines of small: 2 name, 3 nodes, 4 devices_per_node, 5 ranks_per_node,
+ * 6 gpu_link, 7 [device], 8 bf16, 9 f32, 10 memory, 11 [link pcie],
+ * 12-13 its values, 14 [link network], 15-16 its values; appended text
+ * starts on line 17. A description refused is small with one line replaced
+ * (by its key) or with text appended; its message names the line and a
+ * detail. */
+static const struct {
+	const char *key_line, *replacement, *line, *detail;
+} bad_lines[] = {
+	{"nodes = 2", "nodes = two", "line 3", "nodes 'two'"},
+	{"nodes = 2", "nodes = 0", "line 3", "from 1"},
+	{"nodes = 2", "nodes = 99999999999999999999999", "line 3", "nodes"},
+	{"nodes = 2", "nodes = -2", "line 3", "nodes"},
+	{"nodes = 2", "nodes 2", "line 3", "'key = value'"},
+	{"nodes = 2", "= 2", "line 3", "a key before"},
+	{"nodes = 2", "nodes =", "line 3", "a value"},
+	{"nodes = 2", "nodez = 2", "line 3", "key 'nodez'"},
+	{"name = small", "name = has space", "line 2", "name"},
+	{"name = small", "name = \"quoted\"", "line 2", "name"},
+	{"gpu_link = pcie", "gpu_link = infiniband", "line 6", "nvlink or pcie"},
+	{"bf16_tflops = 100", "bf16_tflops = nan", "line 8", "bf16_tflops"},
+	{"bf16_tflops = 100", "bf16_tflops = inf", "line 8", "bf16_tflops"},
+	{"bf16_tflops = 100", "bf16_tflops = 0", "line 8", "positive"},
+	{"memory = 16G", "memory = 16Q", "line 10", "memory '16Q'"},
+	{"memory = 16G", "memory = 0.5", "line 10", "memory"},
+	{"memory = 16G", "memory = GiB", "line 10", "memory"},
+	{"bandwidth_gbs = 50", "bandwidth_gbs = -50", "line 12", "bandwidth_gbs"},
+	{"latency_us = 3", "latency_us = 1e9", "line 13", "latency_us"},
+	{"[link pcie]", "[link infiniband]", "line 11", "same_device, nvlink"},
+	{"[link pcie]", "[links]", "line 11", "section"},
+	{"[link pcie]", "[link pcie", "line 11", "section header"},
+	{"[device]", "[node]", "line 7", "section"},
+	/* Missing pieces, reported at the end of input. */
+	{"nodes = 2", "# no nodes", "end of input", "'nodes' is missing"},
+	{"memory = 16G", "", "end of input", "'memory' is missing"},
+	{"gpu_link = pcie", "", "end of input", "gpu_link"},
+	{"[link network]", "[link shm]", "end of input", "[link network]"},
+	{"ranks_per_node = 2", "ranks_per_node = 3", "end of input", "[link same_device]"},
+	{"latency_us = 3", "", "line 12", "no latency_us"},
+};
+
+static const struct {
+	const char *text, *line, *detail;
+} bad_appended[] = {
+	/* A key of another section. */
+	{"nodes = 3\n", "line 17", "in [link]"},
+	{"[device]\nlatency_us = 1\n", "line 18", "in [device]"},
+	/* Set twice. */
+	{"[device]\nmemory = 8G\n", "line 18", "already set on line 10"},
+	{"[link network]\nlatency_us = 9\n", "line 18", "already set on line 16"},
+	/* Placements that contradict the machine. */
+	{"[placement]\nrank_nodes = 0 1 2\n", "line 18", "node 2"},
+	{"[placement]\nrank_nodes = 0 1 x\n", "line 18", "entry 2 of rank_nodes"},
+	{"[placement]\nrank_nodes = 0 0 0 1\n", "line 18", "more than ranks_per_node"},
+	{"[placement]\nrank_nodes = 0 1\nrank_devices = 0\n", "line 19", "lists 1"},
+	{"[placement]\nrank_nodes = 0 1\nrank_devices = 0 2\n", "line 19", "device 2"},
+	{"[placement]\nrank_devices = 0 1\n", "line 18", "needs rank_nodes"},
+};
+
 static void test_planner_rejects_bad_descriptions_naming_the_line(void **state)
 {
 	(void)state;
-	/* Lines of small: 2 name, 3 nodes, 4 devices_per_node, 5 ranks_per_node,
-	 * 6 gpu_link, 7 [device], 8 bf16, 9 f32, 10 memory, 11 [link pcie],
-	 * 12-13 its values, 14 [link network], 15-16 its values; appended text
-	 * starts on line 17. */
-	expect_bad_variant("nodes = 2", "nodes = two", "line 3", "nodes 'two'");
-	expect_bad_variant("nodes = 2", "nodes = 0", "line 3", "from 1");
-	expect_bad_variant("nodes = 2", "nodes = 99999999999999999999999", "line 3", "nodes");
-	expect_bad_variant("nodes = 2", "nodes = -2", "line 3", "nodes");
-	expect_bad_variant("nodes = 2", "nodes 2", "line 3", "'key = value'");
-	expect_bad_variant("nodes = 2", "= 2", "line 3", "a key before");
-	expect_bad_variant("nodes = 2", "nodes =", "line 3", "a value");
-	expect_bad_variant("nodes = 2", "nodez = 2", "line 3", "key 'nodez'");
-	expect_bad_variant("name = small", "name = has space", "line 2", "name");
-	expect_bad_variant("name = small", "name = \"quoted\"", "line 2", "name");
-	expect_bad_variant("gpu_link = pcie", "gpu_link = infiniband", "line 6", "nvlink or pcie");
-	expect_bad_variant("bf16_tflops = 100", "bf16_tflops = nan", "line 8", "bf16_tflops");
-	expect_bad_variant("bf16_tflops = 100", "bf16_tflops = inf", "line 8", "bf16_tflops");
-	expect_bad_variant("bf16_tflops = 100", "bf16_tflops = 0", "line 8", "positive");
-	expect_bad_variant("memory = 16G", "memory = 16Q", "line 10", "memory '16Q'");
-	expect_bad_variant("memory = 16G", "memory = 0.5", "line 10", "memory");
-	expect_bad_variant("memory = 16G", "memory = GiB", "line 10", "memory");
-	expect_bad_variant("bandwidth_gbs = 50", "bandwidth_gbs = -50", "line 12", "bandwidth_gbs");
-	expect_bad_variant("latency_us = 3", "latency_us = 1e9", "line 13", "latency_us");
-	expect_bad_variant("[link pcie]", "[link infiniband]", "line 11", "same_device, nvlink");
-	expect_bad_variant("[link pcie]", "[links]", "line 11", "section");
-	expect_bad_variant("[link pcie]", "[link pcie", "line 11", "section header");
-	expect_bad_variant("[device]", "[node]", "line 7", "section");
-	/* A key of another section. */
-	expect_bad_variant(NULL, "nodes = 3\n", "line 17", "in [link]");
-	expect_bad_variant(NULL, "[device]\nlatency_us = 1\n", "line 18", "in [device]");
-	/* Set twice. */
-	expect_bad_variant(NULL, "[device]\nmemory = 8G\n", "line 18", "already set on line 10");
-	expect_bad_variant(NULL, "[link network]\nlatency_us = 9\n", "line 18", "already set on line 16");
-	/* Missing pieces, reported at the end of input. */
-	expect_bad_variant("nodes = 2", "# no nodes", "end of input", "'nodes' is missing");
-	expect_bad_variant("memory = 16G", "", "end of input", "'memory' is missing");
-	expect_bad_variant("gpu_link = pcie", "", "end of input", "gpu_link");
-	expect_bad_variant("[link network]", "[link shm]", "end of input", "[link network]");
-	expect_bad_variant("ranks_per_node = 2", "ranks_per_node = 3", "end of input", "[link same_device]");
-	expect_bad_variant("latency_us = 3", "", "line 12", "no latency_us");
-	/* Placements that contradict the machine. */
-	expect_bad_variant(NULL, "[placement]\nrank_nodes = 0 1 2\n", "line 18", "node 2");
-	expect_bad_variant(NULL, "[placement]\nrank_nodes = 0 1 x\n", "line 18", "entry 2 of rank_nodes");
-	expect_bad_variant(NULL, "[placement]\nrank_nodes = 0 0 0 1\n", "line 18", "more than ranks_per_node");
-	expect_bad_variant(NULL, "[placement]\nrank_nodes = 0 1\nrank_devices = 0\n", "line 19", "lists 1");
-	expect_bad_variant(NULL, "[placement]\nrank_nodes = 0 1\nrank_devices = 0 2\n", "line 19", "device 2");
-	expect_bad_variant(NULL, "[placement]\nrank_devices = 0 1\n", "line 18", "needs rank_nodes");
+	for (size_t i = 0; i < sizeof(bad_lines) / sizeof(bad_lines[0]); i++)
+		expect_bad_variant(bad_lines[i].key_line, bad_lines[i].replacement, bad_lines[i].line,
+		                   bad_lines[i].detail);
+	for (size_t i = 0; i < sizeof(bad_appended) / sizeof(bad_appended[0]); i++)
+		expect_bad_variant(NULL, bad_appended[i].text, bad_appended[i].line, bad_appended[i].detail);
 	/* Bytes no text has. */
 	char nul[64] = "name = a\nnodes = 1\0junk\n";
 	expect_bad(nul, 25, "line 2", "NUL");
@@ -233,13 +247,8 @@ static void test_planner_parser_survives_damaged_input(void **state)
 	assert_int_equal(rmoe_cluster_parse(NULL, 0, &c), RMOE_EFORMAT);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_planner_parses_good_descriptions),
-		cmocka_unit_test(test_planner_loads_shipped_clusters),
-		cmocka_unit_test(test_planner_rejects_bad_descriptions_naming_the_line),
-		cmocka_unit_test(test_planner_parser_survives_damaged_input),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_planner_parses_good_descriptions),
+               cmocka_unit_test(test_planner_loads_shipped_clusters),
+               cmocka_unit_test(test_planner_rejects_bad_descriptions_naming_the_line),
+               cmocka_unit_test(test_planner_parser_survives_damaged_input))

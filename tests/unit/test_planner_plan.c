@@ -2,17 +2,14 @@
  * description: ring, routing and dispatch, the memory section, the fit
  * against the tightest rank's device, and hop chunks under a memory cap. No
  * MPI initialisation, no StarPU. */
-#include <setjmp.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmocka_main.h"
 #include "rmoe_plan.h"
 #include "rmoe_scheduler.h"
 #include "rmoe_system.h"
@@ -226,14 +223,9 @@ static void test_planner_plan_chunks_under_a_cap(void **state)
 	rmoe_plan_free(&plan);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_planner_plan_for_a_simulated_cluster, plan_setup_8, plan_teardown),
-		cmocka_unit_test_setup_teardown(test_planner_plan_of_the_ring_only, plan_setup_8, plan_teardown),
-		cmocka_unit_test_setup_teardown(test_planner_plan_fit_names_the_tightest_rank, plan_setup_4,
-		                                plan_teardown),
-		cmocka_unit_test_setup_teardown(test_planner_plan_chunks_under_a_cap, plan_setup_4, plan_teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test_setup_teardown(test_planner_plan_for_a_simulated_cluster, plan_setup_8, plan_teardown),
+               cmocka_unit_test_setup_teardown(test_planner_plan_of_the_ring_only, plan_setup_8, plan_teardown),
+               cmocka_unit_test_setup_teardown(test_planner_plan_fit_names_the_tightest_rank, plan_setup_4,
+                                               plan_teardown),
+               cmocka_unit_test_setup_teardown(test_planner_plan_chunks_under_a_cap, plan_setup_4, plan_teardown))

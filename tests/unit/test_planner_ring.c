@@ -3,17 +3,14 @@
  * (one crossing per node, the same order on every rank), and its edges' link
  * numbers, with network adapters shared on a node. No MPI initialisation, no
  * StarPU. */
-#include <setjmp.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmocka_main.h"
 #include "rmoe_plan.h"
 #include "planner_check.h"
 #include "seeded.h"
@@ -286,13 +283,8 @@ static void test_planner_ring_edges_share_a_node_adapter(void **state)
 	free(in);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_planner_topology_numbers_nodes_by_first_appearance),
-		cmocka_unit_test(test_planner_ring_crosses_nodes_once_per_node),
-		cmocka_unit_test(test_planner_ring_edges_carry_link_numbers),
-		cmocka_unit_test(test_planner_ring_edges_share_a_node_adapter),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_planner_topology_numbers_nodes_by_first_appearance),
+               cmocka_unit_test(test_planner_ring_crosses_nodes_once_per_node),
+               cmocka_unit_test(test_planner_ring_edges_carry_link_numbers),
+               cmocka_unit_test(test_planner_ring_edges_share_a_node_adapter))

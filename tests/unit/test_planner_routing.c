@@ -2,17 +2,14 @@
  * against the paper's trend, and its flip at the volume crossover over seeded
  * random shapes, on the ring of the shipped mn5-acc description. No MPI
  * initialisation, no StarPU. */
-#include <setjmp.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmocka_main.h"
 #include "rmoe_plan.h"
 #include "rmoe_system.h"
 #include "planner_check.h"
@@ -189,12 +186,7 @@ static void test_planner_mode_flips_at_crossover(void **state)
 	assert_true(checked >= 60);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_planner_table2_volumes_by_hand),
-		cmocka_unit_test(test_planner_mode_follows_paper_trend),
-		cmocka_unit_test(test_planner_mode_flips_at_crossover),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_planner_table2_volumes_by_hand),
+               cmocka_unit_test(test_planner_mode_follows_paper_trend),
+               cmocka_unit_test(test_planner_mode_flips_at_crossover))

@@ -2,16 +2,13 @@
  * checked against things that do not share its code: its forward against a
  * direct transcription of the definition, its gradients against central
  * differences of L = <dy, y>, its routing against constructed ties. */
-#include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
-
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmocka_main.h"
 #include "rmoe_reference.h"
 #include "seeded.h"
 
@@ -492,20 +489,15 @@ static void test_reference_rel_err(void **state)
 	assert_true(isnan(rmoe_ref_rel_err(nan, b, 3)));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_reference_forward_matches_definition),
-		cmocka_unit_test(test_reference_all_experts_selected),
-		cmocka_unit_test(test_reference_gradients_normalised_with_shared),
-		cmocka_unit_test(test_reference_gradients_unnormalised_with_shared),
-		cmocka_unit_test(test_reference_gradients_all_experts),
-		cmocka_unit_test(test_reference_gradients_top1),
-		cmocka_unit_test(test_reference_top1_normalised_router_has_no_gradient),
-		cmocka_unit_test(test_reference_route_ties_take_lower_expert_first),
-		cmocka_unit_test(test_reference_route_hint_near_tie_is_taken),
-		cmocka_unit_test(test_reference_route_wrong_hint_is_refused),
-		cmocka_unit_test(test_reference_rel_err),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+RMOE_TEST_MAIN(NULL, NULL,
+               cmocka_unit_test(test_reference_forward_matches_definition),
+               cmocka_unit_test(test_reference_all_experts_selected),
+               cmocka_unit_test(test_reference_gradients_normalised_with_shared),
+               cmocka_unit_test(test_reference_gradients_unnormalised_with_shared),
+               cmocka_unit_test(test_reference_gradients_all_experts),
+               cmocka_unit_test(test_reference_gradients_top1),
+               cmocka_unit_test(test_reference_top1_normalised_router_has_no_gradient),
+               cmocka_unit_test(test_reference_route_ties_take_lower_expert_first),
+               cmocka_unit_test(test_reference_route_hint_near_tie_is_taken),
+               cmocka_unit_test(test_reference_route_wrong_hint_is_refused),
+               cmocka_unit_test(test_reference_rel_err))
