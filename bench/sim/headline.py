@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """The simulation's headline figures, from the committed EP sweeps.
 
-  headline.py [--results DIR] [--check README.md]
+  headline.py [--results DIR] [--check docs/results.md] [--quoted README.md ...]
 
 For each simulated case the README quotes (1/8 scale at EP 8 and 64,
 sim_ep.csv; full size at EP 8 and 32, sim_ep_full.csv; EP 64 at scale 2,
 sim_ep_64.csv; all transport gpudirect), prints each all-to-all's forward +
 backward time over the ring's, and its bound's ratio (bound_ms over the
 ring's: what ideal schedules of both would reach). With --check, exits 1
-unless README.md states every one of those figures on the line that names
-the case, so a table rerun without its README row fails the test suite.
+unless the file (docs/results.md) states every one of those figures on the
+line that names the case, so a table rerun without its row fails the test
+suite; with --quoted, unless every line of the file (the README) that names
+a case states its figures.
 """
 import argparse
 import csv
@@ -46,9 +48,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--results", default=os.path.join(here, "..", "results"))
-    ap.add_argument("--check", metavar="README.md")
+    ap.add_argument("--check", metavar="docs/results.md")
+    ap.add_argument("--quoted", metavar="README.md", action="append", default=[])
     a = ap.parse_args()
     text = open(a.check).read().splitlines() if a.check else []
+    quoted = {q: open(q).read().splitlines() for q in a.quoted}
     bad = 0
     for label, name, eps in CASES:
         times, bounds = figures(os.path.join(a.results, name), eps)
@@ -58,6 +62,12 @@ def main():
             print(f"FAIL: {a.check} has no line naming '{label}' with times '{times}' and bound ratios "
                   f"{', '.join(repr(f) for f in bounds)} ({name})", file=sys.stderr)
             bad = 1
+        for q, lines in quoted.items():
+            for no, t in enumerate(lines, 1):
+                if label in t and not (times in t and all(f in t for f in bounds)):
+                    print(f"FAIL: {q}:{no} names '{label}' without times '{times}' and bound ratios "
+                          f"{', '.join(repr(f) for f in bounds)} ({name})", file=sys.stderr)
+                    bad = 1
     return bad
 
 

@@ -51,7 +51,7 @@ case $kind in
       script-hf) exec "$mpiexec" -n "$n" --oversubscribe "$py" -W ignore::UserWarning "$what" ;;
       readme-hf)
         rm -rf "${work:?}/readme-hf" && mkdir -p "$work/readme-hf" && cd "$work/readme-hf"
-        python3 "$what/tests/python/readme_example.py" "$what/README.md" \
+        python3 "$what/tests/python/readme_example.py" "$what/docs/embedding.md" \
           "from mpi4py import MPI  # Hugging Face MoE blocks on the ring" > hf.py
         "$what/scripts/mpirun.sh" -np "$n" "$py" -W ignore::UserWarning hf.py | tee out.txt
         for r in $(seq 0 $((n - 1))); do grep -q "rank $r: loss " out.txt; done ;;
