@@ -6,7 +6,7 @@
 #   run.sh WORK MPIEXEC NRANKS script SCRIPT
 #   run.sh WORK MPIEXEC NRANKS readme SOURCE_DIR   the two examples of docs/embedding.md
 #   run.sh WORK MPIEXEC NRANKS pytest-hf FILE | script-hf SCRIPT | readme-hf SOURCE_DIR
-#                                                 relaymoe.hf with transformers (README's example)
+#                                                 relaymoe.hf with transformers (docs/embedding.md's example)
 set -euo pipefail
 work=$1 mpiexec=$2 n=$3 kind=$4 what=$5
 status=$(cat "$work/status" 2> /dev/null || echo "unavailable: the python_setup fixture did not run")
