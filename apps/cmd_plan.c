@@ -3,18 +3,19 @@
  * estimates of expert and token routing (Table 2), the chosen mode and why.
  * Runs as one process (MPI singleton) with --ranks, or under mpirun on the
  * live topology. Nothing is printed until the whole plan is made. */
-#include <math.h>
-#include <stdarg.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
+#include "messages.h"
 #include "options.h"
+#include "plan_print.h"
 #include "rmoe_attn_plan.h"
-#include "rmoe_memory_model.h"
 #include "rmoe_plan.h"
 #include "rmoe_system.h"
+#include "text.h"
 
 struct plan_opts {
 	struct rmoe_preset_opts preset;
@@ -136,115 +137,13 @@ static int make_problem(const struct plan_opts *r, int nranks, struct rmoe_layer
 	return rc;
 }
 
-/* ---- output, built whole before anything is printed ------------------------ */
-
-struct text {
-	char *s;
-	size_t len, cap;
-	int failed;
-};
-
-static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct text *t, const char *fmt, ...)
-{
-	if (t->failed)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		t->failed = 1;
-		return;
-	}
-	if (t->len + (size_t)n + 1 > t->cap) {
-		size_t cap = t->cap ? t->cap : 4096;
-		while (cap < t->len + (size_t)n + 1)
-			cap *= 2;
-		char *s = realloc(t->s, cap);
-		if (!s) {
-			t->failed = 1;
-			return;
-		}
-		t->s = s;
-		t->cap = cap;
-	}
-	va_start(ap, fmt);
-	vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-	va_end(ap);
-	t->len += (size_t)n;
-}
-
-/* A JSON string literal (RFC 8259 escapes). */
-static void put_json_string(struct text *t, const char *s)
-{
-	put(t, "\"");
-	for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-		if (*c == '"' || *c == '\\')
-			put(t, "\\%c", *c);
-		else if (*c < 0x20)
-			put(t, "\\u%04x", *c);
-		else
-			put(t, "%c", *c);
-	}
-	put(t, "\"");
-}
-
-static const char *mode_name(enum rmoe_dispatch d)
-{
-	return rmoe_dispatcher_of(d)->mode;
-}
-
-struct plan_view {
-	const struct plan_opts *opts;
-	const struct rmoe_routing_problem *p;
-	const struct rmoe_topology *t;
-	const struct rmoe_plan *plan;
-	int live;
-	const struct rmoe_layer_config *cfg; /* the layer: its routing */
-};
-
-/* What the memory cap's chunking costs: chunks per hop and the tasks they
- * add, priced at about 40 us per StarPU task on a GPU
- * (../shared/notes/starpu-cuda.md), three tasks per backward chunk. */
-#define TASK_SECONDS 40e-6
-
-struct cap_cost {
-	double chunks_per_hop, extra_tasks;
-};
-
-static struct cap_cost cap_cost(const struct plan_view *v)
-{
-	struct cap_cost c = {0, 0};
-	const struct rmoe_plan *plan = v->plan;
-	if (plan->cap_rc || plan->chunk_rows <= 0)
-		return c;
-	c.chunks_per_hop = ceil(plan->routing.pairs_per_hop / (double)plan->chunk_rows);
-	c.extra_tasks = (c.chunks_per_hop - 1) * 3 * (double)v->p->ep;
-	return c;
-}
-
-static const struct rmoe_hop_cost *chosen(const struct rmoe_plan *plan)
-{
-	return plan->routing.tokens_travel ? plan->routing.token : plan->routing.expert;
-}
-
-/* Selective attention recomputation (§3.4), once per dispatcher: the memory
- * each MoE block needs decides how much attention the device can keep. SP
- * shards the sequence over the tensor-parallel ranks, so TP = SP here. */
-struct plan_attention {
-	struct rmoe_attn_plan_input in, per[2];
-	struct rmoe_attn_plan plan[2];   /* ring expert routing, all-to-all */
-	int rc[2];
-	int64_t model_state;
-	int estimated_state;
-};
-
-static void plan_attention(const struct plan_view *v, struct plan_attention *a)
+/* Selective attention recomputation (§3.4) beside the ring's and a2a's
+ * MoE peaks (plan_print.h): the attention's shape from the options, else
+ * the preset's, else a common one (32 heads, 4 KV heads of 128). */
+static void plan_attention(const struct plan_opts *r, const struct rmoe_routing_problem *p,
+                           const struct rmoe_plan *plan, struct rmoe_plan_attention *a)
 {
 	memset(a, 0, sizeof(*a));
-	const struct plan_opts *r = v->opts;
-	const struct rmoe_routing_problem *p = v->p;
 	const struct rmoe_preset *ps = r->preset.preset ? rmoe_preset_find(r->preset.preset) : NULL;
 	struct rmoe_attn_plan_input *in = &a->in;
 	in->layers = r->layers ? r->layers : (ps ? ps->layers : 1);
@@ -259,7 +158,7 @@ static void plan_attention(const struct plan_view *v, struct plan_attention *a)
 	in->cp = r->cp;
 	in->ep = p->ep;
 	in->dtype_bytes = p->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
-	const struct rmoe_plan_memory *mem = &v->plan->memory;
+	const struct rmoe_plan_memory *mem = &plan->memory;
 	in->device_bytes = mem->budget;
 	in->moe_ffn = p->ffn;
 	in->moe_topk = p->topk;
@@ -287,278 +186,6 @@ static void plan_attention(const struct plan_view *v, struct plan_attention *a)
 		a->per[i] = x;
 		a->rc[i] = rmoe_attn_plan(&x, &a->plan[i]);
 	}
-}
-
-static void print_text(struct text *o, const struct plan_view *v)
-{
-	const struct rmoe_routing_problem *p = v->p;
-	const struct rmoe_topology *t = v->t;
-	const struct rmoe_plan *plan = v->plan;
-	const struct rmoe_routing_choice *rc = &plan->routing;
-	const char *dt = p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32";
-
-	put(o, "relaymoe plan: %s%sH=%lld F=%lld E=%lld K=%lld, %lld tokens per rank, EP=%lld ETP=%lld, %s\n",
-	    v->opts->preset.preset ? v->opts->preset.preset : "", v->opts->preset.preset ? ", " : "", (long long)p->hidden,
-	    (long long)p->ffn, (long long)p->experts, (long long)p->topk, (long long)p->tokens, (long long)p->ep,
-	    (long long)p->etp, dt);
-	if (v->opts->preset.preset && v->opts->preset.scale != 1.0)
-		put(o, "  (H, F and tokens of %s divided by %g)\n", v->opts->preset.preset, v->opts->preset.scale);
-	char routing[160];
-	rmoe_app_routing_line(v->cfg, routing, sizeof(routing));
-	put(o, "routing: %s\n", routing);
-	if (v->opts->cluster)
-		put(o, "cluster: %s (%s)\n", t->cluster, v->opts->cluster);
-	else
-		put(o, "cluster: none given; links and device rates are the built-in H100-class assumptions\n");
-	put(o, "placement: %s; %d rank(s) on %d node(s)\n", t->placement, t->nranks, t->nnodes);
-	if (v->live)
-		put(o, "this machine (hwloc): %d cores, %d NUMA node(s), %d GPU(s), NVLink %s\n", t->local.cores,
-		    t->local.numa_nodes, t->local.gpus,
-		    t->local.nvlink > 0 ? "yes" : t->local.nvlink == 0 ? "no" : "unknown");
-	put(o, "device: %g TFLOP/s %s for planning, %.1f GiB\n",
-	    p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops, dt,
-	    (double)t->memory_bytes / (1024.0 * 1024 * 1024));
-	if (!t->gpu_link_known)
-		put(o, "GPU-GPU link: NVLink could not be detected; PCIe assumed\n");
-
-	int shared = 0;
-	put(o, "\nring order (%s%d node crossing(s)", v->opts->ring.ring_order[0] == 'r' ? "rank order, as asked; " : "",
-	    plan->node_crossings);
-	if (t->nnodes > 1)
-		put(o, "; a ring over %d nodes needs at least %d", t->nnodes, t->nnodes);
-	put(o, "):\n  %4s %6s %5s %7s    %6s  %-12s %9s %11s\n", "pos", "rank", "node", "device", "next",
-	    "link", "GB/s", "latency us");
-	for (int i = 0; i < plan->nranks; i++) {
-		const struct rmoe_ring_edge *e = &plan->edges[i];
-		char dev[16];
-		if (t->device[e->from] >= 0)
-			snprintf(dev, sizeof(dev), "%d", t->device[e->from]);
-		else
-			snprintf(dev, sizeof(dev), "host");
-		put(o, "  %4d %6d %5d %7s -> %6d  %-12s %9.3g %11.1f\n", i, e->from, t->node[e->from], dev, e->to,
-		    rmoe_link_name(e->link), e->bandwidth_gbs, e->latency_us);
-		shared = e->sharing > shared ? e->sharing : shared;
-	}
-	if (t->nics_per_node > 0)
-		put(o, "  (nics_per_node = %d: the ring edges leaving or entering a node share its network adapters; "
-		       "here up to %d edge(s) share one, and GB/s is an edge's share)\n",
-		    t->nics_per_node, shared);
-
-	put(o, "\nper hop: %.0f expected token-expert pairs (uniform routing), %lld hop(s) with a transfer;\n"
-	       "transfer over the slowest edge, compute at the device rate:\n",
-	    rc->pairs_per_hop, (long long)(p->ep - 1));
-	put(o, "  %-7s %-9s %12s %12s %12s %11s %11s %7s\n", "mode", "pass", "Table 2 MB", "carried MB",
-	    "transfer ms", "compute ms", "exposed ms", "hidden");
-	for (int m = 0; m < 2; m++)
-		for (int b = 0; b < 2; b++) {
-			const struct rmoe_hop_cost *c = m ? &rc->token[b] : &rc->expert[b];
-			double table2 = m ? rc->token_table2[b] : c->bytes;
-			put(o, "  %-7s %-9s %12.1f %12.1f %12.3f %11.3f %11.3f %6.0f%%\n", m ? "token" : "expert",
-			    b ? "backward" : "forward", table2 / 1e6, c->bytes / 1e6, c->transfer_s * 1e3,
-			    c->compute_s * 1e3, c->exposed_s * 1e3, 100.0 * c->hidden_fraction);
-		}
-	put(o, "  (Table 2: E/EP x W per hop for experts, T x (H + M) for tokens, M = K x 8 bytes of\n"
-	       "  routing; the token ring here also carries the output accumulator, and dx, dg backward)\n");
-	put(o, "ring pass, expert routing: forward %.3f ms, backward %.3f ms (compute + (N-1) x max(transfer, "
-	       "compute), backward + the gradients' return)\n",
-	    1e3 * rmoe_ring_pass_seconds(&rc->expert[0], p->ep, 0),
-	    1e3 * rmoe_ring_pass_seconds(&rc->expert[1], p->ep, 1));
-
-	const struct rmoe_hop_cost *c = chosen(plan);
-	put(o, "\nchoice: %s routing\n  %s\n", mode_name(rc->mode), rc->reason);
-	put(o, "crossover: token routing below %lld tokens per rank, expert routing from there\n",
-	    (long long)rc->crossover_tokens);
-	put(o, "expected overlap (%s routing): %.0f%% of each forward hop's transfer and %.0f%% of each "
-	       "backward hop's hidden behind compute\n",
-	    mode_name(rc->mode), 100.0 * c[0].hidden_fraction, 100.0 * c[1].hidden_fraction);
-	const struct rmoe_plan_memory *mem = &plan->memory;
-	const double GiB = 1024.0 * 1024 * 1024;
-	put(o, "\nmemory per rank (scheduler/memory_model.c, even routing):\n");
-	put(o, "  %-12s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
-	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
-		put(o, "  %-12s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_dispatchers[i].kind),
-		    mem->est[i].peak_forward / GiB, mem->est[i].peak_backward / GiB, (long long)mem->max_tokens[i]);
-	put(o, "  max tokens: the largest local token count whose peak fits %.2f GiB%s; ring/a2a "
-	       "%.2fx, token/a2a %.2fx, ring/a2a-megatron %.2fx, ring/a2a-deepep %.2fx\n",
-	    mem->budget / GiB, v->opts->budget > 0 ? "" : " (the device's memory)",
-	    mem->max_tokens[2] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[2] : 0.0,
-	    mem->max_tokens[2] ? (double)mem->max_tokens[1] / (double)mem->max_tokens[2] : 0.0,
-	    mem->max_tokens[3] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[3] : 0.0,
-	    mem->max_tokens[4] ? (double)mem->max_tokens[0] / (double)mem->max_tokens[4] : 0.0);
-	if (v->opts->ring.mem_cap > 0) {
-		struct cap_cost cc = cap_cost(v);
-		if (plan->cap_rc)
-			put(o, "  memory cap: %s\n", plan->cap_msg);
-		else
-			put(o, "  memory cap %.2f GiB (%s routing): chunks of %lld rows, %.0f per hop; about %.0f "
-			       "more tasks per pass, %.1f ms at %.0f us each\n",
-			    (double)v->opts->ring.mem_cap / GiB, mode_name(rc->mode), (long long)plan->chunk_rows,
-			    cc.chunks_per_hop, cc.extra_tasks, cc.extra_tasks * TASK_SECONDS * 1e3, TASK_SECONDS * 1e6);
-		/* Every dispatcher at the chunking the cap asks of it: a hop's
-		 * rows for the rings, a block's (one peer's rows) for an
-		 * all-to-all, both E/N experts' worth at even routing. */
-		put(o, "  under the cap, worst routing (rows per chunk; chunks per hop or block at even routing):\n");
-		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-			const char *name = rmoe_dispatch_name(rmoe_dispatchers[i].kind);
-			if (mem->cap_rc[i] == RMOE_ENOTSUP)
-				put(o, "    %-12s takes no cap (it %s)\n", name, rmoe_dispatchers[i].no_cap);
-			else if (mem->cap_rc[i])
-				put(o, "    %-12s cannot meet it: the cap is below what it holds before a chunk's rows\n", name);
-			else
-				put(o, "    %-12s %lld rows, %.0f per hop or block\n", name, (long long)mem->cap_chunk_rows[i],
-				    ceil(plan->routing.pairs_per_hop / (double)mem->cap_chunk_rows[i]));
-		}
-	}
-	if (!v->opts->attention)
-		return;
-	struct plan_attention at;
-	plan_attention(v, &at);
-	put(o, "\nattention recomputation (§3.4): %lld layers, %lld heads (%lld KV) of %lld, sequence %lld, "
-	       "micro-batch %lld, TP=SP %lld, CP %lld; model state %.1f GiB%s\n",
-	    (long long)at.in.layers, (long long)at.in.heads, (long long)at.in.kv_heads,
-	    (long long)at.in.head_dim, (long long)at.in.seq_len, (long long)at.in.micro_batch,
-	    (long long)at.in.tp, (long long)at.in.cp, at.model_state / GiB,
-	    at.estimated_state ? " (6 + 12/DP bytes per parameter; --model-state to set)" : "");
-	const char *labels[2] = {"ring", "a2a"};
-	for (int i = 0; i < 2; i++) {
-		if (at.rc[i]) {
-			put(o, "  %s: %s\n", labels[i], rmoe_strerror(at.rc[i]));
-			continue;
-		}
-		char buf[8192];
-		rmoe_attn_plan_format(&at.per[i], &at.plan[i], labels[i], buf, sizeof(buf));
-		put(o, "%s", buf);
-	}
-	if (!at.rc[0] && !at.rc[1])
-		put(o, "  attention layers retained: ring %lld, a2a %lld of %lld; predicted step speed-up from "
-		       "less recomputation: ring %.3fx, a2a %.3fx\n",
-		    (long long)at.plan[0].retained_layers, (long long)at.plan[1].retained_layers,
-		    (long long)at.in.layers, at.plan[0].predicted_gain, at.plan[1].predicted_gain);
-}
-
-static void put_hop_json(struct text *o, const struct rmoe_hop_cost *c)
-{
-	put(o, "{\"bytes\": %.0f, \"transfer_ms\": %.6g, \"compute_ms\": %.6g, \"exposed_ms\": %.6g, "
-	       "\"hidden_fraction\": %.6g, \"slowest_edge\": %d}",
-	    c->bytes, c->transfer_s * 1e3, c->compute_s * 1e3, c->exposed_s * 1e3, c->hidden_fraction,
-	    c->slowest_edge);
-}
-
-static void print_json(struct text *o, const struct plan_view *v)
-{
-	const struct rmoe_routing_problem *p = v->p;
-	const struct rmoe_topology *t = v->t;
-	const struct rmoe_plan *plan = v->plan;
-	const struct rmoe_routing_choice *rc = &plan->routing;
-
-	put(o, "{\n  \"model\": {\"preset\": ");
-	if (v->opts->preset.preset)
-		put_json_string(o, v->opts->preset.preset);
-	else
-		put(o, "null");
-	put(o, ", \"scale\": %.6g, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld, "
-	    "\"norm_topk\": %s, \"shared_ffn\": %lld, \"shared_gated\": %s},\n",
-	    v->opts->preset.scale, (long long)p->hidden, (long long)p->ffn, (long long)p->experts, (long long)p->topk,
-	    v->cfg->norm_topk ? "true" : "false", (long long)v->cfg->shared_ffn, v->cfg->shared_gated ? "true" : "false");
-	put(o, "  \"tokens_per_rank\": %lld,\n  \"ranks\": %lld,\n  \"etp\": %lld,\n  \"dtype\": \"%s\",\n",
-	    (long long)p->tokens, (long long)p->ep, (long long)p->etp,
-	    p->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32");
-	put(o, "  \"cluster\": {\"name\": ");
-	put_json_string(o, t->cluster);
-	put(o, ", \"file\": ");
-	if (v->opts->cluster)
-		put_json_string(o, v->opts->cluster);
-	else
-		put(o, "null");
-	put(o, ", \"placement\": ");
-	put_json_string(o, t->placement);
-	put(o, ", \"live\": %s, \"nodes\": %d, \"device_tflops\": %.6g, \"device_memory_bytes\": %lld, "
-	       "\"gpu_link\": \"%s\", \"gpu_link_known\": %s},\n",
-	    v->live ? "true" : "false", t->nnodes, rc->device_tflops, (long long)t->memory_bytes,
-	    rmoe_link_name(t->gpu_link), t->gpu_link_known ? "true" : "false");
-	if (v->live)
-		put(o, "  \"machine\": {\"cores\": %d, \"numa_nodes\": %d, \"gpus\": %d, \"nvlink\": %s},\n",
-		    t->local.cores, t->local.numa_nodes, t->local.gpus,
-		    t->local.nvlink > 0 ? "true" : t->local.nvlink == 0 ? "false" : "null");
-	put(o, "  \"ring\": {\"order\": [");
-	for (int i = 0; i < plan->nranks; i++)
-		put(o, "%s%d", i ? ", " : "", plan->order[i]);
-	put(o, "], \"ring_order\": \"%s\", \"nics_per_node\": %d, \"node_crossings\": %d, \"edges\": [\n",
-	    v->opts->ring.ring_order[0] == 'r' ? "rank" : "planned", t->nics_per_node, plan->node_crossings);
-	for (int i = 0; i < plan->nranks; i++) {
-		const struct rmoe_ring_edge *e = &plan->edges[i];
-		put(o, "    {\"position\": %d, \"from\": %d, \"to\": %d, \"from_node\": %d, \"to_node\": %d, "
-		       "\"from_device\": %d, \"link\": \"%s\", \"bandwidth_gbs\": %.6g, \"latency_us\": %.6g, "
-		       "\"sharing\": %d}%s\n",
-		    i, e->from, e->to, t->node[e->from], t->node[e->to], t->device[e->from], rmoe_link_name(e->link),
-		    e->bandwidth_gbs, e->latency_us, e->sharing, i + 1 < plan->nranks ? "," : "");
-	}
-	put(o, "  ]},\n  \"hops\": {\"pairs_per_hop\": %.6g, \"transfer_hops\": %lld,\n", rc->pairs_per_hop,
-	    (long long)(p->ep - 1));
-	for (int m = 0; m < 2; m++) {
-		const struct rmoe_hop_cost *c = m ? rc->token : rc->expert;
-		put(o, "    \"%s\": {\"forward\": ", m ? "token" : "expert");
-		put_hop_json(o, &c[0]);
-		put(o, ",\n              \"backward\": ");
-		put_hop_json(o, &c[1]);
-		put(o, "}%s\n", m ? "" : ",");
-	}
-	put(o, "  },\n  \"pass_ms\": {\"expert\": {\"forward\": %.6g, \"backward\": %.6g}},\n",
-	    1e3 * rmoe_ring_pass_seconds(&rc->expert[0], p->ep, 0),
-	    1e3 * rmoe_ring_pass_seconds(&rc->expert[1], p->ep, 1));
-	const struct rmoe_hop_cost *c = chosen(plan);
-	put(o, "  \"choice\": {\"mode\": \"%s\", \"crossover_tokens\": %lld, \"reason\": ", mode_name(rc->mode),
-	    (long long)rc->crossover_tokens);
-	put_json_string(o, rc->reason);
-	put(o, "},\n  \"overlap\": {\"forward_hidden_fraction\": %.6g, \"backward_hidden_fraction\": %.6g},\n",
-	    c[0].hidden_fraction, c[1].hidden_fraction);
-	const struct rmoe_plan_memory *mem = &plan->memory;
-	put(o, "  \"memory\": {\"modelled\": true, \"budget_bytes\": %lld, \"dispatchers\": {",
-	    (long long)mem->budget);
-	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
-		put(o, "%s\"%s\": {\"peak_forward_bytes\": %lld, \"peak_backward_bytes\": %lld, "
-		       "\"resident_forward_bytes\": %lld, \"resident_backward_bytes\": %lld, "
-		       "\"weights_and_inputs_bytes\": %lld, \"largest_buffer_bytes\": %lld, "
-		       "\"largest_trainable_tokens\": %lld}",
-		    i ? ", " : "", rmoe_dispatch_name(rmoe_dispatchers[i].kind), (long long)mem->est[i].peak_forward,
-		    (long long)mem->est[i].peak_backward, (long long)mem->est[i].resident_forward,
-		    (long long)mem->est[i].resident_backward, (long long)mem->est[i].weights_and_inputs,
-		    (long long)mem->est[i].largest_buffer, (long long)mem->max_tokens[i]);
-	put(o, "}");
-	if (v->opts->ring.mem_cap > 0) {
-		put(o, ", \"mem_cap\": {\"bytes\": %lld, \"chunk_rows\": %lld, \"error\": ",
-		    (long long)v->opts->ring.mem_cap, plan->cap_rc ? 0LL : (long long)plan->chunk_rows);
-		if (plan->cap_rc)
-			put_json_string(o, plan->cap_msg);
-		else
-			put(o, "null");
-		put(o, ", \"dispatchers\": {");
-		for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-			put(o, "%s\"%s\": ", i ? ", " : "", rmoe_dispatch_name(rmoe_dispatchers[i].kind));
-			if (mem->cap_rc[i])
-				put(o, "{\"chunk_rows\": 0, \"error\": \"%s\"}",
-				    mem->cap_rc[i] == RMOE_ENOTSUP ? "takes no cap" : "cap too small");
-			else
-				put(o, "{\"chunk_rows\": %lld, \"error\": null}", (long long)mem->cap_chunk_rows[i]);
-		}
-		put(o, "}}");
-	}
-	put(o, "}");
-	if (v->opts->attention) {
-		struct plan_attention at;
-		plan_attention(v, &at);
-		put(o, ",\n  \"attention\": {\"model_state_bytes\": %lld", (long long)at.model_state);
-		const char *labels[2] = {"ring", "a2a"};
-		for (int i = 0; i < 2; i++) {
-			char buf[16384];
-			if (at.rc[i] || rmoe_attn_plan_json(&at.per[i], &at.plan[i], labels[i], buf, sizeof(buf)) <= 0)
-				put(o, ", \"%s\": null", labels[i]);
-			else
-				put(o, ", \"%s\": %s", labels[i], buf);
-		}
-		put(o, "}");
-	}
-	put(o, "\n}\n");
 }
 
 /* The live topology: every rank's host name and GPUs, gathered. */
@@ -598,6 +225,50 @@ static void say_error(const char *msg)
 	}
 }
 
+/* The topology planned for: the ranks' own under mpirun (live), else
+ * nranks placed on the cluster (or this machine) as the description says. */
+static int make_topology(const struct plan_opts *r, const struct rmoe_cluster *cluster, int nranks, int live,
+                         struct rmoe_topology *topo)
+{
+	if (live)
+		return live_topology(r->cluster ? cluster : NULL, topo);
+	struct rmoe_local_hw hw;
+	int have_hw = !r->cluster && rmoe_local_hw_probe(&hw) == 0;
+	return rmoe_topology_simulated(r->cluster ? cluster : NULL, have_hw ? &hw : NULL, nranks, topo);
+}
+
+/* The plan as text or JSON, built whole, then printed by rank 0; the exit
+ * code. */
+static int print_plan(const struct plan_opts *r, const struct rmoe_layer_config *cfg,
+                      const struct rmoe_routing_problem *prob, const struct rmoe_topology *topo,
+                      const struct rmoe_plan *plan, int live)
+{
+	struct rmoe_plan_attention attention;
+	if (r->attention)
+		plan_attention(r, prob, plan, &attention);
+	const struct rmoe_plan_view v = {
+		.preset = r->preset.preset, .scale = r->preset.scale, .cluster_file = r->cluster,
+		.rank_order = !strcmp(r->ring.ring_order, "rank"), .mem_cap = r->ring.mem_cap, .budget = r->budget,
+		.live = live, .cfg = cfg, .p = prob, .t = topo, .plan = plan, .attention = r->attention ? &attention : NULL,
+	};
+	struct rmoe_text out = {0};
+	if (r->json)
+		rmoe_plan_print_json(&out, &v);
+	else
+		rmoe_plan_print_text(&out, &v);
+	int rank = 0, code = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	if (out.failed) {
+		say_error("out of host memory formatting the plan");
+		code = 1;
+	} else if (rank == 0) {
+		fwrite(out.s, 1, out.len, stdout);
+		fflush(stdout);
+	}
+	rmoe_text_free(&out);
+	return code;
+}
+
 int rmoe_cmd_plan(int argc, char **argv, int first)
 {
 	struct plan_opts r = {.preset.scale = 1.0, .ring = {.dtype = "bf16", .ring_order = "planned"}, .micro_batch = 1,
@@ -629,14 +300,8 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 	}
 
 	struct rmoe_topology topo;
-	int live = nranks == size;
-	if (live) {
-		rc = live_topology(r.cluster ? &cluster : NULL, &topo);
-	} else {
-		struct rmoe_local_hw hw;
-		int have_hw = !r.cluster && rmoe_local_hw_probe(&hw) == 0;
-		rc = rmoe_topology_simulated(r.cluster ? &cluster : NULL, have_hw ? &hw : NULL, nranks, &topo);
-	}
+	const int live = nranks == size;
+	rc = make_topology(&r, &cluster, nranks, live, &topo);
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));
 	struct rmoe_plan_request req = {.layer = &cfg, .etp = r.etp, .budget = r.budget,
@@ -648,22 +313,7 @@ int rmoe_cmd_plan(int argc, char **argv, int first)
 		say_error(rc ? rmoe_strerror(rc) : "another rank failed to plan");
 		code = rc == RMOE_EINVAL || rc == RMOE_EFORMAT ? 2 : 1;
 	} else {
-		struct text out = {0};
-		struct plan_view v = {&r, &prob, &topo, &plan, live, &cfg};
-		if (r.json)
-			print_json(&out, &v);
-		else
-			print_text(&out, &v);
-		int rank = 0;
-		MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-		if (out.failed) {
-			say_error("out of host memory formatting the plan");
-			code = 1;
-		} else if (rank == 0) {
-			fwrite(out.s, 1, out.len, stdout);
-			fflush(stdout);
-		}
-		free(out.s);
+		code = print_plan(&r, &cfg, &prob, &topo, &plan, live);
 	}
 	rmoe_plan_free(&plan);
 	rmoe_topology_free(&topo);

@@ -1,27 +1,23 @@
 /* relaymoe run: one MoE layer, forward and backward, with the ring and the
- * all-to-all dispatchers side by side on the same inputs and weights. */
+ * all-to-all dispatchers side by side on the same inputs and weights: the
+ * options, the dispatchers' passes interleaved, and what each measured,
+ * agreed over the ranks (run_report.c prints it). */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "app.h"
+#include "device_io.h"
+#include "messages.h"
 #include "options.h"
+#include "problem.h"
+#include "results.h"
 #include "rmoe_config.h"
 #include "rmoe_memory_model.h"
 #include "rmoe_scheduler.h"
-
-/* --check against the double-precision reference: fp32 rounding over the
- * layer's sums; bf16 storage (8 significant bits) of the intermediates and
- * of the relayed gradients. */
-#define CHECK_TOLERANCE_F32 1e-5
-#define CHECK_TOLERANCE_BF16 1e-2
-#ifdef RMOE_SIMGRID
-#define RMOE_SIMULATED 1
-#else
-#define RMOE_SIMULATED 0
-#endif
+#include "run_report.h"
 
 struct run_opts {
 	struct rmoe_preset_opts preset;
@@ -146,27 +142,8 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	return 0;
 }
 
-struct outcome {
-	enum rmoe_dispatch d;
-	double fwd_ms, bwd_ms;          /* medians, max over ranks */
-	double peak_fwd, peak_bwd;      /* bytes, max over ranks */
-	double resident, rss, sent;     /* bytes, max over ranks */
-	double sent_fwd, sent_bwd;      /* of sent, each pass's, max over ranks (a bound's wire and staging terms) */
-	double largest_temp;
-	double model_fwd, model_bwd;    /* the memory model's peaks for the routing seen */
-	double leave_fwd, leave_bwd;    /* of them, a2a's rows that may leave first (the model's leaving_*) */
-	double skew;                    /* busiest hop (rings, a2a) or rank (a2a-megatron) over even */
-	int64_t chunk_rows;
-	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
-	double heap_fwd, heap_bwd;      /* the heap figure (peak_heap_*), bytes, max over ranks */
-	double runtime_fwd, runtime_bwd; /* the runtime's structures of a pass's graph (runtime_*_bytes),
-	                                    bytes, max over ranks: the model's term for the heap figure */
-	double fb_med, fb_min, fb_max;  /* forward+backward per repetition: median and range, ms */
-	double ratio_med, ratio_min, ratio_max; /* forward+backward over the first dispatcher's, per repetition */
-};
-
 /* blocks: a2a's, the routing seen (NULL: the skew's bound). */
-static void model_peaks(const struct rmoe_problem *p, struct outcome *o, const int64_t *blocks)
+static void model_peaks(const struct rmoe_problem *p, struct rmoe_run_outcome *o, const int64_t *blocks)
 {
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, &p->cfg, p->nranks);
@@ -284,7 +261,7 @@ static void spread(double *v, int64_t n, double *m, double *lo, double *hi)
 /* What one contender measured, into out; first: the run's first
  * dispatcher (the ring), whose time the ratios divide. */
 static void contender_outcome(struct contender *c, const struct contender *first, const struct rmoe_problem *prob,
-                              const struct rmoe_results *res, int64_t repeat, struct outcome *out)
+                              const struct rmoe_results *res, int64_t repeat, struct rmoe_run_outcome *out)
 {
 	double *fb = calloc((size_t)repeat, sizeof(double)), *ratio = calloc((size_t)repeat, sizeof(double));
 	for (int64_t i = 0; fb && ratio && i < repeat; i++) {
@@ -346,7 +323,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
  * RSS and a device's memory hold every dispatcher's layer: measure device
  * memory one dispatcher per process. */
 static int run_all(rmoe_ctx *ctx, const struct rmoe_problem *prob, const enum rmoe_dispatch *which, int n,
-                   const struct run_opts *r, struct rmoe_results *res, struct outcome *out)
+                   const struct run_opts *r, struct rmoe_results *res, struct rmoe_run_outcome *out)
 {
 	struct contender c[MAX_DISPATCHERS];
 	memset(c, 0, sizeof(c));
@@ -389,123 +366,6 @@ static int run_all(rmoe_ctx *ctx, const struct rmoe_problem *prob, const enum rm
 		if (c[i].layer)
 			rmoe_layer_destroy(c[i].layer);
 	}
-	return rc;
-}
-
-static const double MiB = 1024.0 * 1024.0;
-
-/* One row of the table; with a device, its peak (fwd/bwd) at the end. */
-/* The headline memory metric, fixed before measuring (docs/memory.md): the
- * total peak of a pass, the larger of StarPU's figure and the heap figure,
- * the larger pass. Simulated runs have no heap figure: StarPU's (the
- * model's) alone. */
-static double total_peak(const struct outcome *o)
-{
-	return fmax(fmax(o->peak_fwd, o->peak_bwd), fmax(o->heap_fwd, o->heap_bwd));
-}
-
-static void print_outcome(const struct outcome *o, int device)
-{
-	double peak = total_peak(o);
-	char dev[48] = "";
-	if (device)
-		snprintf(dev, sizeof(dev), " %9.1f %9.1f", o->device_fwd / MiB, o->device_bwd / MiB);
-	rmoe_app_say("%-12s %9.1f %9.1f %11.1f %11.1f %9.1f %9.1f %10.1f %11.1f %9.1f %9.1f%s\n",
-	             rmoe_dispatch_name(o->d), o->fwd_ms, o->bwd_ms, o->peak_fwd / MiB, o->peak_bwd / MiB,
-	             o->heap_fwd / MiB, o->heap_bwd / MiB, peak / MiB, (peak - o->resident) / MiB, o->rss / MiB,
-	             o->sent / MiB, dev);
-}
-
-/* What the run ran on (this rank's context), for the record of every row. */
-static struct {
-	const char *sched, *starpu;
-	int cpu_workers, cuda_workers;
-} run_info;
-
-/* What the device columns count (codelets/probe.c): kept, StarPU's cache
- * of freed device buffers included; off, the bytes the data held. */
-static const char *device_cache_mode(void)
-{
-	const char *env = getenv("RMOE_DEVICE_CACHE");
-	return env && !strcmp(env, "off") ? "off" : "kept";
-}
-
-static int write_csv(const char *path, const struct rmoe_layer_config *cfg, int nranks,
-                     const struct outcome *o, int n, const char *io)
-{
-	int rank;
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	if (rank != 0)
-		return 0;
-	FILE *f = fopen(path, "a");
-	if (!f) {
-		rmoe_app_error("--csv %s: cannot open for appending", path);
-		return RMOE_EIO;
-	}
-	if (ftell(f) == 0)
-		fprintf(f, "dispatch,ranks,hidden,ffn,experts,topk,tokens,chunk_rows,fwd_ms,bwd_ms,"
-		           "peak_fwd_bytes,peak_bwd_bytes,resident_bytes,peak_rss_bytes,sent_bytes,"
-		           "largest_temp_bytes,skew,model_peak_fwd_bytes,model_peak_bwd_bytes,dtype,partitions,"
-		           "peak_device_fwd_bytes,peak_device_bwd_bytes,sched,cpu_workers,cuda_workers,starpu,io,"
-		           "fwd_bwd_min_ms,fwd_bwd_max_ms,time_vs_first_median,time_vs_first_min,time_vs_first_max,"
-		           "fwd_bwd_median_ms,heap_fwd_bytes,heap_bwd_bytes,device_cache,"
-		           "model_leaving_fwd_bytes,model_leaving_bwd_bytes,sent_fwd_bytes,sent_bwd_bytes,"
-		           "runtime_fwd_bytes,runtime_bwd_bytes\n");
-	for (int i = 0; i < n; i++)
-		fprintf(f, "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.4f,"
-		           "%.0f,%.0f,%s,%lld,%.0f,%.0f,%s,%d,%d,%s,%s,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f,%.0f,%.0f,%s,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n",
-		        rmoe_dispatch_name(o[i].d), nranks, (long long)cfg->hidden, (long long)cfg->ffn,
-		        (long long)cfg->experts, (long long)cfg->topk, (long long)cfg->tokens,
-		        (long long)o[i].chunk_rows, o[i].fwd_ms, o[i].bwd_ms, o[i].peak_fwd, o[i].peak_bwd,
-		        o[i].resident, o[i].rss, o[i].sent, o[i].largest_temp, o[i].skew, o[i].model_fwd,
-		        o[i].model_bwd, cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32",
-		        (long long)(cfg->partitions > 1 && !rmoe_dispatch_alltoall(o[i].d) ? cfg->partitions : 1),
-		        o[i].device_fwd, o[i].device_bwd, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
-		        run_info.starpu, io, o[i].fb_min, o[i].fb_max, o[i].ratio_med, o[i].ratio_min, o[i].ratio_max,
-		        o[i].fb_med, o[i].heap_fwd, o[i].heap_bwd, device_cache_mode(), o[i].leave_fwd, o[i].leave_bwd,
-		        o[i].sent_fwd, o[i].sent_bwd, o[i].runtime_fwd, o[i].runtime_bwd);
-	return fclose(f) == 0 ? 0 : RMOE_EIO;
-}
-
-/* --routing: the pairs of each rank's tokens routed to each expert, as the
- * expert GEMMs see them (rank r's rows of expert e form one GEMM per
- * matrix): "rank,expert,rows", one line per rank and expert. The routing
- * is that of the run's last pass; every dispatcher routes alike. Written to
- * a temporary name and renamed: no partial file. */
-static int write_routing(const char *path, const struct rmoe_problem *p, const int32_t *topk_idx)
-{
-	const int64_t E = p->cfg.experts, P = p->cfg.tokens * p->cfg.topk;
-	int64_t *mine = calloc((size_t)E, sizeof(int64_t));
-	int64_t *all = p->rank == 0 ? calloc((size_t)(E * p->nranks), sizeof(int64_t)) : NULL;
-	int rc = mine && (p->rank != 0 || all) ? 0 : RMOE_ENOMEM;
-	for (int64_t i = 0; i < P && !rc; i++)
-		mine[topk_idx[i]]++;
-	if (rmoe_app_agree(rc)) {
-		free(mine);
-		free(all);
-		rmoe_app_error("--routing %s: out of memory", path);
-		return RMOE_ENOMEM;
-	}
-	MPI_Gather(mine, (int)E, MPI_INT64_T, all, (int)E, MPI_INT64_T, 0, MPI_COMM_WORLD);
-	if (p->rank == 0) {
-		char tmp[4096];
-		snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
-		FILE *f = fopen(tmp, "w");
-		rc = f ? 0 : RMOE_EIO;
-		if (f) {
-			fprintf(f, "rank,expert,rows\n");
-			for (int r = 0; r < p->nranks; r++)
-				for (int64_t e = 0; e < E; e++)
-					fprintf(f, "%d,%lld,%lld\n", r, (long long)e, (long long)all[r * E + e]);
-			rc = fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : RMOE_EIO;
-			if (rc)
-				remove(tmp);
-		}
-		if (rc)
-			rmoe_app_error("--routing %s: cannot write it", path);
-	}
-	free(mine);
-	free(all);
 	return rc;
 }
 
@@ -557,209 +417,104 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	return 0;
 }
 
-/* The comparison printed after the table: each all-to-all baseline over
- * each ring mode, the model against the measured peaks, the dispatchers
- * against each other. */
-static void print_comparisons(const struct outcome *out, const struct rmoe_results *res, int ndisp,
-                              const struct rmoe_problem *prob)
+/* The run's options, the layer's configuration and the dispatchers, all
+ * checked before anything starts (the layer's own check, so a bad value
+ * fails here on every rank alike); 0, 1 after --help, or a negative
+ * RMOE_E* code with msg. */
+static int configure(struct run_opts *r, int argc, char **argv, int first, struct rmoe_layer_config *cfg,
+                     enum rmoe_dispatch *which, int *ndisp, char *msg, size_t len)
 {
-	for (int ia = 0; ia < ndisp; ia++) {
-		if (!rmoe_dispatch_alltoall(out[ia].d))
-			continue;
-		for (int i = 0; i < ndisp; i++) {
-			if (rmoe_dispatch_alltoall(out[i].d))
-				continue;
-			const struct outcome *ring = &out[i], *a2a = &out[ia];
-			double pr = total_peak(ring), pa = total_peak(a2a);
-			char t[96];
-			/* against the first dispatcher: the ratio of each repetition */
-			if (i == 0)
-				snprintf(t, sizeof(t), "%.2fx [%.2f-%.2f] (median, range of the repetitions)", a2a->ratio_med,
-				         a2a->ratio_min, a2a->ratio_max);
-			else
-				snprintf(t, sizeof(t), "%.2fx (of the medians)", a2a->fb_med / ring->fb_med);
-			rmoe_app_say("%s/%s: total peak %.2fx, forward+backward time %s\n", rmoe_dispatch_name(a2a->d),
-			             rmoe_dispatch_name(ring->d), pa / pr, t);
-			/* Diagnostics, never the headline: each figure alone, and the
-			 * execution peak (the total above the resident part). */
-			double ha = fmax(a2a->heap_fwd, a2a->heap_bwd), hr = fmax(ring->heap_fwd, ring->heap_bwd);
-			char heap[48] = "";
-			if (ha > 0 && hr > 0)
-				snprintf(heap, sizeof(heap), ", heap figure %.2fx", ha / hr);
-			rmoe_app_say("  (diagnostics, %s/%s: StarPU's figure %.2fx%s, execution peak %.2fx)\n",
-			             rmoe_dispatch_name(a2a->d), rmoe_dispatch_name(ring->d),
-			             fmax(a2a->peak_fwd, a2a->peak_bwd) / fmax(ring->peak_fwd, ring->peak_bwd), heap,
-			             (pa - a2a->resident) / (pr - ring->resident));
-		}
-	}
-	for (int i = 0; i < ndisp; i++)
-		rmoe_app_say("%-12s forward+backward %.1f ms [%.1f-%.1f] over the interleaved repetitions\n",
-		             rmoe_dispatch_name(out[i].d), out[i].fb_med, out[i].fb_min, out[i].fb_max);
-	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
-		rmoe_app_say("model %-12s (routing skew %.3f): peak fwd %.1f MiB (%+.1f%%), bwd %.1f MiB (%+.1f%%) "
-		             "against the measured\n",
-		             rmoe_dispatch_name(out[i].d), out[i].skew, out[i].model_fwd / MiB,
-		             100.0 * (out[i].model_fwd / out[i].peak_fwd - 1.0), out[i].model_bwd / MiB,
-		             100.0 * (out[i].model_bwd / out[i].peak_bwd - 1.0));
-	/* The model against the independent figure, with the runtime's
-	 * structures the heap holds beside the data (the graph's handles,
-	 * tasks and requests): what neither counts (scratch, MPI's buffers,
-	 * slack) shows here. */
-	for (int i = 0; i < ndisp && !RMOE_SIMULATED; i++)
-		rmoe_app_say("model %-12s + runtime %.1f/%.1f MiB against the heap: fwd %.1f MiB (model %+.1f%%), "
-		             "bwd %.1f MiB (model %+.1f%%)\n",
-		             rmoe_dispatch_name(out[i].d), out[i].runtime_fwd / MiB, out[i].runtime_bwd / MiB,
-		             out[i].heap_fwd / MiB, 100.0 * ((out[i].model_fwd + out[i].runtime_fwd) / out[i].heap_fwd - 1.0),
-		             out[i].heap_bwd / MiB, 100.0 * ((out[i].model_bwd + out[i].runtime_bwd) / out[i].heap_bwd - 1.0));
-	for (int i = 1; i < ndisp && !RMOE_SIMULATED; i++) {
-		const char *worst;
-		double diff = rmoe_results_max_rel_diff(&res[0], &res[i], prob, &worst);
-		rmoe_app_say("largest relative difference %s vs %s: %.2e (%s)\n", rmoe_dispatch_name(out[0].d),
-		             rmoe_dispatch_name(out[i].d), diff, worst);
-	}
-}
-
-/* The table and what follows it; --check, --dump and --csv. Returns the
- * exit code. */
-static int report(const struct run_opts *r, const struct rmoe_layer_config *cfg, const struct outcome *out,
-                  const struct rmoe_results *res, int ndisp, const struct rmoe_problem *prob)
-{
-	int exit_code = 0;
-	int device = 0;
-	for (int i = 0; i < ndisp; i++)
-		device |= out[i].device_fwd > 0 || out[i].device_bwd > 0;
-	rmoe_app_say("\n%-12s %9s %9s %11s %11s %9s %9s %10s %11s %9s %9s%s\n", "", "fwd ms", "bwd ms", "peak fwd",
-	             "peak bwd", "heap fwd", "heap bwd", "TOTAL", "exec peak", "peak RSS", "sent",
-	             device ? "  dev fwd   dev bwd" : "");
-	rmoe_app_say("%-12s %9s %9s %11s %11s %9s %9s %10s %11s %9s %9s%s\n", "", "(median)", "(median)", "MiB", "MiB",
-	             "MiB", "MiB", "MiB", "(diag) MiB", "MiB", "MiB/rank", device ? "       MiB       MiB" : "");
-	for (int i = 0; i < ndisp; i++)
-		print_outcome(&out[i], device);
-	for (int i = 0; i < ndisp; i++)
-		if (cfg->mem_cap > 0 && rmoe_dispatcher_of(out[i].d)->capped)
-			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
-			             rmoe_dispatch_name(out[i].d), (double)cfg->mem_cap / MiB, rmoe_dispatcher_of(out[i].d)->chunked,
-			             (long long)out[i].chunk_rows, fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
-#ifdef RMOE_SIMGRID
-	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
-	             "(model), no task samples memory in a simulation, TOTAL = its larger pass; exec peak = a "
-	             "diagnostic, TOTAL above the %.1f MiB resident; peak RSS is the simulator's whole process)\n",
-	             out[0].resident / MiB);
-#else
-	rmoe_app_say("(max over ranks; peak = the layer's StarPU data, sampled at every task; heap = the same "
-	             "resident part plus the process heap's growth (malloc'ed, whoever by), sampled at every task and "
-	             "every 0.5 ms; TOTAL = the headline metric, the larger of peak and heap over both passes; exec "
-	             "peak = a diagnostic, TOTAL above the %.1f MiB resident: weights, gradients, inputs, routing; "
-	             "peak RSS: the process, which holds every dispatcher's layer)\n",
-	             out[0].resident / MiB);
-	if (device)
-		rmoe_app_say("(dev = StarPU's bytes on the GPU, weights and inputs there included, %s)\n",
-		             strcmp(device_cache_mode(), "off")
-		                     ? "its cache of freed device buffers too (RMOE_DEVICE_CACHE=off: the data's own)"
-		                     : "freed buffers returned at once (RMOE_DEVICE_CACHE=off): the data's own");
-#endif
-	print_comparisons(out, res, ndisp, prob);
-	const double tol = cfg->dtype == RMOE_DTYPE_BF16 ? CHECK_TOLERANCE_BF16 : CHECK_TOLERANCE_F32;
-	for (int i = 0; i < ndisp && r->check; i++) {
-		const char *worst;
-		int64_t ties;
-		double err = rmoe_results_check(&res[i], prob, &worst, &ties);
-		int ok = err <= tol;
-		rmoe_app_say("check %s vs reference: largest relative error %.2e (%s), %lld near-tie routing "
-		             "choice(s); tolerance %.0e: %s\n",
-		             rmoe_dispatch_name(out[i].d), err, worst, (long long)ties, tol, ok ? "PASS" : "FAIL");
-		if (!ok)
-			exit_code = 1;
-	}
-	if (exit_code == 0 && r->dump) {
-		if (rmoe_results_dump(&res[0], prob, r->dump))
-			exit_code = 1;
-		else
-			rmoe_app_say("wrote inputs and %s outputs to %s/\n", rmoe_dispatch_name(out[0].d), r->dump);
-	}
-	if (exit_code == 0 && r->csv && rmoe_app_agree(write_csv(r->csv, cfg, prob->nranks, out, ndisp, r->io)))
-		exit_code = 1;
-	if (exit_code == 0 && r->routing && rmoe_app_agree(write_routing(r->routing, prob, res[0].topk_idx)))
-		exit_code = 1;
-	return exit_code;
-}
-
-int rmoe_cmd_run(int argc, char **argv, int first)
-{
-	struct run_opts r = {.preset.scale = 1.0, .ring = {.dtype = "f32", .ring_order = "planned"}, .seed = 1,
-	                     .repeat = 3, .partitions = 1, .dispatch = "baselines", .io = "host"};
-	char msg[1024];
-	int prc = parse_options(&r, argc, argv, first, msg, sizeof(msg));
-	if (prc == 1)
-		return 0;
-	struct rmoe_layer_config cfg;
-	enum rmoe_dispatch which[MAX_DISPATCHERS];
-	int ndisp = 0;
-	if (!prc)
-		prc = make_config(&r, &cfg, msg, sizeof(msg));
-	if (!prc && !(ndisp = rmoe_app_dispatch_list(r.dispatch, which, msg, sizeof(msg))))
+	int prc = parse_options(r, argc, argv, first, msg, len);
+	if (prc)
+		return prc;
+	prc = make_config(r, cfg, msg, len);
+	if (!prc && !(*ndisp = rmoe_app_dispatch_list(r->dispatch, which, msg, len)))
 		prc = RMOE_EINVAL;
 	/* Beside others, whole blocks run whole while the others are chunked
 	 * (contender_open); asked for alone, the knobs are refused. */
-	const struct rmoe_dispatcher *alone = !prc && ndisp == 1 ? rmoe_dispatcher_of(which[0]) : NULL;
-	if (alone && alone->whole_blocks && (cfg.chunk_rows > 0 || cfg.mem_cap > 0)) {
-		snprintf(msg, sizeof(msg), "%s: %s sends whole per-rank blocks (they apply to the rings and a2a)",
-		         cfg.chunk_rows > 0 ? "--chunk-rows" : "--mem-cap", alone->name);
+	const struct rmoe_dispatcher *alone = !prc && *ndisp == 1 ? rmoe_dispatcher_of(which[0]) : NULL;
+	if (alone && alone->whole_blocks && (cfg->chunk_rows > 0 || cfg->mem_cap > 0)) {
+		snprintf(msg, len, "%s: %s sends whole per-rank blocks (they apply to the rings and a2a)",
+		         cfg->chunk_rows > 0 ? "--chunk-rows" : "--mem-cap", alone->name);
 		prc = RMOE_EINVAL;
 	}
 #ifdef RMOE_SIMGRID
-	if (!prc && (r.check || r.load || r.dump || r.trace || r.routing)) {
-		snprintf(msg, sizeof(msg), "--check, --load, --dump, --trace and --routing need real kernels: this is the "
+	if (!prc && (r->check || r->load || r->dump || r->trace || r->routing)) {
+		snprintf(msg, len, "--check, --load, --dump, --trace and --routing need real kernels: this is the "
 		         "simulation build (StarPU-SimGrid)");
 		prc = RMOE_EINVAL;
 	}
 #endif
 	int nranks;
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	/* The configuration is checked before anything starts (same check as
-	 * the layer's, so a bad value fails here on every rank alike). */
-	if (!prc && (prc = rmoe_config_check(&cfg, nranks)))
-		snprintf(msg, sizeof(msg), "%s", rmoe_strerror(prc));
+	if (!prc && (prc = rmoe_config_check(cfg, nranks)))
+		snprintf(msg, len, "%s", rmoe_strerror(prc));
+	return prc;
+}
+
+/* What the run is: the layer, its routing, the machine it runs on. */
+static void print_header(const struct run_opts *r, const struct rmoe_layer_config *cfg, int nranks, rmoe_ctx *ctx,
+                         const struct rmoe_run_info *info)
+{
+	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, seed %lld, "
+	             "%lld timed repetition(s)\n",
+	             nranks, (long long)cfg->hidden, (long long)cfg->ffn, (long long)cfg->experts, (long long)cfg->topk,
+	             (long long)cfg->tokens, r->preset.preset ? ", preset " : "", r->preset.preset ? r->preset.preset : "",
+	             (long long)r->seed, (long long)r->repeat);
+	char routing[160];
+	rmoe_app_routing_line(cfg, routing, sizeof(routing));
+	rmoe_app_say("  routing: %s\n", routing);
+	if (r->preset.preset && r->preset.scale != 1.0)
+		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r->preset.preset, r->preset.scale);
+	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call "
+	             "(%s kernels), %s, activations on the %s\n",
+	             info->starpu, info->sched, info->cpu_workers, info->cuda_workers, rmoe_ctx_blas_threads(ctx),
+	             rmoe_blas_core(), cfg->dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r->io);
+}
+
+int rmoe_cmd_run(int argc, char **argv, int first)
+{
+	struct run_opts r = {.preset.scale = 1.0, .ring = {.dtype = "f32", .ring_order = "planned"}, .seed = 1,
+	                     .repeat = 3, .partitions = 1, .dispatch = "baselines", .io = "host"};
+	struct rmoe_layer_config cfg;
+	enum rmoe_dispatch which[MAX_DISPATCHERS];
+	int ndisp = 0;
+	char msg[1024];
+	int prc = configure(&r, argc, argv, first, &cfg, which, &ndisp, msg, sizeof(msg));
+	if (prc == 1)
+		return 0;
 	if (prc) {
 		rmoe_app_say("relaymoe run: %s\n", msg);
 		return 2;
 	}
+	int nranks;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	rmoe_ctx *ctx = NULL;
 	if (make_context(&r, &ctx))
 		return 1;
-	run_info.sched = rmoe_ctx_sched_policy(ctx);
-	run_info.starpu = rmoe_starpu_build();
-	rmoe_ctx_workers(ctx, &run_info.cpu_workers, &run_info.cuda_workers);
+	struct rmoe_run_info info = {.sched = rmoe_ctx_sched_policy(ctx), .starpu = rmoe_starpu_build()};
+	rmoe_ctx_workers(ctx, &info.cpu_workers, &info.cuda_workers);
 	struct rmoe_problem prob;
 	if (rmoe_problem_init(&prob, &cfg, (uint64_t)r.seed, r.load)) {
 		rmoe_problem_free(&prob);
 		rmoe_ctx_destroy(ctx);
 		return 1;
 	}
-	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, seed %lld, "
-	             "%lld timed repetition(s)\n",
-	             nranks, (long long)cfg.hidden, (long long)cfg.ffn, (long long)cfg.experts, (long long)cfg.topk,
-	             (long long)cfg.tokens, r.preset.preset ? ", preset " : "", r.preset.preset ? r.preset.preset : "",
-	             (long long)r.seed, (long long)r.repeat);
-	char routing[160];
-	rmoe_app_routing_line(&cfg, routing, sizeof(routing));
-	rmoe_app_say("  routing: %s\n", routing);
-	if (r.preset.preset && r.preset.scale != 1.0)
-		rmoe_app_say("  (H, F and tokens of %s divided by %g)\n", r.preset.preset, r.preset.scale);
-	rmoe_app_say("  StarPU %s, policy %s, %d CPU and %d CUDA worker(s) per rank, %d OpenBLAS thread(s) per call "
-	             "(%s kernels), %s, activations on the %s\n",
-	             run_info.starpu, run_info.sched, run_info.cpu_workers, run_info.cuda_workers,
-	             rmoe_ctx_blas_threads(ctx), rmoe_blas_core(), cfg.dtype == RMOE_DTYPE_BF16 ? "bf16" : "f32", r.io);
+	print_header(&r, &cfg, nranks, ctx, &info);
 
 	struct rmoe_results res[MAX_DISPATCHERS];
-	struct outcome out[MAX_DISPATCHERS];
+	struct rmoe_run_outcome out[MAX_DISPATCHERS];
 	memset(res, 0, sizeof(res));
 	int rc = 0;
 	for (int i = 0; i < ndisp && !rc; i++)
 		rc = rmoe_app_agree(rmoe_results_alloc(&res[i], &prob));
 	if (!rc)
 		rc = run_all(ctx, &prob, which, ndisp, &r, res, out);
-	int exit_code = rc ? 1 : report(&r, &cfg, out, res, ndisp, &prob);
+	const struct rmoe_run_report rep = {
+		.cfg = &cfg, .prob = &prob, .out = out, .res = res, .ndisp = ndisp, .info = info, .check = r.check,
+		.io = r.io, .dump = r.dump, .csv = r.csv, .routing = r.routing,
+	};
+	int exit_code = rc ? 1 : rmoe_run_report(&rep);
 	for (int i = 0; i < MAX_DISPATCHERS; i++)
 		rmoe_results_free(&res[i]);
 	rmoe_problem_free(&prob);

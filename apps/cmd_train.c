@@ -4,6 +4,7 @@
  * the expert-parallel group; every rank trains on its own tokens. */
 #include <errno.h>
 #include <math.h>
+#include <mpi.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,11 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "messages.h"
 #include "options.h"
+#include "problem.h"
 #include "rmoe_scheduler.h"
+#include "rmoe_system.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -201,7 +205,7 @@ static void plot_curve(const char *csv, const char *png)
 		rmoe_app_say("skipping the plot: %s not found\n", PYTHON);
 		return;
 	}
-	const char *script = getenv("RMOE_TRAIN_PLOT");
+	const char *script = rmoe_env(RMOE_ENV_TRAIN_PLOT);
 	if (!script)
 		script = RMOE_TRAIN_PLOT_SCRIPT;
 	char *argv[] = {PYTHON, (char *)script, "--out", (char *)png, (char *)csv, NULL};
@@ -219,36 +223,220 @@ static void plot_curve(const char *csv, const char *png)
 
 static const double MiB = 1024.0 * 1024.0;
 
+/* The options, defaults from the optimizer's, checked; the optimizer's
+ * configuration from them. 0, 1 after --help, or a negative RMOE_E* code
+ * with msg. */
+static int configure(struct train_opts *r, struct rmoe_adamw_config *ac, struct rmoe_train_shape *shape,
+                     enum rmoe_dispatch *dispatch, int argc, char **argv, int first, char *msg, size_t len)
+{
+	rmoe_adamw_config_init(ac);
+	r->lr = ac->lr;
+	r->warmup = ac->warmup;
+	r->weight_decay = ac->weight_decay;
+	r->clip = ac->clip;
+	int prc = parse_options(r, argc, argv, first, msg, len);
+	if (prc)
+		return prc;
+	int nranks;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	if ((prc = check_opts(r, nranks, shape, dispatch, msg, len)))
+		return prc;
+	ac->lr = r->lr;
+	ac->warmup = r->warmup;
+	ac->weight_decay = r->weight_decay;
+	ac->clip = r->clip;
+	return 0;
+}
+
+/* A training run, from its setup to its end. */
+struct trainer {
+	const struct train_opts *r;
+	const struct rmoe_adamw_config *ac;
+	struct rmoe_corpus *corpus;
+	struct rmoe_train_model model;
+	struct rmoe_adamw opt;
+	struct rmoe_ckpt_state state;
+	struct rmoe_ckpt_identity id;
+	int32_t *seq;                  /* a step's tokens and their successor */
+	int rank, nranks;
+};
+
+/* The model, the optimizer, the corpus' position (from the checkpoint with
+ * --resume) and room for the loss history; collective, 0 or an RMOE_E*
+ * code. */
+static int trainer_setup(struct trainer *t, rmoe_ctx *ctx, const struct rmoe_train_shape *shape,
+                         enum rmoe_dispatch dispatch)
+{
+	const struct train_opts *r = t->r;
+	make_identity(r, dispatch, t->corpus, t->ac, &t->id);
+	t->seq = malloc((size_t)(r->shape.tokens + 1) * sizeof(int32_t));
+	int rc = rmoe_train_model_init(&t->model, ctx, shape, dispatch, r->aux_weight, (uint64_t)r->seed);
+	if (!rc) {
+		rc = rmoe_adamw_init(&t->opt, t->ac, &t->model);
+		if (!rc && !t->seq)
+			rc = RMOE_ENOMEM;
+		if (rc)
+			rmoe_app_error("out of host memory for the optimizer state");
+		rc = rmoe_app_agree(rc);
+	}
+	if (!rc && r->resume) {
+		rc = rmoe_ckpt_load(r->checkpoint_dir, &t->id, &t->state, &t->model, &t->opt);
+		if (!rc)
+			rc = rmoe_train_model_push(&t->model);
+	} else if (!rc) {
+		rmoe_corpus_start(t->corpus, t->rank, &t->state.data);
+	}
+	int64_t capacity = r->steps > t->state.step ? r->steps : t->state.step;
+	if (!rc) {
+		struct rmoe_train_record *grown = realloc(t->state.history, (size_t)(capacity + 1) * sizeof(*grown));
+		if (grown)
+			t->state.history = grown;
+		else
+			rmoe_app_error("out of host memory for the loss history");
+		rc = rmoe_app_agree(grown ? 0 : RMOE_ENOMEM);
+	}
+	return rc;
+}
+
+/* What is trained, on what, and from where. */
+static void print_header(const struct trainer *t)
+{
+	const struct train_opts *r = t->r;
+	const struct rmoe_adamw_config *ac = t->ac;
+	const struct rmoe_corpus *corpus = t->corpus;
+	rmoe_app_say("relaymoe train: %d rank(s), %s dispatch; L=%lld H=%lld F=%lld E=%lld K=%lld V=%lld, "
+	             "shared FFN %lld; %lld tokens per rank per step; seed %lld\n",
+	             t->nranks, r->dispatch, (long long)r->layers, (long long)r->shape.hidden, (long long)r->shape.ffn,
+	             (long long)r->shape.experts, (long long)r->shape.topk, (long long)r->vocab,
+	             (long long)r->shape.shared_ffn, (long long)r->shape.tokens, (long long)r->seed);
+	rmoe_app_say("  parameters: %lld replicated, %lld in experts (%lld on this rank); AdamW lr %g "
+	             "(warm-up %lld), weight decay %g, clip %g, aux weight %g\n",
+	             (long long)t->model.rep_n, (long long)t->model.exp_n * t->nranks, (long long)t->model.exp_n, ac->lr,
+	             (long long)ac->warmup, ac->weight_decay, ac->clip, r->aux_weight);
+	if (corpus->kind == RMOE_CORPUS_MARKOV)
+		rmoe_app_say("  corpus: Markov chain, %lld successors per token; loss starts near ln V = %.4f, "
+		             "floor (entropy rate) %.4f nats\n",
+		             (long long)corpus->branching, log((double)r->vocab), corpus->floor_nats);
+	else
+		rmoe_app_say("  corpus: %s, %lld bytes; loss starts near ln 256 = %.4f, floor (bigram "
+		             "entropy) %.4f nats\n",
+		             r->text, (long long)corpus->text_len, log(256.0), corpus->floor_nats);
+	if (r->resume)
+		rmoe_app_say("  resumed from %s at step %lld\n", r->checkpoint_dir, (long long)t->state.step);
+}
+
+/* Step state.step + 1: the model's forward and backward, AdamW's update of
+ * the clipped gradients, the step's record (the slowest rank's time and
+ * the largest peaks) and its progress line; 0 or an RMOE_E* code. */
+static int train_step(struct trainer *t)
+{
+	const struct train_opts *r = t->r;
+	struct rmoe_ckpt_state *state = &t->state;
+	double t0 = MPI_Wtime();
+	int64_t step = state->step + 1;
+	rmoe_corpus_next(t->corpus, t->rank, &state->data, r->shape.tokens, t->seq);
+	struct rmoe_train_result res;
+	int rc = rmoe_train_model_step(&t->model, t->seq, &res);
+	if (rc)
+		return rc;
+	double norm = rmoe_adamw_grad_norm(&t->model);
+	double scale = t->ac->clip > 0.0 && norm > t->ac->clip ? t->ac->clip / norm : 1.0;
+	double lr = rmoe_adamw_lr(t->ac, step);
+	if (!isfinite(res.loss) || !isfinite(norm)) {
+		rmoe_app_error("step %lld: loss %g, gradient norm %g: not finite (lower --lr)", (long long)step,
+		               res.loss, norm);
+		return RMOE_ENONFINITE;
+	}
+	rmoe_adamw_update(&t->opt, &t->model, step, lr, scale);
+	rc = rmoe_train_model_push(&t->model);
+	if (rc)
+		return rc;
+	double worst[3] = {MPI_Wtime() - t0, (double)res.peak_layer_bytes, (double)res.peak_rss_bytes};
+	MPI_Allreduce(MPI_IN_PLACE, worst, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	const double global_tokens = (double)r->shape.tokens * t->nranks;
+	struct rmoe_train_record *rec = &state->history[state->step];
+	*rec = (struct rmoe_train_record){step, res.loss, res.aux, norm, lr, worst[0],
+	                                  global_tokens / worst[0], (int64_t)worst[1], (int64_t)worst[2]};
+	state->step = step;
+	if (!r->quiet && (step % r->print_every == 0 || step == r->steps))
+		rmoe_app_say("step %5lld  loss %.4f  aux %.4f  |g| %.3f  lr %.2e  %8.0f tok/s  layer peak "
+		             "%.2f MiB  RSS %.1f MiB\n",
+		             (long long)step, res.loss, res.aux, norm, lr, rec->tokens_per_s,
+		             worst[1] / MiB, worst[2] / MiB);
+	return 0;
+}
+
+/* Every step up to --steps, with the checkpoints (and the curve so far)
+ * every --checkpoint-every steps and one at the end; 0 or an RMOE_E* code. */
+static int train_steps(struct trainer *t)
+{
+	const struct train_opts *r = t->r;
+	struct rmoe_ckpt_state *state = &t->state;
+	int64_t saved_step = r->resume ? state->step : -1;
+	int rc = 0;
+	while (!rc && state->step < r->steps) {
+		rc = train_step(t);
+		const int64_t step = state->step;
+		if (!rc && r->checkpoint_dir && r->checkpoint_every > 0 && step % r->checkpoint_every == 0) {
+			rc = rmoe_ckpt_save(r->checkpoint_dir, &t->id, state, &t->model, &t->opt);
+			if (!rc && r->csv)
+				rc = rmoe_app_agree(write_curve(r->csv, state->history, state->step, t->corpus->floor_nats));
+			saved_step = step;
+		}
+	}
+	if (!rc && r->checkpoint_dir && saved_step != state->step)
+		rc = rmoe_ckpt_save(r->checkpoint_dir, &t->id, state, &t->model, &t->opt);
+	return rc;
+}
+
+/* After the steps: the replicas compared, the curve written, the summary
+ * and the plot; 0 or an RMOE_E* code. */
+static int train_finish(struct trainer *t)
+{
+	const struct train_opts *r = t->r;
+	const struct rmoe_ckpt_state *state = &t->state;
+	int rc = 0;
+	if (!rmoe_train_model_replicas_agree(&t->model)) {
+		rmoe_app_error("replicated parameters differ between ranks after step %lld", (long long)state->step);
+		rc = RMOE_EMISMATCH;
+	}
+	if (!rc && r->csv)
+		rc = rmoe_app_agree(write_curve(r->csv, state->history, state->step, t->corpus->floor_nats));
+	if (!rc && state->step > 0) {
+		const struct rmoe_train_record *h = state->history;
+		int64_t n = state->step, w = n < 10 ? n : 10;
+		double tail = 0.0;
+		for (int64_t i = n - w; i < n; i++)
+			tail += h[i].loss;
+		rmoe_app_say("loss %.4f at step 1, %.4f at step %lld (mean of the last %lld: %.4f); floor %.4f nats\n",
+		             h[0].loss, h[n - 1].loss, (long long)n, (long long)w, tail / (double)w,
+		             t->corpus->floor_nats);
+		if (r->csv)
+			rmoe_app_say("wrote %s\n", r->csv);
+		if (r->checkpoint_dir)
+			rmoe_app_say("checkpoint of step %lld in %s\n", (long long)state->step, r->checkpoint_dir);
+	}
+	if (!rc && r->png)
+		plot_curve(r->csv, r->png);
+	return rc;
+}
+
 int rmoe_cmd_train(int argc, char **argv, int first)
 {
 	struct train_opts r = {.shape = {.hidden = 64, .ffn = 32, .experts = 8, .topk = 2, .tokens = 256}, .layers = 2,
 	                       .vocab = 64, .steps = 100, .seed = 1, .branching = 4, .print_every = 1,
 	                       .weight_decay = 0.1, .aux_weight = 0.01, .dispatch = "ring"};
 	struct rmoe_adamw_config ac;
-	rmoe_adamw_config_init(&ac);
-	r.lr = ac.lr;
-	r.warmup = ac.warmup;
-	r.weight_decay = ac.weight_decay;
-	r.clip = ac.clip;
-	char msg[1024];
-	int prc = parse_options(&r, argc, argv, first, msg, sizeof(msg));
-	if (prc == 1)
-		return 0;
-	int nranks, rank;
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	struct rmoe_train_shape shape;
 	enum rmoe_dispatch dispatch = RMOE_DISPATCH_RING_EXPERT;
-	if (!prc)
-		prc = check_opts(&r, nranks, &shape, &dispatch, msg, sizeof(msg));
+	char msg[1024];
+	int prc = configure(&r, &ac, &shape, &dispatch, argc, argv, first, msg, sizeof(msg));
+	if (prc == 1)
+		return 0;
 	if (prc) {
 		rmoe_app_say("relaymoe train: %s\n", msg);
 		return 2;
 	}
-	ac.lr = r.lr;
-	ac.warmup = r.warmup;
-	ac.weight_decay = r.weight_decay;
-	ac.clip = r.clip;
 
 	struct rmoe_corpus corpus;
 	int rc = r.text ? rmoe_corpus_text(&corpus, r.text, r.shape.tokens + 1, (uint64_t)r.seed, msg, sizeof(msg))
@@ -270,130 +458,21 @@ int rmoe_cmd_train(int argc, char **argv, int first)
 		rmoe_corpus_free(&corpus);
 		return 1;
 	}
-	struct rmoe_train_model model;
-	struct rmoe_adamw opt = {0};
-	struct rmoe_ckpt_state state = {0};
-	struct rmoe_ckpt_identity id;
-	make_identity(&r, dispatch, &corpus, &ac, &id);
-	int32_t *seq = malloc((size_t)(r.shape.tokens + 1) * sizeof(int32_t));
-	rc = rmoe_train_model_init(&model, ctx, &shape, dispatch, r.aux_weight, (uint64_t)r.seed);
-	if (!rc) {
-		rc = rmoe_adamw_init(&opt, &ac, &model);
-		if (!rc && !seq)
-			rc = RMOE_ENOMEM;
-		if (rc)
-			rmoe_app_error("out of host memory for the optimizer state");
-		rc = rmoe_app_agree(rc);
-	}
-	if (!rc && r.resume) {
-		rc = rmoe_ckpt_load(r.checkpoint_dir, &id, &state, &model, &opt);
-		if (!rc)
-			rc = rmoe_train_model_push(&model);
-	} else if (!rc) {
-		rmoe_corpus_start(&corpus, rank, &state.data);
-	}
-	int64_t capacity = r.steps > state.step ? r.steps : state.step;
-	if (!rc) {
-		struct rmoe_train_record *grown = realloc(state.history, (size_t)(capacity + 1) * sizeof(*grown));
-		if (grown)
-			state.history = grown;
-		else
-			rmoe_app_error("out of host memory for the loss history");
-		rc = rmoe_app_agree(grown ? 0 : RMOE_ENOMEM);
-	}
+	struct trainer t = {.r = &r, .ac = &ac, .corpus = &corpus};
+	MPI_Comm_size(MPI_COMM_WORLD, &t.nranks);
+	MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
+	rc = trainer_setup(&t, ctx, &shape, dispatch);
+	if (!rc)
+		print_header(&t);
+	if (!rc)
+		rc = train_steps(&t);
+	if (!rc)
+		rc = train_finish(&t);
 
-	if (!rc) {
-		rmoe_app_say("relaymoe train: %d rank(s), %s dispatch; L=%lld H=%lld F=%lld E=%lld K=%lld V=%lld, "
-		             "shared FFN %lld; %lld tokens per rank per step; seed %lld\n",
-		             nranks, r.dispatch, (long long)r.layers, (long long)r.shape.hidden, (long long)r.shape.ffn,
-		             (long long)r.shape.experts, (long long)r.shape.topk, (long long)r.vocab, (long long)r.shape.shared_ffn,
-		             (long long)r.shape.tokens, (long long)r.seed);
-		rmoe_app_say("  parameters: %lld replicated, %lld in experts (%lld on this rank); AdamW lr %g "
-		             "(warm-up %lld), weight decay %g, clip %g, aux weight %g\n",
-		             (long long)model.rep_n, (long long)model.exp_n * nranks, (long long)model.exp_n, ac.lr,
-		             (long long)ac.warmup, ac.weight_decay, ac.clip, r.aux_weight);
-		if (corpus.kind == RMOE_CORPUS_MARKOV)
-			rmoe_app_say("  corpus: Markov chain, %lld successors per token; loss starts near ln V = %.4f, "
-			             "floor (entropy rate) %.4f nats\n",
-			             (long long)corpus.branching, log((double)r.vocab), corpus.floor_nats);
-		else
-			rmoe_app_say("  corpus: %s, %lld bytes; loss starts near ln 256 = %.4f, floor (bigram "
-			             "entropy) %.4f nats\n",
-			             r.text, (long long)corpus.text_len, log(256.0), corpus.floor_nats);
-		if (r.resume)
-			rmoe_app_say("  resumed from %s at step %lld\n", r.checkpoint_dir, (long long)state.step);
-	}
-
-	int64_t saved_step = r.resume ? state.step : -1;
-	const double global_tokens = (double)r.shape.tokens * nranks;
-	while (!rc && state.step < r.steps) {
-		double t0 = MPI_Wtime();
-		int64_t step = state.step + 1;
-		rmoe_corpus_next(&corpus, rank, &state.data, r.shape.tokens, seq);
-		struct rmoe_train_result res;
-		rc = rmoe_train_model_step(&model, seq, &res);
-		if (rc)
-			break;
-		double norm = rmoe_adamw_grad_norm(&model);
-		double scale = ac.clip > 0.0 && norm > ac.clip ? ac.clip / norm : 1.0;
-		double lr = rmoe_adamw_lr(&ac, step);
-		if (!isfinite(res.loss) || !isfinite(norm)) {
-			rmoe_app_error("step %lld: loss %g, gradient norm %g: not finite (lower --lr)", (long long)step,
-			               res.loss, norm);
-			rc = RMOE_ENONFINITE;
-			break;
-		}
-		rmoe_adamw_update(&opt, &model, step, lr, scale);
-		rc = rmoe_train_model_push(&model);
-		if (rc)
-			break;
-		double worst[3] = {MPI_Wtime() - t0, (double)res.peak_layer_bytes, (double)res.peak_rss_bytes};
-		MPI_Allreduce(MPI_IN_PLACE, worst, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-		struct rmoe_train_record *rec = &state.history[state.step];
-		*rec = (struct rmoe_train_record){step, res.loss, res.aux, norm, lr, worst[0],
-		                                  global_tokens / worst[0], (int64_t)worst[1], (int64_t)worst[2]};
-		state.step = step;
-		if (!r.quiet && (step % r.print_every == 0 || step == r.steps))
-			rmoe_app_say("step %5lld  loss %.4f  aux %.4f  |g| %.3f  lr %.2e  %8.0f tok/s  layer peak "
-			             "%.2f MiB  RSS %.1f MiB\n",
-			             (long long)step, res.loss, res.aux, norm, lr, rec->tokens_per_s,
-			             worst[1] / MiB, worst[2] / MiB);
-		if (r.checkpoint_dir && r.checkpoint_every > 0 && step % r.checkpoint_every == 0) {
-			rc = rmoe_ckpt_save(r.checkpoint_dir, &id, &state, &model, &opt);
-			if (!rc && r.csv)
-				rc = rmoe_app_agree(write_curve(r.csv, state.history, state.step, corpus.floor_nats));
-			saved_step = step;
-		}
-	}
-	if (!rc && r.checkpoint_dir && saved_step != state.step)
-		rc = rmoe_ckpt_save(r.checkpoint_dir, &id, &state, &model, &opt);
-	if (!rc && !rmoe_train_model_replicas_agree(&model)) {
-		rmoe_app_error("replicated parameters differ between ranks after step %lld", (long long)state.step);
-		rc = RMOE_EMISMATCH;
-	}
-	if (!rc && r.csv)
-		rc = rmoe_app_agree(write_curve(r.csv, state.history, state.step, corpus.floor_nats));
-	if (!rc && state.step > 0) {
-		const struct rmoe_train_record *h = state.history;
-		int64_t n = state.step, w = n < 10 ? n : 10;
-		double tail = 0.0;
-		for (int64_t i = n - w; i < n; i++)
-			tail += h[i].loss;
-		rmoe_app_say("loss %.4f at step 1, %.4f at step %lld (mean of the last %lld: %.4f); floor %.4f nats\n",
-		             h[0].loss, h[n - 1].loss, (long long)n, (long long)w, tail / (double)w,
-		             corpus.floor_nats);
-		if (r.csv)
-			rmoe_app_say("wrote %s\n", r.csv);
-		if (r.checkpoint_dir)
-			rmoe_app_say("checkpoint of step %lld in %s\n", (long long)state.step, r.checkpoint_dir);
-	}
-	if (!rc && r.png)
-		plot_curve(r.csv, r.png);
-
-	free(seq);
-	free(state.history);
-	rmoe_adamw_free(&opt);
-	rmoe_train_model_free(&model);
+	free(t.seq);
+	free(t.state.history);
+	rmoe_adamw_free(&t.opt);
+	rmoe_train_model_free(&t.model);
 	rmoe_corpus_free(&corpus);
 	rmoe_ctx_destroy(ctx);
 	return rc ? 1 : 0;

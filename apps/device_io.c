@@ -5,7 +5,7 @@
  * no activation between the host and the device. */
 #include <stdlib.h>
 
-#include "app.h"
+#include "device_io.h"
 
 static size_t elsize_of(enum rmoe_dtype d)
 {

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "app.h"
+#include "messages.h"
 #include "options.h"
 #include "rmoe_scheduler.h"
 

@@ -1,74 +1,20 @@
-/* The tensors of a layer problem: drawn from a seed or read from .npy files,
- * handed to a layer, and its results compared, checked and written. */
-#include <errno.h>
+/* The tensors of a layer problem: drawn from a seed or read from .npy
+ * files, handed to a layer; and its routing as the memory model takes it. */
 #include <math.h>
-#include <stdarg.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include "app.h"
+#include "messages.h"
 #include "npy.h"
-#include "rmoe_reference.h"
+#include "problem.h"
+#include "results.h"
 #include "rmoe_config.h"
 #include "seeded.h"
 
-int rmoe_app_agree(int rc)
-{
-	/* A peer is gone (the layer's wait timeout expired): a collective would
-	 * wait for it forever, and the context can no longer be shut down, so
-	 * the process ends here, without MPI_Abort: that has Open MPI kill
-	 * every rank at once, before the others can say which peer they were
-	 * waiting for. The first rank to end has mpirun end the others; the
-	 * ranks stalled by one lost peer start waiting within about a pass of
-	 * each other (longer on a loaded machine), so each waits out one more
-	 * wait timeout (RMOE_WAIT_TIMEOUT, 1 to 10 s) before it ends, and all
-	 * report. Nothing was written yet: --dump and --csv come after the
-	 * passes. */
-	if (rc == RMOE_EPEER) {
-		rmoe_app_error("%s; ending this process", rmoe_strerror(rc));
-		fflush(NULL);
-		/* RMOE_WAIT_TIMEOUT as the layer's configuration reads it */
-		struct rmoe_layer_config cfg;
-		rmoe_layer_config_init(&cfg);
-		const double grace = cfg.wait_timeout;
-		sleep(grace >= 10.0 ? 10u : grace >= 1.0 ? (unsigned)grace : 1u);
-		_exit(3);
-	}
-	int worst = rc;
-	MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	return worst;
-}
-
-void rmoe_app_say(const char *fmt, ...)
-{
-	int rank = 0;
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	if (rank != 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	fflush(stdout);
-}
-
-void rmoe_app_error(const char *fmt, ...)
-{
-	int rank = 0;
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	char line[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "relaymoe: rank %d: %s\n", rank, line);
-	fflush(stderr);
-}
-
-static float *falloc(int64_t n)
+float *rmoe_app_falloc(int64_t n)
 {
 #ifdef RMOE_SIMGRID
 	/* Simulated: no kernel reads or writes the tensors; SMPI's shared
@@ -102,31 +48,26 @@ static int load_one(const char *dir, const char *name, int ndim, const int64_t *
 	return 1;
 }
 
-int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,
-                      const char *load_dir)
+/* Room for every tensor of p; collective, 0 or RMOE_ENOMEM on every rank. */
+static int problem_alloc(struct rmoe_problem *p)
 {
-	memset(p, 0, sizeof(*p));
-	p->cfg = *cfg;
-	MPI_Comm_rank(MPI_COMM_WORLD, &p->rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &p->nranks);
-	const int64_t H = cfg->hidden, F = cfg->ffn, E = cfg->experts, T = cfg->tokens, Fs = cfg->shared_ffn;
-	p->e_local = E / p->nranks;
-	p->first_expert = p->rank * p->e_local;
-	const int64_t el = p->e_local, HF = H * F;
-	p->x = falloc(T * H);
-	p->dy = falloc(T * H);
-	p->w_router = falloc(H * E);
-	p->w_gate = falloc(el * HF);
-	p->w_up = falloc(el * HF);
-	p->w_down = falloc(el * HF);
+	const struct rmoe_layer_config *cfg = &p->cfg;
+	const int64_t H = cfg->hidden, E = cfg->experts, T = cfg->tokens, Fs = cfg->shared_ffn;
+	const int64_t el = p->e_local, HF = H * cfg->ffn;
+	p->x = rmoe_app_falloc(T * H);
+	p->dy = rmoe_app_falloc(T * H);
+	p->w_router = rmoe_app_falloc(H * E);
+	p->w_gate = rmoe_app_falloc(el * HF);
+	p->w_up = rmoe_app_falloc(el * HF);
+	p->w_down = rmoe_app_falloc(el * HF);
 	if (Fs > 0) {
-		p->ws_gate = falloc(H * Fs);
-		p->ws_up = falloc(H * Fs);
-		p->ws_down = falloc(H * Fs);
+		p->ws_gate = rmoe_app_falloc(H * Fs);
+		p->ws_up = rmoe_app_falloc(H * Fs);
+		p->ws_down = rmoe_app_falloc(H * Fs);
 	}
 	const int gated = Fs > 0 && cfg->shared_gated;
 	if (gated)
-		p->w_sgate = falloc(H);
+		p->w_sgate = rmoe_app_falloc(H);
 	int rc = (!p->x || !p->dy || !p->w_router || !p->w_gate || !p->w_up || !p->w_down ||
 	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)) || (gated && !p->w_sgate))
 	                 ? RMOE_ENOMEM
@@ -134,15 +75,15 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	if (rc)
 		rmoe_app_error("out of host memory for the layer's tensors (tokens=%lld hidden=%lld)",
 		               (long long)T, (long long)H);
-	if ((rc = rmoe_app_agree(rc)))
-		return rc;
+	return rmoe_app_agree(rc);
+}
 
-#ifdef RMOE_SIMGRID
-	/* Nothing computes on the values in a simulation: drawing them would
-	 * only cost host time. */
-	return 0;
-#endif
-	/* Seeded: every rank draws its slice of the same global tensors. */
+/* Seeded: every rank draws its slice of the same global tensors. */
+static void problem_draw(struct rmoe_problem *p, uint64_t seed)
+{
+	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->cfg.tokens,
+	              Fs = p->cfg.shared_ffn;
+	const int64_t el = p->e_local, HF = H * F;
 	const float sh = 1.0f / sqrtf((float)H), sf = 1.0f / sqrtf((float)F);
 	rmoe_seeded_uniform(p->x, T * H, seed, RMOE_STREAM_X, p->rank * T * H, 1.0f);
 	rmoe_seeded_uniform(p->dy, T * H, seed, RMOE_STREAM_DY, p->rank * T * H, 1.0f);
@@ -156,17 +97,21 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		rmoe_seeded_uniform(p->ws_up, H * Fs, seed, RMOE_STREAM_WS_UP, 0, sh);
 		rmoe_seeded_uniform(p->ws_down, H * Fs, seed, RMOE_STREAM_WS_DOWN, 0, ss);
 	}
-	if (gated)
+	if (p->w_sgate)
 		rmoe_seeded_uniform(p->w_sgate, H, seed, RMOE_STREAM_W_SHARED_EXPERT_GATE, 0, sh);
-	if (!load_dir)
-		return 0;
+}
 
+/* The tensors with a file in load_dir replaced by its rows for this rank;
+ * collective, 0 or an RMOE_E* code on every rank. */
+static int problem_load(struct rmoe_problem *p, const char *load_dir)
+{
 	struct stat st;
 	if (stat(load_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
 		rmoe_app_error("--load %s: not a readable directory", load_dir);
 		return rmoe_app_agree(RMOE_EIO);
 	}
-	const int64_t N = p->nranks;
+	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->cfg.tokens,
+	              Fs = p->cfg.shared_ffn, N = p->nranks, el = p->e_local;
 	int64_t sx[2] = {N * T, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
 	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H}, sgate[1] = {H};
 	struct {
@@ -187,7 +132,7 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 		{"w_shared_down.npy", 2, ssd, 0, -1, p->ws_down},
 		{"w_shared_expert_gate.npy", 1, sgate, 0, -1, p->w_sgate},
 	};
-	int nfiles = gated ? 10 : Fs > 0 ? 9 : 6;
+	int nfiles = p->w_sgate ? 10 : Fs > 0 ? 9 : 6, rc = 0;
 	for (int i = 0; i < nfiles && !rc; i++) {
 		int r = load_one(load_dir, files[i].name, files[i].ndim, files[i].shape, files[i].row0,
 		                 files[i].nrows, files[i].dst);
@@ -197,28 +142,25 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	return rmoe_app_agree(rc);
 }
 
-/* The reference of a problem on rank 0: its outputs and gradients for the
- * routing the layer chose (near-ties followed, rmoe_ref_route). Kept for
- * the next check of the same problem: every dispatcher of a run routes
- * alike, so `relaymoe run --check` computes it once, not once per
- * dispatcher (the double-precision loops dominate a checked run). */
-struct reference {
-	const struct rmoe_problem *p;
-	int32_t *hint;              /* the routing it was computed for [TT, K] */
-	uint64_t inputs;            /* digest of the inputs and weights it was computed from */
-	int64_t near_ties;          /* -1: the hint was wrong */
-	float *y;
-	struct rmoe_ref_grads rg;
-};
-static struct reference cached;
-
-static void reference_free(struct reference *c)
+int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,
+                      const char *load_dir)
 {
-	void *all[] = {c->hint, c->y, c->rg.dx, c->rg.dw_router, c->rg.dw_gate, c->rg.dw_up, c->rg.dw_down,
-	               c->rg.dws_gate, c->rg.dws_up, c->rg.dws_down, c->rg.dw_shared_expert_gate};
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		free(all[i]);
-	memset(c, 0, sizeof(*c));
+	memset(p, 0, sizeof(*p));
+	p->cfg = *cfg;
+	MPI_Comm_rank(MPI_COMM_WORLD, &p->rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &p->nranks);
+	p->e_local = cfg->experts / p->nranks;
+	p->first_expert = p->rank * p->e_local;
+	int rc = problem_alloc(p);
+	if (rc)
+		return rc;
+#ifdef RMOE_SIMGRID
+	/* Nothing computes on the values in a simulation: drawing them would
+	 * only cost host time. */
+	return 0;
+#endif
+	problem_draw(p, seed);
+	return load_dir ? problem_load(p, load_dir) : 0;
 }
 
 void rmoe_problem_free(struct rmoe_problem *p)
@@ -233,8 +175,7 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	free(p->ws_up);
 	free(p->ws_down);
 	free(p->w_sgate);
-	if (cached.p == p)
-		reference_free(&cached);
+	rmoe_results_forget_reference(p);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -249,52 +190,6 @@ int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer)
 		rc = rmoe_layer_set_shared(layer, p->ws_gate, p->ws_up, p->ws_down);
 	if (!rc && p->w_sgate)
 		rc = rmoe_layer_set_shared_expert_gate(layer, p->w_sgate);
-	return rc;
-}
-
-int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
-{
-	memset(r, 0, sizeof(*r));
-	const int64_t H = p->cfg.hidden, T = p->cfg.tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
-	r->y = falloc(T * H);
-	r->dx = falloc(T * H);
-	r->dw_router = falloc(H * p->cfg.experts);
-	r->dw_gate = falloc(p->e_local * HF);
-	r->dw_up = falloc(p->e_local * HF);
-	r->dw_down = falloc(p->e_local * HF);
-	r->topk_idx = malloc((size_t)(T * p->cfg.topk) * sizeof(int32_t));
-	if (Fs > 0) {
-		r->dws_gate = falloc(H * Fs);
-		r->dws_up = falloc(H * Fs);
-		r->dws_down = falloc(H * Fs);
-	}
-	if (p->w_sgate)
-		r->dw_sgate = falloc(H);
-	if (!r->y || !r->dx || !r->dw_router || !r->dw_gate || !r->dw_up || !r->dw_down || !r->topk_idx ||
-	    (Fs > 0 && (!r->dws_gate || !r->dws_up || !r->dws_down)) || (p->w_sgate && !r->dw_sgate))
-		return RMOE_ENOMEM;
-	return 0;
-}
-
-int rmoe_problem_run(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const struct rmoe_problem *p,
-                     struct rmoe_results *r, struct rmoe_layer_stats *st)
-{
-	rmoe_layer *layer = NULL;
-	memset(r, 0, sizeof(*r));
-	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, cfg));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_problem_apply(p, layer));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_alloc(r, p));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_forward(layer, p->x, r->y));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_layer_backward(layer, p->dy, r->dx));
-	if (!rc)
-		rc = rmoe_app_agree(rmoe_results_collect(r, p, layer));
-	if (!rc && st)
-		rmoe_layer_get_stats(layer, st);
-	rmoe_layer_destroy(layer);
 	return rc;
 }
 
@@ -360,348 +255,4 @@ int64_t *rmoe_problem_a2a_blocks(const struct rmoe_problem *p, const int32_t *to
 		return NULL;
 	}
 	return all;
-}
-
-void rmoe_results_free(struct rmoe_results *r)
-{
-	free(r->y);
-	free(r->dx);
-	free(r->dw_router);
-	free(r->dw_gate);
-	free(r->dw_up);
-	free(r->dw_down);
-	free(r->dws_gate);
-	free(r->dws_up);
-	free(r->dws_down);
-	free(r->dw_sgate);
-	free(r->topk_idx);
-	memset(r, 0, sizeof(*r));
-}
-
-int rmoe_results_collect(struct rmoe_results *r, const struct rmoe_problem *p, rmoe_layer *layer)
-{
-	const int64_t HF = p->cfg.hidden * p->cfg.ffn;
-	int rc = rmoe_layer_get_grad_router(layer, r->dw_router);
-	for (int64_t e = 0; e < p->e_local && !rc; e++)
-		rc = rmoe_layer_get_grad_expert(layer, p->first_expert + e, r->dw_gate + e * HF,
-		                                r->dw_up + e * HF, r->dw_down + e * HF);
-	if (!rc && p->cfg.shared_ffn > 0)
-		rc = rmoe_layer_get_grad_shared(layer, r->dws_gate, r->dws_up, r->dws_down);
-	if (!rc && p->w_sgate)
-		rc = rmoe_layer_get_grad_shared_expert_gate(layer, r->dw_sgate);
-	if (!rc)
-		rc = rmoe_layer_get_routing(layer, r->topk_idx, NULL, NULL);
-	return rc;
-}
-
-/* The tensors compared, with their local element counts. */
-struct tensor_view {
-	const char *name;
-	const float *a;
-	int64_t n;
-};
-
-static int views(const struct rmoe_results *r, const struct rmoe_problem *p, struct tensor_view *v)
-{
-	const int64_t H = p->cfg.hidden, T = p->cfg.tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
-	int n = 0;
-	v[n++] = (struct tensor_view){"y", r->y, T * H};
-	v[n++] = (struct tensor_view){"dx", r->dx, T * H};
-	v[n++] = (struct tensor_view){"dw_router", r->dw_router, H * p->cfg.experts};
-	v[n++] = (struct tensor_view){"dw_gate", r->dw_gate, p->e_local * HF};
-	v[n++] = (struct tensor_view){"dw_up", r->dw_up, p->e_local * HF};
-	v[n++] = (struct tensor_view){"dw_down", r->dw_down, p->e_local * HF};
-	if (Fs > 0) {
-		v[n++] = (struct tensor_view){"dw_shared_gate", r->dws_gate, H * Fs};
-		v[n++] = (struct tensor_view){"dw_shared_up", r->dws_up, H * Fs};
-		v[n++] = (struct tensor_view){"dw_shared_down", r->dws_down, H * Fs};
-	}
-	if (p->w_sgate)
-		v[n++] = (struct tensor_view){"dw_shared_expert_gate", r->dw_sgate, H};
-	return n;
-}
-
-double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe_results *b,
-                                 const struct rmoe_problem *p, const char **worst)
-{
-	struct tensor_view va[10], vb[10];
-	int n = views(a, p, va);
-	views(b, p, vb);
-	double maxerr = 0;
-	*worst = "none";
-	for (int i = 0; i < n; i++) {
-		double s[2] = {0, 0}, g[2];
-		for (int64_t j = 0; j < va[i].n; j++) {
-			double d = (double)va[i].a[j] - vb[i].a[j];
-			s[0] += d * d;
-			s[1] += (double)vb[i].a[j] * vb[i].a[j];
-		}
-		MPI_Allreduce(s, g, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-		double err = sqrt(g[0]) / (g[1] > 0 ? sqrt(g[1]) : 1e-300);
-		if (i == 0 || !(err <= maxerr)) { /* NaN counts as worst */
-			maxerr = err;
-			*worst = va[i].name;
-		}
-	}
-	return maxerr;
-}
-
-/* Gathers count floats per rank into root's dst (rank order). */
-static void gather(const float *src, int64_t count, float *dst)
-{
-	/* Counts above INT_MAX would need derived types; the sizes checked at
-	 * layer creation keep one rank's share far below that here. */
-	MPI_Gather(src, (int)count, MPI_FLOAT, dst, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-}
-
-/* Everything the reference needs, on rank 0. */
-struct global {
-	float *x, *dy, *y, *dx, *w_gate, *w_up, *w_down, *dw_gate, *dw_up, *dw_down, *dw_router;
-	float *dws[3];            /* shared-expert gradients summed over ranks */
-	float *dw_sgate;          /* its gate's, summed over ranks */
-	int32_t *idx;
-};
-
-static void global_free(struct global *g)
-{
-	void *all[] = {g->x,      g->dy,     g->y,       g->dx,     g->w_gate, g->w_up,   g->w_down, g->dw_gate,
-	               g->dw_up,  g->dw_down, g->dw_router, g->dws[0], g->dws[1], g->dws[2], g->dw_sgate, g->idx};
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		free(all[i]);
-}
-
-static int global_gather(const struct rmoe_results *r, const struct rmoe_problem *p, struct global *g)
-{
-	memset(g, 0, sizeof(*g));
-	const int64_t N = p->nranks, T = p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-	              K = p->cfg.topk, HF = H * p->cfg.ffn, el = p->e_local;
-	int root = p->rank == 0, rc = 0;
-	if (root) {
-		g->x = falloc(N * T * H);
-		g->dy = falloc(N * T * H);
-		g->y = falloc(N * T * H);
-		g->dx = falloc(N * T * H);
-		g->w_gate = falloc(E * HF);
-		g->w_up = falloc(E * HF);
-		g->w_down = falloc(E * HF);
-		g->dw_gate = falloc(E * HF);
-		g->dw_up = falloc(E * HF);
-		g->dw_down = falloc(E * HF);
-		g->dw_router = falloc(H * E);
-		g->idx = malloc((size_t)(N * T * K) * sizeof(int32_t));
-		for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
-			if (!(g->dws[i] = falloc(H * p->cfg.shared_ffn)))
-				rc = RMOE_ENOMEM;
-		if (p->w_sgate && !(g->dw_sgate = falloc(p->cfg.hidden)))
-			rc = RMOE_ENOMEM;
-		if (!g->x || !g->dy || !g->y || !g->dx || !g->w_gate || !g->w_up || !g->w_down ||
-		    !g->dw_gate || !g->dw_up || !g->dw_down || !g->dw_router || !g->idx)
-			rc = RMOE_ENOMEM;
-	}
-	if ((rc = rmoe_app_agree(rc))) {
-		global_free(g);
-		return rc;
-	}
-	gather(p->x, T * H, g->x);
-	gather(p->dy, T * H, g->dy);
-	gather(r->y, T * H, g->y);
-	gather(r->dx, T * H, g->dx);
-	gather(p->w_gate, el * HF, g->w_gate);
-	gather(p->w_up, el * HF, g->w_up);
-	gather(p->w_down, el * HF, g->w_down);
-	gather(r->dw_gate, el * HF, g->dw_gate);
-	gather(r->dw_up, el * HF, g->dw_up);
-	gather(r->dw_down, el * HF, g->dw_down);
-	MPI_Reduce(r->dw_router, g->dw_router, (int)(H * E), MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-	MPI_Gather(r->topk_idx, (int)(T * K), MPI_INT32_T, g->idx, (int)(T * K), MPI_INT32_T, 0,
-	           MPI_COMM_WORLD);
-	const float *dws[3] = {r->dws_gate, r->dws_up, r->dws_down};
-	for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
-		MPI_Reduce(dws[i], g->dws[i], (int)(H * p->cfg.shared_ffn), MPI_FLOAT, MPI_SUM, 0,
-		           MPI_COMM_WORLD);
-	if (p->w_sgate)
-		MPI_Reduce(r->dw_sgate, g->dw_sgate, (int)H, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-	return 0;
-}
-
-/* FNV-1a over n floats' bytes, continuing h. */
-static uint64_t digest(uint64_t h, const float *v, int64_t n)
-{
-	const unsigned char *b = (const unsigned char *)v;
-	for (size_t i = 0; v && i < (size_t)n * sizeof(float); i++)
-		h = (h ^ b[i]) * 1099511628211ull;
-	return h;
-}
-
-/* The reference for the gathered g (its inputs rounded in place to the
- * layer's element type), from the cache when p and the routing match. */
-static const struct reference *reference_for(const struct rmoe_problem *p, struct global *g)
-{
-	const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts, K = p->cfg.topk,
-	              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
-	/* The reference of a bf16 layer is the layer's definition on the
-	 * values it stores: inputs and expert weights rounded to bf16 (the
-	 * router and the shared expert's gate stay fp32). */
-	const enum rmoe_dtype dt = p->cfg.dtype;
-	float *rounded[] = {g->x, g->dy, g->w_gate, g->w_up, g->w_down};
-	const int64_t sizes[] = {TT * H, TT * H, E * HF, E * HF, E * HF};
-	for (int i = 0; i < 5; i++)
-		rmoe_round_to_dtype(rounded[i], sizes[i], dt);
-	const size_t idx_bytes = (size_t)(TT * K) * sizeof(int32_t);
-	uint64_t h = 14695981039346656037ull;
-	const float *in[] = {g->x, g->dy, p->w_router, g->w_gate, g->w_up, g->w_down, p->ws_gate, p->ws_up, p->ws_down,
-	                     p->w_sgate};
-	const int64_t n_in[] = {TT * H, TT * H, H * E, E * HF, E * HF, E * HF, H * Fs, H * Fs, H * Fs, H};
-	for (int i = 0; i < 10; i++)
-		h = digest(h, in[i], n_in[i]);
-	if (cached.p == p && cached.inputs == h && cached.hint && memcmp(cached.hint, g->idx, idx_bytes) == 0)
-		return &cached;
-	reference_free(&cached);
-	float *ws[3] = {NULL, NULL, NULL};
-	const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
-	for (int i = 0; i < 3 && Fs > 0; i++)
-		if ((ws[i] = falloc(H * Fs))) {
-			memcpy(ws[i], ws_src[i], (size_t)(H * Fs) * sizeof(float));
-			rmoe_round_to_dtype(ws[i], H * Fs, dt);
-		}
-	struct rmoe_ref_layer L = {H, p->cfg.ffn, E, K, p->cfg.norm_topk, Fs, p->w_router,
-	                           g->w_gate, g->w_up, g->w_down, ws[0], ws[1], ws[2],
-	                           p->w_sgate != NULL, p->w_sgate};
-	float *probs = falloc(TT * E), *tw = falloc(TT * K);
-	int32_t *idx = malloc(idx_bytes);
-	cached = (struct reference){p, malloc(idx_bytes), h, 0, falloc(TT * H),
-	                            {falloc(TT * H), falloc(H * E), falloc(E * HF), falloc(E * HF), falloc(E * HF),
-	                             Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL, Fs ? falloc(H * Fs) : NULL,
-	                             p->w_sgate ? falloc(H) : NULL}};
-	if (!cached.hint || !cached.y || !cached.rg.dx) {
-		reference_free(&cached);
-		cached.near_ties = -1;
-	} else {
-		memcpy(cached.hint, g->idx, idx_bytes);
-		/* A float32 near-tie in the router may pick another expert than
-		 * the double-precision reference; the reference then follows the
-		 * layer's choice, but only where it is within tie_tol of the K-th
-		 * best. */
-		cached.near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
-		if (cached.near_ties >= 0) {
-			rmoe_ref_forward(&L, TT, g->x, idx, tw, cached.y);
-			rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &cached.rg);
-		}
-	}
-	free(probs);
-	free(tw);
-	free(idx);
-	for (int i = 0; i < 3; i++)
-		free(ws[i]);
-	return &cached;
-}
-
-double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
-                          const char **worst, int64_t *near_ties)
-{
-	struct global g;
-	*worst = "none";
-	*near_ties = 0;
-	if (global_gather(r, p, &g))
-		return INFINITY;
-	double maxerr = 0;
-	if (p->rank == 0) {
-		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-		              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
-		const struct reference *ref = reference_for(p, &g);
-		const struct rmoe_ref_grads *rg = &ref->rg;
-		*near_ties = ref->near_ties;
-		if (*near_ties < 0) {
-			maxerr = INFINITY;
-			*worst = "routing";
-		} else {
-			struct {
-				const char *name;
-				const float *got, *want;
-				int64_t n;
-			} cmp[] = {
-				{"y", g.y, ref->y, TT * H},
-				{"dx", g.dx, rg->dx, TT * H},
-				{"dw_router", g.dw_router, rg->dw_router, H * E},
-				{"dw_gate", g.dw_gate, rg->dw_gate, E * HF},
-				{"dw_up", g.dw_up, rg->dw_up, E * HF},
-				{"dw_down", g.dw_down, rg->dw_down, E * HF},
-				{"dw_shared_gate", g.dws[0], rg->dws_gate, H * Fs},
-				{"dw_shared_up", g.dws[1], rg->dws_up, H * Fs},
-				{"dw_shared_down", g.dws[2], rg->dws_down, H * Fs},
-				{"dw_shared_expert_gate", g.dw_sgate, rg->dw_shared_expert_gate, H},
-			};
-			int ncmp = p->w_sgate ? 10 : Fs > 0 ? 9 : 6;
-			for (int i = 0; i < ncmp; i++) {
-				double e = rmoe_ref_rel_err(cmp[i].got, cmp[i].want, cmp[i].n);
-				if (i == 0 || !(e <= maxerr)) {
-					maxerr = e;
-					*worst = cmp[i].name;
-				}
-			}
-		}
-	}
-	global_free(&g);
-	MPI_Bcast(&maxerr, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-	MPI_Bcast(near_ties, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-	return maxerr;
-}
-
-static int write_npy(const char *dir, const char *name, int ndim, const int64_t *shape, const float *data)
-{
-	char path[4096], msg[512];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	int rc = rmoe_npy_write_f32(path, ndim, shape, data, msg, sizeof(msg));
-	if (rc)
-		rmoe_app_error("%s", msg);
-	return rc;
-}
-
-int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p, const char *dir)
-{
-	int rc = 0;
-	if (p->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST) {
-		rmoe_app_error("--dump %s: cannot create the directory (%s)", dir, strerror(errno));
-		rc = RMOE_EIO;
-	}
-	if ((rc = rmoe_app_agree(rc)))
-		return rc;
-	struct global g;
-	if ((rc = global_gather(r, p, &g)))
-		return rc;
-	if (p->rank == 0) {
-		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-		              F = p->cfg.ffn;
-		int64_t sx[2] = {TT, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
-		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H}, sgate[1] = {H};
-		struct {
-			const char *name;
-			int ndim;
-			const int64_t *shape;
-			const float *data;
-		} out[] = {
-			{"x.npy", 2, sx, g.x},           {"dy.npy", 2, sx, g.dy},
-			{"w_router.npy", 2, sr, p->w_router}, {"w_gate.npy", 3, sg, g.w_gate},
-			{"w_up.npy", 3, sg, g.w_up},     {"w_down.npy", 3, sd, g.w_down},
-			{"y.npy", 2, sx, g.y},           {"dx.npy", 2, sx, g.dx},
-			{"dw_router.npy", 2, sr, g.dw_router}, {"dw_gate.npy", 3, sg, g.dw_gate},
-			{"dw_up.npy", 3, sg, g.dw_up},   {"dw_down.npy", 3, sd, g.dw_down},
-			{"w_shared_gate.npy", 2, ssg, p->ws_gate}, {"w_shared_up.npy", 2, ssg, p->ws_up},
-			{"w_shared_down.npy", 2, ssd, p->ws_down}, {"dw_shared_gate.npy", 2, ssg, g.dws[0]},
-			{"dw_shared_up.npy", 2, ssg, g.dws[1]},  {"dw_shared_down.npy", 2, ssd, g.dws[2]},
-			{"w_shared_expert_gate.npy", 1, sgate, p->w_sgate}, {"dw_shared_expert_gate.npy", 1, sgate, g.dw_sgate},
-		};
-		unsigned nout = p->w_sgate ? 20 : p->cfg.shared_ffn > 0 ? 18 : 12;
-		for (unsigned i = 0; i < nout && !rc; i++)
-			rc = write_npy(dir, out[i].name, out[i].ndim, out[i].shape, out[i].data);
-		/* The layer's routing, for a peer to compare at equal routing where
-		 * the router is within its precision of a tie (torch_moe.py). */
-		int64_t si[2] = {TT, p->cfg.topk};
-		char path[4096], msg[512];
-		snprintf(path, sizeof(path), "%s/topk_idx.npy", dir);
-		if (!rc && (rc = rmoe_npy_write_i32(path, 2, si, g.idx, msg, sizeof(msg))))
-			rmoe_app_error("%s", msg);
-	}
-	global_free(&g);
-	return rmoe_app_agree(rc);
 }

@@ -10,6 +10,7 @@
 #include <relaymoe/relaymoe.h>
 
 #include "app.h"
+#include "messages.h"
 #include "rmoe_config.h"
 
 #ifdef RMOE_SIMGRID

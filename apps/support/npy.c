@@ -221,8 +221,10 @@ static int parse_shape(struct cursor *c, int *ndim, int64_t *shape)
 	return 0;
 }
 
-int rmoe_npy_parse_header(const unsigned char *buf, size_t len, int *ndim, int64_t *shape,
-                          size_t *data_offset, char *msg, size_t msglen)
+/* The fixed part before the dict: the magic, the version and the dict's
+ * length, which must lie within len; *prefix is the fixed part's size. */
+static int parse_prefix(const unsigned char *buf, size_t len, size_t *prefix, size_t *header_len, char *msg,
+                        size_t msglen)
 {
 	if (len < NPY_MAGIC_LEN || memcmp(buf, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
 		return fail(msg, msglen, RMOE_EFORMAT, "not a .npy file (bad magic)");
@@ -232,89 +234,113 @@ int rmoe_npy_parse_header(const unsigned char *buf, size_t len, int *ndim, int64
 	if (major < 1 || major > 3 || minor != 0)
 		return fail(msg, msglen, RMOE_EFORMAT,
 		            "unsupported .npy version %u.%u (1.0, 2.0 and 3.0 are read)", major, minor);
-	const size_t prefix = major == 1 ? 10 : 12;
-	if (len < prefix)
+	*prefix = major == 1 ? 10 : 12;
+	if (len < *prefix)
 		return fail(msg, msglen, RMOE_EFORMAT, "header truncated in its length field");
-	size_t header_len = (size_t)buf[8] | (size_t)buf[9] << 8;
+	*header_len = (size_t)buf[8] | (size_t)buf[9] << 8;
 	if (major > 1)
-		header_len |= (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
-	if (header_len > NPY_MAX_HEADER_LEN)
+		*header_len |= (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+	if (*header_len > NPY_MAX_HEADER_LEN)
 		return fail(msg, msglen, RMOE_EFORMAT,
-		            "header length %zu over the %u bytes accepted", header_len,
+		            "header length %zu over the %u bytes accepted", *header_len,
 		            NPY_MAX_HEADER_LEN);
-	if (header_len > len - prefix)
+	if (*header_len > len - *prefix)
 		return fail(msg, msglen, RMOE_EFORMAT,
 		            "header length %zu runs past the end (%zu bytes after the length field)",
-		            header_len, len - prefix);
+		            *header_len, len - *prefix);
+	return 0;
+}
 
-	struct cursor c = { buf + prefix, buf + prefix + header_len, buf, msg, msglen };
-	int rc = expect_char(&c, '{', "'{' opening the header dict");
+/* What the dict says. */
+struct npy_dict {
+	const unsigned char *descr;
+	size_t descr_len;
+	int fortran_order, ndim;
+	int64_t extents[RMOE_NPY_MAXDIM];
+};
+
+/* The dict: descr, fortran_order and shape, each once, in any order, and
+ * nothing after it but spaces. */
+static int parse_dict(struct cursor *c, struct npy_dict *d)
+{
+	int rc = expect_char(c, '{', "'{' opening the header dict");
 	if (rc)
 		return rc;
-	int seen_descr = 0, seen_order = 0, seen_shape = 0, fortran_order = 0, n = 0;
-	const unsigned char *descr = NULL;
-	size_t descr_len = 0;
-	int64_t extents[RMOE_NPY_MAXDIM];
+	int seen_descr = 0, seen_order = 0, seen_shape = 0;
 	for (;;) {
-		skip_space(&c);
-		if (c.p < c.end && *c.p == '}')
+		skip_space(c);
+		if (c->p < c->end && *c->p == '}')
 			break;
 		const unsigned char *key;
 		size_t key_len;
-		if ((rc = parse_string(&c, &key, &key_len, "a key")))
+		if ((rc = parse_string(c, &key, &key_len, "a key")))
 			return rc;
-		if ((rc = expect_char(&c, ':', "':' after a key")))
+		if ((rc = expect_char(c, ':', "':' after a key")))
 			return rc;
 		int *seen;
 		if (token_is(key, key_len, "descr")) {
 			seen = &seen_descr;
-			rc = parse_string(&c, &descr, &descr_len, "the dtype");
+			rc = parse_string(c, &d->descr, &d->descr_len, "the dtype");
 		} else if (token_is(key, key_len, "fortran_order")) {
 			seen = &seen_order;
-			rc = parse_bool(&c, &fortran_order);
+			rc = parse_bool(c, &d->fortran_order);
 		} else if (token_is(key, key_len, "shape")) {
 			seen = &seen_shape;
-			rc = parse_shape(&c, &n, extents);
+			rc = parse_shape(c, &d->ndim, d->extents);
 		} else {
 			char quoted[4 * NPY_MAX_TOKEN + 8];
 			quote_token(quoted, sizeof(quoted), key, key_len);
-			return fail(msg, msglen, RMOE_EFORMAT, "header has an unknown key '%s'", quoted);
+			return fail(c->msg, c->msglen, RMOE_EFORMAT, "header has an unknown key '%s'", quoted);
 		}
 		if (rc)
 			return rc;
 		if (*seen)
-			return fail(msg, msglen, RMOE_EFORMAT, "header repeats the key '%.*s'",
+			return fail(c->msg, c->msglen, RMOE_EFORMAT, "header repeats the key '%.*s'",
 			            (int)key_len, (const char *)key);
 		*seen = 1;
-		skip_space(&c);
-		if (c.p < c.end && *c.p == ',') {
-			c.p++;
+		skip_space(c);
+		if (c->p < c->end && *c->p == ',') {
+			c->p++;
 			continue;
 		}
-		if ((rc = expect_char(&c, '}', "',' or '}' after a value")))
+		if ((rc = expect_char(c, '}', "',' or '}' after a value")))
 			return rc;
-		c.p--;
+		c->p--;
 		break;
 	}
-	c.p++;
-	skip_space(&c);
-	if (c.p != c.end)
-		return fail(msg, msglen, RMOE_EFORMAT, "header has bytes after its dict (byte %zu)",
-		            at(&c));
+	c->p++;
+	skip_space(c);
+	if (c->p != c->end)
+		return fail(c->msg, c->msglen, RMOE_EFORMAT, "header has bytes after its dict (byte %zu)",
+		            at(c));
 	if (!seen_descr || !seen_order || !seen_shape)
-		return fail(msg, msglen, RMOE_EFORMAT, "header lacks the key '%s'",
+		return fail(c->msg, c->msglen, RMOE_EFORMAT, "header lacks the key '%s'",
 		            !seen_descr ? "descr" : !seen_order ? "fortran_order" : "shape");
-	if (!token_is(descr, descr_len, "<f4")) {
+	return 0;
+}
+
+int rmoe_npy_parse_header(const unsigned char *buf, size_t len, int *ndim, int64_t *shape,
+                          size_t *data_offset, char *msg, size_t msglen)
+{
+	size_t prefix = 0, header_len = 0;
+	int rc = parse_prefix(buf, len, &prefix, &header_len, msg, msglen);
+	if (rc)
+		return rc;
+	struct cursor c = { buf + prefix, buf + prefix + header_len, buf, msg, msglen };
+	struct npy_dict d = {0};
+	if ((rc = parse_dict(&c, &d)))
+		return rc;
+	if (!token_is(d.descr, d.descr_len, "<f4")) {
 		char quoted[4 * NPY_MAX_TOKEN + 8];
-		quote_token(quoted, sizeof(quoted), descr, descr_len);
+		quote_token(quoted, sizeof(quoted), d.descr, d.descr_len);
 		return fail(msg, msglen, RMOE_EFORMAT,
 		            "dtype '%s' but expected '<f4' (float32, little-endian)", quoted);
 	}
-	if (fortran_order)
+	if (d.fortran_order)
 		return fail(msg, msglen, RMOE_EFORMAT,
 		            "fortran_order is True but expected False (C order)");
-	*ndim = n;
-	memcpy(shape, extents, (size_t)n * sizeof(*shape));
+	*ndim = d.ndim;
+	memcpy(shape, d.extents, (size_t)d.ndim * sizeof(*shape));
 	*data_offset = prefix + header_len;
 	return 0;
 }
@@ -326,8 +352,10 @@ static int read_exact(FILE *f, void *dst, size_t len)
 	return fread(dst, 1, len, f) == len ? 0 : -1;
 }
 
-static int read_checked(const char *path, FILE *f, int ndim, int64_t *expect_shape, int64_t row0,
-                        int64_t nrows, float *data, char *msg, size_t msglen)
+/* The file's header, read and parsed: its shape, where the data starts, and
+ * the file's size (*size_out). */
+static int read_header(const char *path, FILE *f, uint64_t *size_out, int *dims, int64_t *shape,
+                       size_t *data_offset, char *msg, size_t msglen)
 {
 	struct stat st;
 	if (fstat(fileno(f), &st) != 0)
@@ -335,6 +363,7 @@ static int read_checked(const char *path, FILE *f, int ndim, int64_t *expect_sha
 	if (!S_ISREG(st.st_mode))
 		return fail(msg, msglen, RMOE_EIO, "%s: not a regular file", path);
 	const uint64_t size = (uint64_t)st.st_size;
+	*size_out = size;
 	if (size == 0)
 		return fail(msg, msglen, RMOE_EFORMAT, "%s: empty file, not a .npy file", path);
 
@@ -345,9 +374,6 @@ static int read_checked(const char *path, FILE *f, int ndim, int64_t *expect_sha
 		            ferror(f) ? strerror(errno) : "unexpected end of file");
 	/* Only to learn how much to read; the parser repeats every check. */
 	char detail[512];
-	int dims = 0;
-	int64_t shape[RMOE_NPY_MAXDIM];
-	size_t data_offset;
 	size_t header_end = prefix_len;
 	if (prefix_len >= 8 && memcmp(prefix, NPY_MAGIC, NPY_MAGIC_LEN) == 0 && prefix[6] >= 1 &&
 	    prefix[6] <= 3) {
@@ -375,10 +401,24 @@ static int read_checked(const char *path, FILE *f, int ndim, int64_t *expect_sha
 	if (header_end > prefix_len && read_exact(f, header + prefix_len, header_end - prefix_len))
 		rc = fail(msg, msglen, RMOE_EIO, "%s: read failed: %s", path,
 		          ferror(f) ? strerror(errno) : "unexpected end of file");
-	else if (rmoe_npy_parse_header(header, header_end, &dims, shape, &data_offset, detail,
+	else if (rmoe_npy_parse_header(header, header_end, dims, shape, data_offset, detail,
 	                               sizeof(detail)) != 0)
 		rc = fail(msg, msglen, RMOE_EFORMAT, "%s: %s", path, detail);
 	free(header);
+	return rc;
+}
+
+/* Rows [row0, row0 + nrows) of the file into data (nrows -1: to its end),
+ * its shape first checked against expect_shape (an extent -1: any), which
+ * then takes the file's. */
+static int read_checked(const char *path, FILE *f, int ndim, int64_t *expect_shape, int64_t row0,
+                        int64_t nrows, float *data, char *msg, size_t msglen)
+{
+	uint64_t size = 0;
+	int dims = 0;
+	int64_t shape[RMOE_NPY_MAXDIM];
+	size_t data_offset;
+	int rc = read_header(path, f, &size, &dims, shape, &data_offset, msg, msglen);
 	if (rc)
 		return rc;
 

@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app.h"
 #include "checkpoint.h"
+#include "messages.h"
 #include "rmoe_scheduler.h"
 #include "rmoe_system.h"
 
@@ -223,9 +223,19 @@ static int compare_identity(const unsigned char *stored, const struct rmoe_ckpt_
 	return n;
 }
 
-static int check_and_load(const char *path, const unsigned char *buf, int64_t size, int rank, int nranks,
-                          const struct rmoe_ckpt_identity *id, struct rmoe_ckpt_state *st,
-                          struct rmoe_train_model *m, struct rmoe_adamw *o, char *msg, size_t msglen)
+/* The header's fixed fields, as stored. */
+struct header {
+	uint32_t version, hbytes;
+	uint64_t mark, hash;
+	int32_t rank, nranks;
+	int64_t step, pbytes, rep_n, exp_n, records;
+};
+
+/* Whether buf is a whole, undamaged checkpoint of this format: magic,
+ * byte order, version, a sane header, the size it gives and the checksum,
+ * in that order; its header into *h. */
+static int check_file(const char *path, const unsigned char *buf, int64_t size, struct header *h, char *msg,
+                      size_t msglen)
 {
 	if (size < HEADER_BYTES + 8) {
 		snprintf(msg, msglen, "%s: truncated: %lld bytes, shorter than the %d-byte header and trailer",
@@ -236,39 +246,36 @@ static int check_and_load(const char *path, const unsigned char *buf, int64_t si
 		snprintf(msg, msglen, "%s: not a relaymoe checkpoint (no RMOECKPT magic)", path);
 		return RMOE_EFORMAT;
 	}
-	uint32_t version, hbytes;
-	uint64_t mark, hash;
-	int32_t r32, n32;
-	int64_t step, pbytes, rep_n, exp_n, records;
-	memcpy(&version, buf + 8, 4);
-	memcpy(&hbytes, buf + 12, 4);
-	memcpy(&mark, buf + 16, 8);
-	memcpy(&hash, buf + 24, 8);
-	memcpy(&r32, buf + 32, 4);
-	memcpy(&n32, buf + 36, 4);
-	memcpy(&step, buf + 40, 8);
-	memcpy(&pbytes, buf + 48, 8);
-	memcpy(&rep_n, buf + 56, 8);
-	memcpy(&exp_n, buf + 64, 8);
-	memcpy(&records, buf + 72, 8);
-	if (mark != ORDER_MARK) {
+	memcpy(&h->version, buf + 8, 4);
+	memcpy(&h->hbytes, buf + 12, 4);
+	memcpy(&h->mark, buf + 16, 8);
+	memcpy(&h->hash, buf + 24, 8);
+	memcpy(&h->rank, buf + 32, 4);
+	memcpy(&h->nranks, buf + 36, 4);
+	memcpy(&h->step, buf + 40, 8);
+	memcpy(&h->pbytes, buf + 48, 8);
+	memcpy(&h->rep_n, buf + 56, 8);
+	memcpy(&h->exp_n, buf + 64, 8);
+	memcpy(&h->records, buf + 72, 8);
+	if (h->mark != ORDER_MARK) {
 		snprintf(msg, msglen, "%s: written on a machine of the other byte order", path);
 		return RMOE_EFORMAT;
 	}
-	if (version != RMOE_CKPT_VERSION || hbytes != HEADER_BYTES) {
+	if (h->version != RMOE_CKPT_VERSION || h->hbytes != HEADER_BYTES) {
 		snprintf(msg, msglen, "%s: format version %u (header %u bytes): expected version %d", path,
-		         version, hbytes, RMOE_CKPT_VERSION);
+		         h->version, h->hbytes, RMOE_CKPT_VERSION);
 		return RMOE_EFORMAT;
 	}
 	/* Bounded before any arithmetic: a damaged header must not overflow. */
 	const int64_t limit = (int64_t)1 << 40;
-	if (pbytes < 0 || step < 0 || records != step || rep_n < 0 || exp_n < 0 || records > limit ||
-	    rep_n > limit || exp_n > limit || pbytes != payload_bytes(records, rep_n, exp_n)) {
+	if (h->pbytes < 0 || h->step < 0 || h->records != h->step || h->rep_n < 0 || h->exp_n < 0 ||
+	    h->records > limit || h->rep_n > limit || h->exp_n > limit ||
+	    h->pbytes != payload_bytes(h->records, h->rep_n, h->exp_n)) {
 		snprintf(msg, msglen, "%s: corrupted header (step %lld, payload %lld bytes)", path,
-		         (long long)step, (long long)pbytes);
+		         (long long)h->step, (long long)h->pbytes);
 		return RMOE_EFORMAT;
 	}
-	const int64_t expect = HEADER_BYTES + pbytes + 8;
+	const int64_t expect = HEADER_BYTES + h->pbytes + 8;
 	if (size != expect) {
 		snprintf(msg, msglen, "%s: %s: %lld bytes, expected %lld", path,
 		         size < expect ? "truncated" : "trailing data after the checkpoint", (long long)size,
@@ -282,30 +289,55 @@ static int check_and_load(const char *path, const unsigned char *buf, int64_t si
 		         (unsigned long long)computed, (unsigned long long)stored);
 		return RMOE_EFORMAT;
 	}
-	if (n32 != nranks || r32 != rank) {
+	return 0;
+}
+
+/* Whether the checkpoint is this rank's of this run: written by the same
+ * rank of as many, by the same configuration, for a model of this size. */
+static int check_owner(const char *path, const unsigned char *buf, const struct header *h, int rank, int nranks,
+                       const struct rmoe_ckpt_identity *id, const struct rmoe_train_model *m, char *msg,
+                       size_t msglen)
+{
+	if (h->nranks != nranks || h->rank != rank) {
 		snprintf(msg, msglen, "%s: written by rank %d of a run of %d ranks; this is rank %d of %d", path,
-		         r32, n32, rank, nranks);
+		         h->rank, h->nranks, rank, nranks);
 		return RMOE_EMISMATCH;
 	}
-	const unsigned char *p = buf + HEADER_BYTES;
 	char diff[1024];
-	if (compare_identity(p, id, diff, sizeof(diff)) > 0 || hash != rmoe_ckpt_identity_hash(id)) {
+	if (compare_identity(buf + HEADER_BYTES, id, diff, sizeof(diff)) > 0 ||
+	    h->hash != rmoe_ckpt_identity_hash(id)) {
 		snprintf(msg, msglen, "%s: written by another configuration: %s", path,
 		         diff[0] ? diff : "configuration hash differs");
 		return RMOE_EMISMATCH;
 	}
-	if (rep_n != m->rep_n || exp_n != m->exp_n) {
+	if (h->rep_n != m->rep_n || h->exp_n != m->exp_n) {
 		snprintf(msg, msglen, "%s: holds %lld replicated and %lld expert parameters, this model has %lld "
-		         "and %lld", path, (long long)rep_n, (long long)exp_n, (long long)m->rep_n,
+		         "and %lld", path, (long long)h->rep_n, (long long)h->exp_n, (long long)m->rep_n,
 		         (long long)m->exp_n);
 		return RMOE_EMISMATCH;
 	}
+	return 0;
+}
+
+/* The checkpoint in buf, checked, into st (its history allocated here), m
+ * and o. */
+static int check_and_load(const char *path, const unsigned char *buf, int64_t size, int rank, int nranks,
+                          const struct rmoe_ckpt_identity *id, struct rmoe_ckpt_state *st,
+                          struct rmoe_train_model *m, struct rmoe_adamw *o, char *msg, size_t msglen)
+{
+	struct header h;
+	int rc = check_file(path, buf, size, &h, msg, msglen);
+	if (!rc)
+		rc = check_owner(path, buf, &h, rank, nranks, id, m, msg, msglen);
+	if (rc)
+		return rc;
+	const int64_t step = h.step;
 	struct rmoe_train_record *history = calloc((size_t)(step > 0 ? step : 1), sizeof(*history));
 	if (!history) {
 		snprintf(msg, msglen, "%s: out of host memory for %lld history records", path, (long long)step);
 		return RMOE_ENOMEM;
 	}
-	p += NFIELDS * 8;
+	const unsigned char *p = buf + HEADER_BYTES + NFIELDS * 8;
 	st->step = step;
 	memcpy(&st->data.counter, p, 8);
 	memcpy(&st->data.token, p + 8, 8);
@@ -321,7 +353,7 @@ static int check_and_load(const char *path, const unsigned char *buf, int64_t si
 	}
 	st->history = history;
 	float *dst[6] = {m->rep_w, m->exp_w, o->m_rep, o->v_rep, o->m_exp, o->v_exp};
-	int64_t cnt[6] = {rep_n, exp_n, rep_n, rep_n, exp_n, exp_n};
+	int64_t cnt[6] = {h.rep_n, h.exp_n, h.rep_n, h.rep_n, h.exp_n, h.exp_n};
 	for (int k = 0; k < 6; k++) {
 		memcpy(dst[k], p, (size_t)cnt[k] * sizeof(float));
 		p += cnt[k] * (int64_t)sizeof(float);

@@ -53,30 +53,13 @@ static int stationary(const struct rmoe_corpus *c, double *pi)
 	return 0;
 }
 
-int rmoe_corpus_markov(struct rmoe_corpus *c, int64_t vocab, int64_t branching, uint64_t seed,
-                       char *msg, size_t msglen)
+/* The chain of c (vocab, branching and seed set): each token's successors,
+ * token i + 1 (mod V) first and B - 1 others drawn without repeats, and
+ * their cumulative probabilities. */
+static void draw_chain(struct rmoe_corpus *c)
 {
-	memset(c, 0, sizeof(*c));
-	if (vocab < 2 || branching < 1 || branching > vocab) {
-		snprintf(msg, msglen, "--branching %lld with --vocab %lld: expected 1 <= branching <= vocab "
-		         "and vocab >= 2", (long long)branching, (long long)vocab);
-		return RMOE_EINVAL;
-	}
-	c->kind = RMOE_CORPUS_MARKOV;
-	c->vocab = vocab;
-	c->branching = branching;
-	c->seed = seed;
-	const int64_t V = vocab, B = branching;
-	c->succ = malloc((size_t)(V * B) * sizeof(int32_t));
-	c->cum = malloc((size_t)(V * B) * sizeof(double));
-	double *pi = malloc((size_t)V * sizeof(double));
-	if (!c->succ || !c->cum || !pi) {
-		free(pi);
-		rmoe_corpus_free(c);
-		snprintf(msg, msglen, "out of host memory for a chain of %lld x %lld transitions",
-		         (long long)V, (long long)B);
-		return RMOE_ENOMEM;
-	}
+	const int64_t V = c->vocab, B = c->branching;
+	const uint64_t seed = c->seed;
 	uint64_t draw = 0;
 	for (int64_t i = 0; i < V; i++) {
 		int32_t *s = c->succ + i * B;
@@ -106,12 +89,13 @@ int rmoe_corpus_markov(struct rmoe_corpus *c, int64_t vocab, int64_t branching, 
 		}
 		w[B - 1] = 1.0;
 	}
-	if (stationary(c, pi)) {
-		free(pi);
-		rmoe_corpus_free(c);
-		snprintf(msg, msglen, "out of host memory for the chain's stationary distribution");
-		return RMOE_ENOMEM;
-	}
+}
+
+/* The chain's entropy rate, nats per token, from its stationary
+ * distribution pi: the loss floor a model of the next token can reach. */
+static double entropy_rate(const struct rmoe_corpus *c, const double *pi)
+{
+	const int64_t V = c->vocab, B = c->branching;
 	double h = 0.0;
 	for (int64_t i = 0; i < V; i++) {
 		double prev = 0.0, hi = 0.0;
@@ -123,8 +107,42 @@ int rmoe_corpus_markov(struct rmoe_corpus *c, int64_t vocab, int64_t branching, 
 		}
 		h += pi[i] * hi;
 	}
+	return h;
+}
+
+int rmoe_corpus_markov(struct rmoe_corpus *c, int64_t vocab, int64_t branching, uint64_t seed,
+                       char *msg, size_t msglen)
+{
+	memset(c, 0, sizeof(*c));
+	if (vocab < 2 || branching < 1 || branching > vocab) {
+		snprintf(msg, msglen, "--branching %lld with --vocab %lld: expected 1 <= branching <= vocab "
+		         "and vocab >= 2", (long long)branching, (long long)vocab);
+		return RMOE_EINVAL;
+	}
+	c->kind = RMOE_CORPUS_MARKOV;
+	c->vocab = vocab;
+	c->branching = branching;
+	c->seed = seed;
+	const int64_t V = vocab, B = branching;
+	c->succ = malloc((size_t)(V * B) * sizeof(int32_t));
+	c->cum = malloc((size_t)(V * B) * sizeof(double));
+	double *pi = malloc((size_t)V * sizeof(double));
+	if (!c->succ || !c->cum || !pi) {
+		free(pi);
+		rmoe_corpus_free(c);
+		snprintf(msg, msglen, "out of host memory for a chain of %lld x %lld transitions",
+		         (long long)V, (long long)B);
+		return RMOE_ENOMEM;
+	}
+	draw_chain(c);
+	if (stationary(c, pi)) {
+		free(pi);
+		rmoe_corpus_free(c);
+		snprintf(msg, msglen, "out of host memory for the chain's stationary distribution");
+		return RMOE_ENOMEM;
+	}
+	c->floor_nats = entropy_rate(c, pi);
 	free(pi);
-	c->floor_nats = h;
 	/* FNV-1a over the definition: a checkpoint of another chain is refused. */
 	uint64_t hash = 0xcbf29ce484222325ULL;
 	const int64_t words[3] = {V, B, (int64_t)seed};

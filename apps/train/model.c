@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "messages.h"
 #include "model.h"
 #include "seeded.h"
 
@@ -316,17 +316,14 @@ static int sum_floats(float *buf, int64_t n)
 	return 0;
 }
 
-int rmoe_train_model_step(struct rmoe_train_model *m, const int32_t *seq, struct rmoe_train_result *r)
+/* The embedding and the MoE blocks forward, each block's routing counted
+ * (route_stats) and its layer's peaks kept in r; 0 or the first RMOE_E*
+ * code, agreed over the ranks. */
+static int blocks_forward(struct rmoe_train_model *m, const int32_t *seq, struct rmoe_train_result *r)
 {
 	const struct rmoe_train_shape *s = &m->shape;
-	const int64_t L = s->layers, T = s->tokens, H = s->hidden, E = s->experts, V = s->vocab,
-	              K = s->topk, F = s->ffn, Fs = s->shared_ffn, TH = T * H, HF = H * F;
-	const double global_tokens = (double)T * (double)m->nranks;
-	float *w = m->rep_w, *g = m->rep_g;
-	memset(r, 0, sizeof(*r));
-	memset(g, 0, (size_t)m->rep_n * sizeof(float));
-	m->seq = seq;
-
+	const int64_t L = s->layers, T = s->tokens, H = s->hidden, E = s->experts, TH = T * H;
+	const float *w = m->rep_w;
 	for (int64_t t = 0; t < T; t++)
 		memcpy(m->h + t * H, w + m->off_emb + (int64_t)seq[t] * H, (size_t)H * sizeof(float));
 	int rc = 0;
@@ -346,9 +343,15 @@ int rmoe_train_model_step(struct rmoe_train_model *m, const int32_t *seq, struct
 		int64_t peak = peak_of(m->moe[l], &r->peak_rss_bytes);
 		r->peak_layer_bytes = peak > r->peak_layer_bytes ? peak : r->peak_layer_bytes;
 	}
-	if (rc)
-		return rc;
-	/* Load balancing over all ranks' tokens: f_e and P_e are global. */
+	return rc;
+}
+
+/* The load-balancing loss into r->aux, over all ranks' tokens: f_e and P_e
+ * are global. */
+static int aux_loss(struct rmoe_train_model *m, struct rmoe_train_result *r)
+{
+	const int64_t L = m->shape.layers, E = m->shape.experts, K = m->shape.topk;
+	const double global_tokens = (double)m->shape.tokens * (double)m->nranks;
 	if (MPI_Allreduce(MPI_IN_PLACE, m->route, (int)(L * 2 * E), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) !=
 	    MPI_SUCCESS)
 		return RMOE_EMPI;
@@ -359,8 +362,18 @@ int rmoe_train_model_step(struct rmoe_train_model *m, const int32_t *seq, struct
 			acc += c[e] / (global_tokens * (double)K) * (c[E + e] / global_tokens);
 		r->aux += m->aux_weight * (double)E * acc;
 	}
+	return 0;
+}
 
-	float *hL = m->h + L * TH, *uL = m->u + L * TH;
+/* The final RMSNorm, the head and the cross-entropy of the next tokens
+ * (r->loss, the mean over all ranks'), then back through them: the head's
+ * and the final norm's gradients, and dh, the residual stream's. */
+static int output_head(struct rmoe_train_model *m, const int32_t *seq, struct rmoe_train_result *r)
+{
+	const int64_t L = m->shape.layers, T = m->shape.tokens, H = m->shape.hidden, V = m->shape.vocab, TH = T * H;
+	const double global_tokens = (double)T * (double)m->nranks;
+	const float *w = m->rep_w;
+	float *g = m->rep_g, *hL = m->h + L * TH, *uL = m->u + L * TH;
 	rmsnorm_forward(hL, w + m->off_norm_f, T, H, uL, m->rinv + L * T);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)V, (int)H, 1.0f, uL, (int)H,
 	            w + m->off_head, (int)V, 0.0f, m->logits, (int)V);
@@ -375,7 +388,22 @@ int rmoe_train_model_step(struct rmoe_train_model *m, const int32_t *seq, struct
 	            (int)V, w + m->off_head, (int)V, 0.0f, m->du, (int)H);
 	memset(m->dh, 0, (size_t)TH * sizeof(float));
 	rmsnorm_backward(hL, w + m->off_norm_f, m->rinv + L * T, m->du, T, H, g + m->off_norm_f, m->dh);
+	return 0;
+}
 
+/* The MoE blocks backward, the last first: each layer's gradients (router,
+ * shared expert, this rank's experts) collected, the load-balancing loss's
+ * through the probabilities, and dh carried through each block's norm; 0
+ * or the first RMOE_E* code, agreed over the ranks. */
+static int blocks_backward(struct rmoe_train_model *m, struct rmoe_train_result *r)
+{
+	const struct rmoe_train_shape *s = &m->shape;
+	const int64_t L = s->layers, T = s->tokens, H = s->hidden, E = s->experts, K = s->topk, F = s->ffn,
+	              Fs = s->shared_ffn, TH = T * H, HF = H * F;
+	const double global_tokens = (double)T * (double)m->nranks;
+	const float *w = m->rep_w;
+	float *g = m->rep_g;
+	int rc = 0;
 	for (int64_t l = L - 1; l >= 0 && !rc; l--) {
 		const float *dprobs = NULL;
 		if (m->aux_weight > 0.0) {
@@ -409,6 +437,23 @@ int rmoe_train_model_step(struct rmoe_train_model *m, const int32_t *seq, struct
 		int64_t peak = peak_of(m->moe[l], &r->peak_rss_bytes);
 		r->peak_layer_bytes = peak > r->peak_layer_bytes ? peak : r->peak_layer_bytes;
 	}
+	return rc;
+}
+
+int rmoe_train_model_step(struct rmoe_train_model *m, const int32_t *seq, struct rmoe_train_result *r)
+{
+	const int64_t T = m->shape.tokens, H = m->shape.hidden;
+	float *g = m->rep_g;
+	memset(r, 0, sizeof(*r));
+	memset(g, 0, (size_t)m->rep_n * sizeof(float));
+	m->seq = seq;
+	int rc = blocks_forward(m, seq, r);
+	if (!rc)
+		rc = aux_loss(m, r);
+	if (!rc)
+		rc = output_head(m, seq, r);
+	if (!rc)
+		rc = blocks_backward(m, r);
 	if (rc)
 		return rc;
 	for (int64_t t = 0; t < T; t++) {

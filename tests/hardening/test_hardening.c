@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "problem.h"
 #include "relaymoe/relaymoe.h"
 #include "rmoe_scheduler.h"
 #include "rmoe_system.h"

@@ -45,7 +45,7 @@ LAYERS = ["include", "base", "scheduler", "system", "simmpi", "codelets", "graph
 # The folders by concern inside a layer, bottom up ("" is the layer's top).
 FOLDERS = {"codelets": ["kernels", "probe", "runtime", ""], "graph": ["context", "pass", "dispatch", ""]}
 # Held to the sizes, not the layering: the programs.
-SIZED_ONLY = []
+SIZED_ONLY = ["apps"]
 MAX_FOLDER_FILES = 20
 ENVIRONMENT = os.path.join("system", "environment.c")
 RANK = {name: i for i, name in enumerate(LAYERS)}

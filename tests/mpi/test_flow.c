@@ -17,11 +17,15 @@
  * early data the credits exist to prevent) while the outputs stay right,
  * so it shows that the check above can fail. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "harness.h"
+#include "messages.h"
+#include "problem.h"
+#include "results.h"
 #include "rmoe_memory_model.h"
 
 /* The heap figure against the model of the data plus the runtime's
@@ -194,7 +198,7 @@ int main(int argc, char **argv)
 	if (nranks < 3) {
 		/* With two ranks a neighbour can be at most N - 2 = 0 hops ahead. */
 		MPI_Finalize();
-		return 77;
+		return RMOE_TEST_SKIPPED;
 	}
 	/* Read at the first expert task of the process: before any. */
 	if (rank == 1 && delay_us > 0) {
@@ -208,7 +212,7 @@ int main(int argc, char **argv)
 	rmoe_ctx *ctx = NULL;
 	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
 		MPI_Finalize();
-		return 77;
+		return RMOE_TEST_SKIPPED;
 	}
 	/* The default layer's widths (Qwen3-30B-A3B / 16), fewer tokens: a
 	 * partition's weights (2.4 MiB at 4 ranks) are then a larger part of
@@ -225,7 +229,7 @@ int main(int argc, char **argv)
 	/* Skewed: experts of a quarter of rank 0's partition take nearly every
 	 * pair, so hops differ in size and the busiest hop sets the peak. */
 	if (!rc && !control) {
-		rmoe_problem_skew_router(&prob, cfg.experts / nranks / 4);
+		rmoe_test_skew_router(&prob, cfg.experts / nranks / 4);
 		rc = run_case(ctx, cfg, &prob, "skewed", ndispatch);
 	}
 	rmoe_problem_free(&prob);
@@ -240,5 +244,5 @@ int main(int argc, char **argv)
 		rmoe_app_error("%s", rmoe_strerror(rc));
 		failures++;
 	}
-	return rmoe_app_test_end(ctx, "test_flow", failures);
+	return rmoe_test_end(ctx, "test_flow", failures);
 }

@@ -2,11 +2,15 @@
  * baselines, forward and backward, against the single-process reference, on seeded inputs, for
  * several routing situations. Run under mpiexec -n N (N = 1..4). */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "harness.h"
+#include "messages.h"
+#include "problem.h"
+#include "results.h"
 #include "seeded.h"
 
 /* fp32 against a double reference: relative norm error. */
@@ -48,7 +52,7 @@ static void run_scenario(rmoe_ctx *ctx, const struct scenario *s)
 		return;
 	}
 	if (s->skew)
-		rmoe_problem_skew_router(&prob, s->skew);
+		rmoe_test_skew_router(&prob, s->skew);
 
 	/* Every all-to-all: the lean one, Megatron's, DeepEP's (whole blocks:
 	 * no chunks). */
@@ -107,7 +111,7 @@ int main(int argc, char **argv)
 {
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
-	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
 	rmoe_app_say("test_layer on %d rank(s)\n", nranks);
 	const struct scenario scenarios[] = {
 		/* name, H, F, E/rank, K, T, shared, chunk, norm, skew, overlap, gated */
@@ -124,5 +128,5 @@ int main(int argc, char **argv)
 	};
 	for (unsigned i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
 		run_scenario(ctx, &scenarios[i]);
-	return rmoe_app_test_end(ctx, "test_layer", failures);
+	return rmoe_test_end(ctx, "test_layer", failures);
 }

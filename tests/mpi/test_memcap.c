@@ -5,10 +5,14 @@
  * layer without a cap would have gone over it. A cap too small for one row
  * is refused at creation on every rank. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "app.h"
+#include "harness.h"
+#include "messages.h"
+#include "problem.h"
+#include "results.h"
 
 #define TOLERANCE 1e-5
 #define CAP (4 * 1024 * 1024)
@@ -46,7 +50,7 @@ int main(int argc, char **argv)
 {
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
-	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
 	rmoe_app_say("test_memcap on %d rank(s), cap %d bytes\n", nranks, CAP);
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 64, 48, 4 * nranks, 4, 256);
@@ -96,5 +100,5 @@ int main(int argc, char **argv)
 	int all;
 	MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	expect(all, "a cap too small for one row is refused on every rank");
-	return rmoe_app_test_end(ctx, "test_memcap", failures);
+	return rmoe_test_end(ctx, "test_memcap", failures);
 }

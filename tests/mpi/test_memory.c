@@ -6,10 +6,14 @@
  * removes, and the buffers the ring's graph asked for (largest temporary).
  * No dispatcher is compared with another: benchmarks report that. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "app.h"
+#include "harness.h"
+#include "messages.h"
+#include "problem.h"
+#include "results.h"
 #include "rmoe_memory_model.h"
 
 /* fp32 against a double reference: relative norm error. */
@@ -121,12 +125,12 @@ int main(int argc, char **argv)
 {
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
-	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
 	if (nranks < 2) {
 		/* One rank is one hop holding every pair: nothing to show. */
 		rmoe_ctx_destroy(ctx);
 		MPI_Finalize();
-		return 77;
+		return RMOE_TEST_SKIPPED;
 	}
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 64, 16, 8 * nranks, 4, 512);
@@ -150,7 +154,7 @@ int main(int argc, char **argv)
 	}
 	if (rc) {
 		rmoe_problem_free(&prob);
-		return rmoe_app_test_end(ctx, "test_memory", failures + 1);
+		return rmoe_test_end(ctx, "test_memory", failures + 1);
 	}
 	const double tkh = 4.0 * (double)(cfg.tokens * cfg.topk * cfg.hidden);
 	/* A backward hop holds gathered x, dy and a [rows, 4F] workspace per
@@ -167,5 +171,5 @@ int main(int argc, char **argv)
 	expect(chunked.largest <= fmax(chunk_bound, weights), "ring, 64-row chunks: largest buffer <= max(chunk, partition)",
 	       chunked.largest, fmax(chunk_bound, weights));
 	rmoe_problem_free(&prob);
-	return rmoe_app_test_end(ctx, "test_memory", failures);
+	return rmoe_test_end(ctx, "test_memory", failures);
 }

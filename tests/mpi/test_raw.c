@@ -5,11 +5,15 @@
  * rmoe_ctx_alloc and rmoe_ctx_copy; bad arguments fail on every rank with
  * the same code. Run under mpiexec -n N. Device buffers (RMOE_MEMORY_DEVICE)
  * when the first argument is "device" and this rank has a CUDA worker. */
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "harness.h"
+#include "messages.h"
+#include "problem.h"
+#include "results.h"
 
 static int failures;
 
@@ -130,7 +134,7 @@ int main(int argc, char **argv)
 {
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
-	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
 	void *probe = NULL;
 	int have_device = rmoe_ctx_alloc(ctx, RMOE_MEMORY_DEVICE, 64, &probe) == 0;
 	if (probe)
@@ -140,7 +144,7 @@ int main(int argc, char **argv)
 		rmoe_app_say("test_raw device: no CUDA worker: skipped\n");
 		rmoe_ctx_destroy(ctx);
 		MPI_Finalize();
-		return 77;
+		return RMOE_TEST_SKIPPED;
 	}
 	enum rmoe_memory where = want_device ? RMOE_MEMORY_DEVICE : RMOE_MEMORY_HOST;
 	rmoe_app_say("test_raw on %d rank(s), buffers on the %s\n", nranks, want_device ? "device" : "host");
@@ -157,5 +161,5 @@ int main(int argc, char **argv)
 		}
 	cfg.dispatch = RMOE_DISPATCH_RING_EXPERT;
 	bad_arguments(ctx, cfg, have_device);
-	return rmoe_app_test_end(ctx, "test_raw", failures);
+	return rmoe_test_end(ctx, "test_raw", failures);
 }

@@ -8,11 +8,14 @@
  * hang); the next forward on the same layer succeeds again (the status
  * is the pass's, cleared as the next one begins). */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "harness.h"
+#include "messages.h"
+#include "problem.h"
 
 static int failures;
 
@@ -79,14 +82,14 @@ int main(int argc, char **argv)
 	}
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
-	rmoe_ctx *ctx = rmoe_app_test_start(&argc, &argv, &nranks);
+	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
 	if (nranks < 2) {
 		rmoe_app_say("test_task_errors: needs 2 or more ranks (the fault is on rank 1)\n");
-		return rmoe_app_test_end(ctx, "test_task_errors", 1);
+		return rmoe_test_end(ctx, "test_task_errors", 1);
 	}
 	const enum rmoe_dispatch all[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
 	                                  RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		one_dispatch(ctx, all[i], nranks);
-	return rmoe_app_test_end(ctx, "test_task_errors", failures);
+	return rmoe_test_end(ctx, "test_task_errors", failures);
 }
