@@ -101,7 +101,7 @@ static void expert_bwd_cuda(void *buffers[], void *cl_arg)
 
 /* Nine buffers in the pair-weighted mode (eight without dx, ten with the
  * device scratch), more than STARPU_NMAXBUFS. */
-RMOE_CODELET(rmoe_cl_expert_bwd, "expert-bwd", rmoe_expert_bwd_cpu, expert_bwd_cuda, "rmoe_expert_bwd_v1",
+RMOE_CODELET(rmoe_cl_expert_bwd, "expert-bwd", rmoe_expert_bwd_cpu, expert_bwd_cuda, "rmoe_expert_bwd_v2",
              expert_bwd, STARPU_VARIABLE_NBUFFERS);
 
 static int insert_expert_bwd(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s, int mode,
@@ -141,11 +141,12 @@ int rmoe_insert_expert_bwd_pairs(const struct rmoe_task_opts *o, const struct rm
 		d[7] = d[8];
 		return insert_expert_bwd(o, s, RMOE_BWD_PAIR_ROWS, accumulate, first, topk, d, 8, 0);
 	}
-	/* Deterministic: a CUDA worker adds the rows' dx without atomics too,
-	 * through a pair index in its device scratch. */
+	/* A CUDA worker adds the rows' dx without atomics, through a pair
+	 * index in its device scratch, beside the grouped GEMMs' pointer
+	 * arrays: StarPU allocates and counts both. */
 	size_t bytes = 0;
 #ifdef RMOE_HAVE_CUDA
-	bytes = rmoe_cuda_rows_add_scratch(o->deterministic, (int64_t)starpu_vector_get_nx(pair_order));
+	bytes = rmoe_cuda_expert_bwd_scratch(o->deterministic, (int64_t)starpu_vector_get_nx(pair_order), s->n_experts);
 #endif
 	int64_t scratch;
 	int rc = rmoe_cl_scratch("expert-bwd", bytes, &d[9], &scratch);

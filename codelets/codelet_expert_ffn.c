@@ -58,11 +58,11 @@ static void rmoe_expert_recompute_cpu(void *buffers[], void *cl_arg)
 	expert_ffn_cpu("recompute", buffers, cl_arg, 0);
 }
 
-RMOE_CODELET(rmoe_cl_expert_ffn, "expert-ffn", rmoe_expert_ffn_cpu, expert_ffn_cuda, "rmoe_expert_ffn_v1",
+RMOE_CODELET(rmoe_cl_expert_ffn, "expert-ffn", rmoe_expert_ffn_cpu, expert_ffn_cuda, "rmoe_expert_ffn_v2",
              expert_ffn, 4);
 /* §3.3: a hop's intermediates rebuilt just before its backward consumes them. */
 RMOE_CODELET(rmoe_cl_expert_recompute, "recompute", rmoe_expert_recompute_cpu, expert_recompute_cuda,
-             "rmoe_expert_recompute_v1", expert_ffn, 3);
+             "rmoe_expert_recompute_v2", expert_ffn, 3);
 
 int rmoe_insert_expert_ffn(const struct rmoe_task_opts *o, const struct rmoe_expert_shape *s,
                            starpu_data_handle_t rows, starpu_data_handle_t weights, starpu_data_handle_t work,

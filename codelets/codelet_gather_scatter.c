@@ -66,9 +66,9 @@ static void scatter_add_cuda(void *buffers[], void *cl_arg)
 
 /* Three or four buffers (topk_w only when weighted); the scatter-add's
  * device scratch one more. */
-RMOE_CODELET(rmoe_cl_gather, "gather", rmoe_gather_cpu, gather_cuda, "rmoe_gather_v1", gather,
+RMOE_CODELET(rmoe_cl_gather, "gather", rmoe_gather_cpu, gather_cuda, "rmoe_gather_v2", gather,
              STARPU_VARIABLE_NBUFFERS);
-RMOE_CODELET(rmoe_cl_scatter_add, "scatter-add", rmoe_scatter_add_cpu, scatter_add_cuda, "rmoe_scatter_add_v1",
+RMOE_CODELET(rmoe_cl_scatter_add, "scatter-add", rmoe_scatter_add_cpu, scatter_add_cuda, "rmoe_scatter_add_v2",
              scatter_add, STARPU_VARIABLE_NBUFFERS);
 
 static int insert_rows(const struct rmoe_task_opts *o, struct starpu_codelet *cl, const struct rmoe_pair_slice *s,

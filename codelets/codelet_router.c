@@ -82,10 +82,10 @@ static void router_bwd_cuda(void *buffers[], void *cl_arg)
 #endif
 
 /* 5 buffers, 6 with the device scratch. */
-RMOE_CODELET(rmoe_cl_router_fwd, "router-fwd", rmoe_router_fwd_cpu, router_fwd_cuda, "rmoe_router_fwd_v1", router_fwd,
+RMOE_CODELET(rmoe_cl_router_fwd, "router-fwd", rmoe_router_fwd_cpu, router_fwd_cuda, "rmoe_router_fwd_v2", router_fwd,
              STARPU_VARIABLE_NBUFFERS);
 /* 8 buffers, or 9 with dprobs; one more with the device scratch. */
-RMOE_CODELET(rmoe_cl_router_bwd, "router-bwd", rmoe_router_bwd_cpu, router_bwd_cuda, "rmoe_router_bwd_v1",
+RMOE_CODELET(rmoe_cl_router_bwd, "router-bwd", rmoe_router_bwd_cpu, router_bwd_cuda, "rmoe_router_bwd_v2",
              router_bwd, STARPU_VARIABLE_NBUFFERS);
 
 static void *router_args(const struct rmoe_router_shape *s, int64_t scratch)

@@ -27,7 +27,7 @@ static void unpermute_bwd_cuda(void *buffers[], void *cl_arg)
 #endif
 
 RMOE_CODELET(rmoe_cl_unpermute_bwd, "unpermute-bwd", rmoe_unpermute_bwd_cpu, unpermute_bwd_cuda,
-             "rmoe_unpermute_bwd_v1", unpermute_bwd, 6);
+             "rmoe_unpermute_bwd_v2", unpermute_bwd, 6);
 
 int rmoe_insert_unpermute_bwd(const struct rmoe_task_opts *o, const struct rmoe_pair_slice *s,
                               starpu_data_handle_t dy, starpu_data_handle_t back, starpu_data_handle_t pair_order,

@@ -10,11 +10,23 @@
 #       what /usr/local/cuda/lib64 lacks), and a CUDA worker found by
 #       StarPU (a small relaymoe run on CUDA workers only). It prints what it
 #       found; anything missing is named and the script stops there (exit 3);
-#   (a) the gpu label (tests/gpu/gpu_checks.sh): the CUDA codelets and the
-#       layer on CUDA workers against the CPU reference, fp32 within 1e-5 and
-#       bf16 within 1e-2, one layer run under compute-sanitizer (120 s);
+#   (a) the gpu label (tests/gpu/gpu_checks.sh): the CUDA codelets (the
+#       expert ones in every GEMM way) and the layer on CUDA workers against
+#       the CPU reference, fp32 within 1e-5 and bf16 within 1e-2, one layer
+#       run under compute-sanitizer, two --deterministic runs bit for bit
+#       (120 s);
 #   (b) the card's cuBLAS bf16 GEMM rate (rmoe_gemm_rate): an 8192^3 GEMM,
-#       and the GEMMs of one expert of the layer below (30 s);
+#       the GEMMs of one expert of the layer below a call each, the same
+#       GEMMs over one of the ring's partitions in each way of the expert
+#       launchers (grouped, strided, loop: one call per matrix), one hop's
+#       expert tasks in each way, and the device's copy bandwidth (40 s);
+#       the fastest way is the one every relaymoe run below gets
+#       (RMOE_CUDA_GEMM; unset, the launchers' default, grouped);
+#   (t) one ring run at the first case traced (relaymoe run --trace, 2
+#       steps after a warm-up): its tasks.rec, of which report.py breaks
+#       the last step down by task kind (in-task time, the GEMM kinds' rate
+#       against cuBLAS's, the row kinds' bandwidth against the copy's, the
+#       idle gaps) (60 s);
 #   (p) the PyTorch peer and a relaymoe dump of a small bf16 problem, both
 #       against the layer in float64 (torch_moe.py check: relaymoe within
 #       2e-2, the peer's bf16 path within 2e-2, 5e-2 on the CPU), with one
@@ -52,18 +64,21 @@
 # F, T divided by 16), the PyTorch peer on the CPU where PyTorch is
 # installed: the script itself checked in CI, not a measurement; no
 # preflight. --rounds: rounds of (c) (2). --budget: seconds the whole run
-# ends within (450). --only: a comma list of checks, gemm, peer, layer (all;
-# the preflight always runs). --cases: (c)'s cases (default above).
+# ends within (450). --only: a comma list of checks, gemm, trace, peer,
+# layer (all; the preflight always runs). --cases: (c)'s cases (default
+# above); the first is the traced one.
 #
 # Exit status: 0 only when every step ran and passed and every case has its
 # rows (report.py checks them); a skipped (77) or timed-out (124) check, a
 # failed or missing run, or a missing row is a failure, named in run.log and
 # at the head of gpu.md. 3: the preflight found something missing. 2: bad
 # arguments. The acceptance targets (ring <= 0.8x PyTorch's time, <= 0.25x
-# its device memory, expert GEMMs >= 50% of cuBLAS) are verdict lines of the
-# table, not the exit status.
+# its device memory, the expert tasks' in-task GEMM rate >= 50% of cuBLAS's)
+# are verdict lines of the table, not the exit status. A dry run against a
+# StarPU without FxT skips (t) and says so; on a GPU that is a failure.
 # RESULTS_DIR receives run.log, gpu_checks.log, gpu_checks.csv,
-# gemm_rate.csv, layer.csv, torch.jsonl and gpu.md (7 files, no folders).
+# gemm_rate.csv, tasks.rec, layer.csv, torch.jsonl, breakdown.csv and
+# gpu.md (9 files, no folders).
 #
 # On a GPU machine lent through the device tool (one call; bench/gpu/README.md
 # says how to make the bundle and what to do with the results):
@@ -76,7 +91,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-dry=0 build='' rounds=2 budget=450 results='' only=checks,gemm,peer,layer cases_opt=''
+dry=0 build='' rounds=2 budget=450 results='' only=checks,gemm,trace,peer,layer cases_opt=''
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) dry=1; shift ;;
@@ -95,7 +110,8 @@ done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds '$rounds': expected a positive integer" >&2; exit 2; }
 [[ $budget =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --budget '$budget': expected seconds" >&2; exit 2; }
 for s in ${only//,/ }; do
-  case $s in checks|gemm|peer|layer) ;; *) echo "run.sh: --only '$s': expected checks, gemm, peer or layer" >&2; exit 2 ;; esac
+  case $s in checks|gemm|trace|peer|layer) ;;
+    *) echo "run.sh: --only '$s': expected checks, gemm, trace, peer or layer" >&2; exit 2 ;; esac
 done
 want() { [[ ",$only," == *",$1,"* ]]; }
 if [ -z "$build" ]; then
@@ -105,7 +121,7 @@ fi
 build=$(cd "$build" && pwd)
 mkdir -p "$results" || exit 2
 results=$(cd "$results" && pwd)
-files=(run.log gpu_checks.log gpu_checks.csv gemm_rate.csv layer.csv torch.jsonl gpu.md)
+files=(run.log gpu_checks.log gpu_checks.csv gemm_rate.csv tasks.rec layer.csv torch.jsonl breakdown.csv gpu.md)
 for f in "${files[@]}"; do rm -f "${results:?}/$f"; done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -127,6 +143,10 @@ cases=${cases:-$default_cases}
 for c in $cases; do
   [[ $c =~ ^[1-9][0-9]*:[1-9][0-9]*$ ]] || { echo "run.sh: --cases '$c': expected T:K" >&2; exit 2; }
 done
+# The first case: the traced one, and the one whose partition (rows per
+# expert, experts per partition) rmoe_gemm_rate measures.
+first=${cases%% *}
+t0=${first%:*} k0=${first#*:}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 # The bundle's libraries for relaymoe's programs only: its reference BLAS
 # under OpenBLAS's name would break NumPy and PyTorch. CUDA's own folder
@@ -160,7 +180,8 @@ keep() {
   local sum=10 s
   for s in "$@"; do
     want "$s" || continue
-    case $s in gemm) sum=$((sum + 20)) ;; peer) sum=$((sum + 30)) ;; layer) sum=$((sum + 120)) ;; esac
+    case $s in gemm) sum=$((sum + 20)) ;; trace) sum=$((sum + 30)) ;; peer) sum=$((sum + 30)) ;;
+               layer) sum=$((sum + 120)) ;; esac
   done
   echo $sum
 }
@@ -288,7 +309,7 @@ if want checks; then
   log "== (a) gpu checks ($(elapsed) s)"
   cap=120
   [ $dry = 1 ] && cap=300
-  t=$(limit $cap "$(keep gemm peer layer)")
+  t=$(limit $cap "$(keep gemm trace peer layer)")
   if [ "$t" -le 0 ]; then checks="not run"; fail "gpu checks: not run, the budget was spent"
   else
     run_env GPU_CHECKS_DRY_RUN=$dry GPU_CHECKS_BUDGET="$t" timeout -k 5 $((t + 10)) \
@@ -306,19 +327,22 @@ if want checks; then
   fi
 fi
 
-# ---- (b) the cuBLAS rate: the expert mix at the acceptance case's rows per expert
-gemm=skipped
+# ---- (b) the cuBLAS rate: the expert mix at the first case's rows per
+# expert, and the launchers' GEMM ways over one of its partitions
+gemm=skipped gemm_way=''
 if want gemm; then
-  log "== (b) cuBLAS bf16 GEMM rate ($(elapsed) s)"
-  t=$(limit 30 "$(keep peer layer)")
+  log "== (b) cuBLAS bf16 GEMM rate and the expert GEMM ways ($(elapsed) s)"
+  t=$(limit 40 "$(keep trace peer layer)")
   if [ ! -x "$build/bench/gpu/rmoe_gemm_rate" ]; then
     gemm="not built (a build without -DRMOE_CUDA=ON)"
     [ $dry = 1 ] && log "gemm rate: $gemm" || fail "gemm rate: $gemm"
   elif [ "$t" -le 0 ]; then gemm="not run"; fail "gemm rate: not run, the budget was spent"
   else
-    run_env timeout -k 5 "$t" "$build/bench/gpu/rmoe_gemm_rate" --rows $((65536 * 8 / 128)) \
-      --csv "$results/gemm_rate.csv" 2>&1 | tee -a "$results/run.log"
+    run_env timeout -k 5 "$t" "$build/bench/gpu/rmoe_gemm_rate" --hidden $H --ffn $F --rows $((t0 * k0 / E)) \
+      --experts $((E / parts)) --csv "$results/gemm_rate.csv" 2>&1 | tee -a "$results/run.log" "$tmp/gemm_rate.out"
     rc=${PIPESTATUS[0]}
+    gemm_way=$(sed -n 's/^fastest: \(grouped\|strided\|loop\)$/\1/p' "$tmp/gemm_rate.out")
+    [ $rc -eq 0 ] && log "expert GEMM way of the relaymoe runs: ${gemm_way:-the default (no fastest way read)}"
     case $rc in
       0) gemm=measured ;;
       77) gemm="no CUDA device" ;;
@@ -326,6 +350,35 @@ if want gemm; then
       *) gemm="FAILED (exit $rc)" ;;
     esac
     if [ $rc -eq 0 ] || { [ $dry = 1 ] && [ $rc -eq 77 ]; }; then log "gemm rate: $gemm"; else fail "gemm rate: $gemm"; fi
+  fi
+fi
+# Every relaymoe run of the layer: the fastest way, where one was measured.
+way_env=()
+[ -n "$gemm_way" ] && way_env=(RMOE_CUDA_GEMM="$gemm_way")
+
+# ---- (t) one ring run traced, for the breakdown of a step by task kind
+trace=skipped
+if want trace; then
+  log "== (t) the ring at T=$t0 K=$k0 traced ($(elapsed) s)"
+  t=$(limit 60 "$(keep peer layer)")
+  if [ "$t" -le 0 ]; then trace="not run"; fail "traced run: not run, the budget was spent"
+  else
+    run_env "${gpu_env[@]}" "${way_env[@]}" timeout -k 5 "$t" mpirun -np 1 --bind-to none "$app" run --hidden $H \
+      --ffn $F --experts $E --topk "$k0" --tokens "$t0" --dtype bf16 --io $io --sched prio --repeat 2 --quiet \
+      --dispatch ring --partitions $parts --trace "$tmp/trace" >"$tmp/trace.log" 2>&1
+    rc=$?
+    cat "$tmp/trace.log" >>"$results/run.log"
+    if [ $rc -eq 0 ] && [ -s "$tmp/trace/tasks.rec" ] && cp "$tmp/trace/tasks.rec" "$results/tasks.rec"; then
+      trace=recorded
+    elif grep -q "has no FxT" "$tmp/trace.log"; then
+      trace="skipped: the StarPU of the build has no FxT"
+      [ $dry = 1 ] || fail "traced run: $trace"
+    else
+      trace="FAILED (exit $rc$([ $rc = 124 ] && echo ", timed out after $t s")$([ -s "$tmp/trace/tasks.rec" ] ||
+        echo ", no tasks.rec"))"
+      fail "traced run: $trace"
+    fi
+    log "traced run: $trace"
   fi
 fi
 
@@ -371,7 +424,7 @@ a2a_grouping=()
 layer_impls="ring a2a torch torch-part ring-live a2a-live"
 [ $torch_ok = 1 ] || layer_impls="ring a2a ring-live a2a-live"
 report() { # report [--quiet]: the table from what exists
-  "$py" "$here/report.py" "$results" --checks "$checks" --gemm "$gemm" --peer "$peer" --dry-run $dry \
+  "$py" "$here/report.py" "$results" --checks "$checks" --gemm "$gemm" --peer "$peer" --trace "$trace" --dry-run $dry \
     --cases "$(want layer && echo "$cases")" --expect "$(want layer && echo "$layer_impls")" \
     --failures "$tmp/failures" "$@"
 }
@@ -400,7 +453,7 @@ proc() {
       rc=$?
       [ $rc -eq 0 ] && [ -s "$tmp/torch.json" ] && sed "s/^{/{\"round\": $round, /" "$tmp/torch.json" >>"$file" ;;
     *)
-      local args=(--dispatch "${impl%-live}") envs=("${gpu_env[@]}") reps=$repeat
+      local args=(--dispatch "${impl%-live}") envs=("${gpu_env[@]}" "${way_env[@]}") reps=$repeat
       [ "${impl%-live}" = ring ] && args+=(--partitions "$parts")
       [ "${impl%-live}" = a2a ] && args+=("${a2a_grouping[@]}")
       [[ $impl == *-live ]] && { envs+=(RMOE_DEVICE_CACHE=off); reps=1; }

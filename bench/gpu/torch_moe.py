@@ -76,7 +76,7 @@ def grouped_mm_fn():
 # A router's choice within this much probability of a tie is decided by
 # rounding (bf16 activations, another summation order): where relaymoe's
 # dump chose otherwise inside it, check follows relaymoe's choice, as
-# rmoe_results_check's reference does at float32 (apps/problem.c).
+# rmoe_results_check's reference does at float32 (apps/results.c).
 TIE_TOL = 1e-3
 
 

@@ -6,6 +6,9 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+#include <initializer_list>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -40,14 +43,6 @@ static __device__ __forceinline__ void rmoe_st(rmoe_bf16_t *p, int64_t i, float 
 {
 	p[i] = __float2bfloat16_rn(v);
 }
-static __device__ __forceinline__ void rmoe_add(float *p, int64_t i, float v)
-{
-	atomicAdd(p + i, v);
-}
-static __device__ __forceinline__ void rmoe_add(rmoe_bf16_t *p, int64_t i, float v)
-{
-	atomicAdd(p + i, __float2bfloat16_rn(v));
-}
 
 /* a + b and a * b rounded as written, never fused into one FMA: the
  * deterministic additions then round as the CPU kernels' do. */
@@ -58,6 +53,137 @@ static __device__ __forceinline__ float rmoe_add_rn(float a, float b)
 static __device__ __forceinline__ float rmoe_mul_rn(float a, float b)
 {
 	return __fmul_rn(a, b);
+}
+
+/* ---- 16-byte accesses ------------------------------------------------------------- */
+
+/* The row kernels are bound by memory bandwidth: a thread moves 16 bytes
+ * per access (4 fp32 or 8 bf16) where the row length and the buffers'
+ * alignment allow it, else one element (rmoe_width<1>). The width is a
+ * template argument deduced from a tag, so that RMOE_LAUNCH's argument
+ * list holds no comma of a template-id. */
+template <int V> struct rmoe_width {
+};
+template <typename T> struct rmoe_vec {
+	static constexpr int n = 16 / (int)sizeof(T);
+};
+
+static __host__ __device__ __forceinline__ float rmoe_f32_of_bits(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static __host__ __device__ __forceinline__ uint32_t rmoe_bf16_bits(float v)
+{
+	return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+/* V elements at p as fp32 (ld) and back (st), rounded as rmoe_st rounds;
+ * cp copies them unchanged. p is 16-byte aligned when V > 1. */
+template <typename T, int V> struct rmoe_io;
+template <typename T> struct rmoe_io<T, 1> {
+	static __device__ __forceinline__ void ld(const T *p, float *v)
+	{
+		v[0] = rmoe_ld(p, 0);
+	}
+	static __device__ __forceinline__ void st(T *p, const float *v)
+	{
+		rmoe_st(p, 0, v[0]);
+	}
+	static __device__ __forceinline__ void cp(T *d, const T *s)
+	{
+		d[0] = s[0];
+	}
+};
+template <> struct rmoe_io<float, 4> {
+	static __device__ __forceinline__ void ld(const float *p, float *v)
+	{
+		const float4 q = *(const float4 *)p;
+		v[0] = q.x;
+		v[1] = q.y;
+		v[2] = q.z;
+		v[3] = q.w;
+	}
+	static __device__ __forceinline__ void st(float *p, const float *v)
+	{
+		*(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+	}
+	static __device__ __forceinline__ void cp(float *d, const float *s)
+	{
+		*(float4 *)d = *(const float4 *)s;
+	}
+};
+/* A uint4 holds 8 bf16, element 2i in the low half of word i. */
+template <> struct rmoe_io<rmoe_bf16_t, 8> {
+	static __device__ __forceinline__ void ld(const rmoe_bf16_t *p, float *v)
+	{
+		const uint4 q = *(const uint4 *)p;
+		const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+		for (int i = 0; i < 4; i++) {
+			v[2 * i] = rmoe_f32_of_bits(w[i] << 16);
+			v[2 * i + 1] = rmoe_f32_of_bits(w[i] & 0xffff0000u);
+		}
+	}
+	static __device__ __forceinline__ void st(rmoe_bf16_t *p, const float *v)
+	{
+		uint32_t w[4];
+		for (int i = 0; i < 4; i++)
+			w[i] = rmoe_bf16_bits(v[2 * i]) | rmoe_bf16_bits(v[2 * i + 1]) << 16;
+		*(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+	}
+	static __device__ __forceinline__ void cp(rmoe_bf16_t *d, const rmoe_bf16_t *s)
+	{
+		*(uint4 *)d = *(const uint4 *)s;
+	}
+};
+
+/* Whether rows of cols elements of T at each of the pointers given (NULL
+ * ones ignored) can be accessed 16 bytes at a time: every row then starts
+ * 16-byte aligned. */
+template <typename T> static inline bool rmoe_vec_ok(int64_t cols, std::initializer_list<const void *> ptrs)
+{
+	if (cols % rmoe_vec<T>::n != 0)
+		return false;
+	for (const void *p : ptrs)
+		if ((uintptr_t)p % 16 != 0)
+			return false;
+	return true;
+}
+
+/* ---- warps ---------------------------------------------------------------------------- */
+
+/* Row kernels run a warp per row (or token), RMOE_CUDA_THREADS / 32 rows
+ * per block: a row of H = 2048 bf16 is 8 accesses of 16 bytes per lane. */
+#define RMOE_WARP 32
+static __device__ __forceinline__ int64_t rmoe_warp_id(void)
+{
+	return (int64_t)blockIdx.x * (blockDim.x / RMOE_WARP) + threadIdx.x / RMOE_WARP;
+}
+static __device__ __forceinline__ int64_t rmoe_warps(void)
+{
+	return (int64_t)gridDim.x * (blockDim.x / RMOE_WARP);
+}
+static __device__ __forceinline__ int rmoe_lane(void)
+{
+	return (int)(threadIdx.x % RMOE_WARP);
+}
+
+/* Butterfly reductions: every lane gets the result. */
+template <typename V> static __device__ __forceinline__ V rmoe_warp_sum(V v)
+{
+	for (int o = RMOE_WARP / 2; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+template <typename V> static __device__ __forceinline__ V rmoe_warp_max(V v)
+{
+	for (int o = RMOE_WARP / 2; o > 0; o >>= 1) {
+		const V w = __shfl_xor_sync(0xffffffffu, v, o);
+		v = w > v ? w : v;
+	}
+	return v;
 }
 
 /* The sum of v over the block, returned to every thread; blockDim.x a
@@ -102,6 +228,12 @@ static inline unsigned rmoe_cuda_blocks(int64_t n)
 static inline unsigned rmoe_cuda_rows(int64_t rows)
 {
 	return (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows);
+}
+/* Blocks of RMOE_CUDA_THREADS for a warp per row. */
+static inline unsigned rmoe_cuda_warp_rows(int64_t rows)
+{
+	const int64_t per = RMOE_CUDA_THREADS / RMOE_WARP;
+	return rmoe_cuda_rows((rows + per - 1) / per);
 }
 
 /* The error, if any, of the launch just enqueued: 0 or RMOE_CUDA_ELAUNCH. */
@@ -208,12 +340,12 @@ static inline int rmoe_arena_release(struct rmoe_arena *a)
 }
 
 /* dst[pair's token] += (topk_w[pair] *) rows[i] over the slice [first,
- * first + count) of pair_order, n_pairs pairs of K per token: with index
- * NULL by atomic additions, whose order (and the sum's last bits) may
- * differ from run to run; else in slice order per token, fp32 sums rounded
- * as the CPU kernel's (rmoe_kernel_scatter_add, expert.c's saxpy of the
- * rows' dx), without atomics: index is device scratch of n_pairs int32
- * (rmoe_cuda_rows_add_scratch). cuda_rows.cu. */
+ * first + count) of pair_order, n_pairs pairs of K per token, without
+ * atomics: in slice order per token, fp32 sums rounded as the CPU
+ * kernel's (rmoe_kernel_scatter_add, expert.c's saxpy of the rows' dx), so
+ * bit-identical run after run whatever the order blocks run in. index is
+ * device scratch of n_pairs int32 (rmoe_cuda_rows_add_scratch).
+ * cuda_rows.cu. */
 int rmoe_cuda_rows_add(cudaStream_t s, int bf16, int64_t H, int64_t K, int64_t n_pairs, int64_t first,
                        int64_t count, const void *rows, const int32_t *order, const float *w, void *dst,
                        int32_t *index);

@@ -4,10 +4,18 @@
  * host. No StarPU here either.
  *
  * Element types: activations and weights are float32 (bf16 = 0) or bf16
- * (bf16 = 1), every GEMM with fp32 accumulation (cublasGemmEx, compute
+ * (bf16 = 1), every GEMM with fp32 accumulation (compute
  * CUBLAS_COMPUTE_32F) and every elementwise kernel in fp32; the routing
- * (probs, topk_w, dg) and the router's weights are float32, indices int32.
+ * (probs, topk_w, dg) and the router's weights are float32, indices int32
+ * (with bf16 activations the router's GEMMs run on tensor cores over an
+ * exact three-way bf16 split of its fp32 operands: cuda_rows.cu).
  * rows_per_expert and counts are host arrays (they shape the launches).
+ *
+ * The expert launchers make one cuBLAS call per matrix for all the
+ * partition's experts: RMOE_CUDA_GEMM=grouped (the default,
+ * cublasGemmGroupedBatchedEx), strided (cublasGemmStridedBatchedEx over
+ * rows padded per expert) or loop (a cublasGemmEx per expert), as
+ * rmoe_cuda_gemm_select last chose (cuda_gemm.cuh).
  *
  * Each returns 0, or after printing the error of the launch or call that
  * failed, one of the codes below: what the task that called it reports. */
@@ -29,6 +37,15 @@ enum rmoe_cuda_status {
 	RMOE_CUDA_ERUNTIME = -2, /* a CUDA runtime call: scratch, memset, copy */
 	RMOE_CUDA_ECUBLAS = -3,  /* a cuBLAS call's status */
 };
+
+/* The expert launchers' GEMM way by its name, "grouped", "strided" or
+ * "loop" (NULL or "": the default, grouped where cuBLAS has it, else
+ * strided): 0, or -1 for a name it does not know, the default then
+ * chosen. rmoe_cuda_gemm_way: the way chosen (enum rmoe_gemm_way,
+ * cuda_gemm.cuh); rmoe_cuda_gemm_name its name. */
+int rmoe_cuda_gemm_select(const char *name);
+int rmoe_cuda_gemm_way(void);
+const char *rmoe_cuda_gemm_name(void);
 
 /* What a launcher's non-zero return says, for the task's status. */
 static inline const char *rmoe_cuda_status_what(int rc)
@@ -52,9 +69,15 @@ struct rmoe_cuda_scratch {
 size_t rmoe_cuda_router_fwd_scratch(int bf16, int64_t tokens, int64_t hidden, int64_t experts);
 size_t rmoe_cuda_router_bwd_scratch(int bf16, int64_t tokens, int64_t hidden, int64_t experts);
 size_t rmoe_cuda_dispatch_map_scratch(int64_t pairs, int64_t experts);
-/* The deterministic additions of rmoe_cuda_scatter_add and of
- * rmoe_cuda_expert_bwd_pairs's dx; 0 when not deterministic. */
+/* The index of the ordered additions of rmoe_cuda_scatter_add (n_pairs
+ * int32, deterministic or not: no launcher adds rows with atomics). */
 size_t rmoe_cuda_rows_add_scratch(int deterministic, int64_t n_pairs);
+/* The grouped GEMMs' pointer arrays of rmoe_cuda_expert_ffn over
+ * n_experts (it takes no scratch argument: it allocates them in the
+ * stream's order), and the whole scratch of rmoe_cuda_expert_bwd_pairs
+ * with dx: the index of its dx additions, then those arrays. */
+size_t rmoe_cuda_expert_ffn_scratch(int64_t n_experts);
+size_t rmoe_cuda_expert_bwd_scratch(int deterministic, int64_t n_pairs, int64_t n_experts);
 
 int rmoe_cuda_router_fwd(cudaStream_t s, cublasHandle_t b, int bf16, int64_t tokens, int64_t hidden,
                          int64_t experts, int64_t topk, int norm_topk, const void *x, const float *w_router,
@@ -68,9 +91,9 @@ int rmoe_cuda_dispatch_map(cudaStream_t s, int64_t pairs, int64_t experts, const
 
 int rmoe_cuda_gather(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t first, int64_t count,
                      const void *src, const int32_t *pair_order, const float *topk_w, void *rows);
-/* dst [n_pairs / topk * hidden]. deterministic: the additions in the CPU
- * kernel's order, bit-identical run after run (scratch of
- * rmoe_cuda_rows_add_scratch); otherwise atomic. */
+/* dst [n_pairs / topk * hidden]. Without atomics whatever deterministic
+ * says: the additions in the CPU kernel's order, bit-identical run after
+ * run (scratch of rmoe_cuda_rows_add_scratch). */
 int rmoe_cuda_scatter_add(cudaStream_t s, int bf16, int64_t hidden, int64_t topk, int64_t n_pairs, int64_t first,
                           int64_t count, const void *rows, const int32_t *pair_order, const float *topk_w, void *dst,
                           int deterministic, struct rmoe_cuda_scratch scratch);
@@ -82,7 +105,9 @@ int rmoe_cuda_expert_ffn(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hid
                          int64_t n_experts, const int64_t *rows_per_expert, int64_t m, const void *x,
                          const void *w, void *work, void *out);
 /* n_pairs: pair_order's length (dx [n_pairs / topk * hidden]); the rows'
- * dx added into dx as rmoe_cuda_scatter_add adds (deterministic, scratch). */
+ * dx added into dx as rmoe_cuda_scatter_add adds (scratch: its index, then
+ * the GEMMs' pointer arrays, rmoe_cuda_expert_bwd_scratch; what does not
+ * fit is allocated in the stream's order). */
 int rmoe_cuda_expert_bwd_pairs(cudaStream_t s, cublasHandle_t b, int bf16, int64_t hidden, int64_t ffn,
                                int64_t n_experts, const int64_t *rows_per_expert, int64_t m, int64_t n_pairs,
                                int64_t first, int64_t topk, int accumulate, void *x, const void *dy, const void *w,

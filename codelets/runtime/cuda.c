@@ -13,8 +13,12 @@
  * graph/context/ctx.c): calling it too would destroy the application's handles at
  * rmoe_ctx_destroy, and the application's shutdown would destroy the
  * library's under a live context. Handles of its own, counted, share
- * nothing with anyone. */
+ * nothing with anyone. Also where the expert GEMMs' way is chosen for the
+ * kernels (RMOE_CUDA_GEMM), which read no environment. */
+#include <stdio.h>
+
 #include "rmoe_cl_runtime.h"
+#include "rmoe_system.h"
 
 #ifdef RMOE_HAVE_CUDA
 #include <pthread.h>
@@ -51,8 +55,16 @@ static void destroy_handle(void *arg)
 void rmoe_codelets_start(void)
 {
 	pthread_mutex_lock(&users_lock);
-	if (users++ == 0 && starpu_cuda_worker_get_count() > 0)
-		starpu_execute_on_each_worker(create_handle, NULL, STARPU_CUDA);
+	if (users++ == 0) {
+		/* The expert GEMMs' way (codelets/kernels/cuda_gemm.cuh), before
+		 * any task runs; bench/gpu/run.sh picks the fastest with it. */
+		const char *way = rmoe_env(RMOE_ENV_CUDA_GEMM);
+		if (rmoe_cuda_gemm_select(way))
+			fprintf(stderr, "relaymoe: RMOE_CUDA_GEMM=%s: expected grouped, strided or loop; %s taken\n", way,
+			        rmoe_cuda_gemm_name());
+		if (starpu_cuda_worker_get_count() > 0)
+			starpu_execute_on_each_worker(create_handle, NULL, STARPU_CUDA);
+	}
 	pthread_mutex_unlock(&users_lock);
 }
 

@@ -2,10 +2,13 @@
  * launches as blocks of cooperative fibers, and the CUDA runtime and
  * cuBLAS entry points the launchers of codelets/kernels/ call, on host
  * memory. cublasGemmEx is a column-major CBLAS GEMM with cuBLAS's argument
- * checks, bf16 operands widened to fp32 and the result rounded back. */
+ * checks, bf16 operands widened to fp32 and the result rounded back;
+ * cublasGemmStridedBatchedEx and cublasGemmGroupedBatchedEx are the same
+ * GEMM per problem, as cuBLAS documents their problems. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -22,6 +25,9 @@ struct cublasContext {
 };
 struct CUstream_st {
 	int unused;
+};
+struct CUevent_st {
+	double ms;
 };
 
 uint3 rmoe_host_thread_idx, rmoe_host_block_idx;
@@ -97,7 +103,7 @@ static std::vector<fiber> fibers;
 static size_t nfibers;
 static fiber *current;
 static const std::function<void()> *body_now;
-static uint32_t shfl_slot[1024];
+static uint64_t shfl_slot[1024];
 
 static void fiber_main(void)
 {
@@ -117,12 +123,13 @@ extern "C" void rmoe_host_syncthreads(void)
 	wait_at(AT_BLOCK_BARRIER);
 }
 
-extern "C" uint32_t rmoe_host_shfl_down(uint32_t v, unsigned delta)
+extern "C" uint64_t rmoe_host_shfl(uint64_t v, enum rmoe_host_shfl_kind kind, unsigned arg)
 {
-	const unsigned me = current->linear, lane = me % WARP, nthreads = (unsigned)nfibers;
+	const unsigned me = current->linear, lane = me % WARP, base = me - lane, nthreads = (unsigned)nfibers;
+	const unsigned from = kind == RMOE_HOST_SHFL_DOWN ? lane + arg : kind == RMOE_HOST_SHFL_XOR ? lane ^ arg : arg;
 	shfl_slot[me] = v;
 	wait_at(AT_WARP_BARRIER);
-	const uint32_t got = lane + delta < WARP && me + delta < nthreads ? shfl_slot[me + delta] : v;
+	const uint64_t got = from < WARP && base + from < nthreads ? shfl_slot[base + from] : v;
 	wait_at(AT_WARP_BARRIER);
 	return got;
 }
@@ -324,6 +331,70 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	return cudaSuccess;
 }
 
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+	const size_t b = (bytes + 255) / 256 * 256;
+	*p = aligned_alloc(256, b > 0 ? b : 256);
+	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	free(p);
+	return cudaSuccess;
+}
+
+/* One device, named as what it is (bench/gpu/gemm_rate.cu prints it). */
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = 1;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+	if (device != 0)
+		return cudaErrorInvalidValue;
+	memset(prop, 0, sizeof(*prop));
+	snprintf(prop->name, sizeof(prop->name), "cuda-host shim");
+	return cudaSuccess;
+}
+
+/* Events: the host's clock when recorded (every call is done when it
+ * returns). */
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+	*e = (cudaEvent_t)calloc(1, sizeof(struct CUevent_st));
+	return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	(void)s;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	e->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	(void)e;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+	*ms = (float)(end->ms - start->ms);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	free(e);
+	return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreate(cudaStream_t *s)
 {
 	*s = (cudaStream_t)calloc(1, sizeof(struct CUstream_st));
@@ -400,29 +471,35 @@ static std::vector<float> widen(const void *p, cudaDataType t, int rows, int col
 	return f;
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
-                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
-                            cublasComputeType_t compute, cublasGemmAlgo_t algo)
+/* The type combinations of CUBLAS_COMPUTE_32F the launchers use, as
+ * cuBLAS's tables list them: fp32 throughout, bf16 throughout, and bf16
+ * operands into an fp32 C (cublasGemmEx and its strided batches; the
+ * grouped call's table has no mixed row). */
+static int types_ok(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute, int mixed_ok)
 {
-	(void)algo;
-	if (!h)
-		return CUBLAS_STATUS_NOT_INITIALIZED;
-	counts.gemms++;
-	if (due(&fail_gemm_in))
-		return fail_gemm_status;
-	if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
-		return CUBLAS_STATUS_INVALID_VALUE;
-	const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
-	const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
-	if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m) ||
-	    !alpha || !beta)
-		return CUBLAS_STATUS_INVALID_VALUE;
 	const int f32 = at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F;
 	const int b16 = at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_16BF;
-	if (!(f32 || b16) || compute != CUBLAS_COMPUTE_32F)
-		return CUBLAS_STATUS_NOT_SUPPORTED;
-	const float a = *(const float *)alpha, b = *(const float *)beta;
+	const int mixed = mixed_ok && at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_32F;
+	return (f32 || b16 || mixed) && compute == CUBLAS_COMPUTE_32F;
+}
+
+/* cuBLAS's argument checks of one problem. */
+static int args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb, int ldc)
+{
+	if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
+		return 0;
+	const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
+	return m >= 0 && n >= 0 && k >= 0 && lda >= std::max(1, a_rows) && ldb >= std::max(1, b_rows) &&
+	       ldc >= std::max(1, m);
+}
+
+/* One column-major GEMM, its arguments checked: through CBLAS, bf16
+ * operands widened to fp32, C computed in fp32 (beta C included) and
+ * rounded once to its type. */
+static cublasStatus_t gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float a, const void *A,
+                               cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb, float b, void *C,
+                               cudaDataType ct, int ldc)
+{
 	if (gemm_hook)
 		gemm_hook(ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, b);
 	if (m == 0 || n == 0)
@@ -431,17 +508,105 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 		return CUBLAS_STATUS_INVALID_VALUE;
 	const CBLAS_TRANSPOSE cta = ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
 	const CBLAS_TRANSPOSE ctb = tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
-	if (f32) {
+	if (at == CUDA_R_32F && ct == CUDA_R_32F) {
 		cblas_sgemm(CblasColMajor, cta, ctb, m, n, k, a, (const float *)A, lda, (const float *)B, ldb, b, (float *)C,
 		            ldc);
 		return CUBLAS_STATUS_SUCCESS;
 	}
+	const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+	const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
 	std::vector<float> af = widen(A, at, a_rows, a_cols, lda), bf = widen(B, bt, b_rows, b_cols, ldb);
 	std::vector<float> cf = b != 0.0f ? widen(C, ct, m, n, ldc) : std::vector<float>((size_t)m * n, 0.0f);
 	cblas_sgemm(CblasColMajor, cta, ctb, m, n, k, a, af.data(), std::max(1, a_rows), bf.data(), std::max(1, b_rows),
 	            b, cf.data(), m);
 	for (int c = 0; c < n; c++)
-		for (int r = 0; r < m; r++)
-			((__nv_bfloat16 *)C)[(size_t)c * ldc + r] = __float2bfloat16_rn(cf[(size_t)c * m + r]);
+		for (int r = 0; r < m; r++) {
+			const float v = cf[(size_t)c * m + r];
+			if (ct == CUDA_R_32F)
+				((float *)C)[(size_t)c * ldc + r] = v;
+			else
+				((__nv_bfloat16 *)C)[(size_t)c * ldc + r] = __float2bfloat16_rn(v);
+		}
 	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* What every call checks first: the handle, then an injected failure. */
+static cublasStatus_t call_start(cublasHandle_t h, cublasStatus_t *st)
+{
+	if (!h)
+		return *st = CUBLAS_STATUS_NOT_INITIALIZED;
+	counts.gemms++;
+	if (due(&fail_gemm_in))
+		return *st = fail_gemm_status;
+	return *st = CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
+                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+	(void)algo;
+	cublasStatus_t st;
+	if (call_start(h, &st))
+		return st;
+	if (!args_ok(ta, tb, m, n, k, lda, ldb, ldc) || !alpha || !beta)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	if (!types_ok(at, bt, ct, compute, 1))
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	return gemm_one(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta, C, ct, ldc);
+}
+
+/* Problem i: A + i*strideA, B + i*strideB, C + i*strideC (elements). */
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long strideA, const void *B, cudaDataType bt, int ldb,
+                                          long long strideB, const void *beta, void *C, cudaDataType ct, int ldc,
+                                          long long strideC, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t algo)
+{
+	(void)algo;
+	cublasStatus_t st;
+	if (call_start(h, &st))
+		return st;
+	if (!args_ok(ta, tb, m, n, k, lda, ldb, ldc) || batch < 0 || !alpha || !beta)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	if (!types_ok(at, bt, ct, compute, 1))
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	const size_t as = at == CUDA_R_32F ? 4 : 2, bs = bt == CUDA_R_32F ? 4 : 2, cs = ct == CUDA_R_32F ? 4 : 2;
+	for (int i = 0; i < batch && !st; i++)
+		st = gemm_one(ta, tb, m, n, k, *(const float *)alpha, (const char *)A + as * (size_t)(i * strideA), at, lda,
+		              (const char *)B + bs * (size_t)(i * strideB), bt, ldb, *(const float *)beta,
+		              (char *)C + cs * (size_t)(i * strideC), ct, ldc);
+	return st;
+}
+
+/* group_count groups, group i of group_size[i] problems sharing its
+ * operations, sizes, leading dimensions, alpha_array[i] and beta_array[i]
+ * (host arrays, host pointer mode); the problems' matrices at Aarray[p],
+ * Barray[p], Carray[p] (device arrays), the problems of group 0 first.
+ * Every argument is checked before any problem is computed. */
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[], const cublasOperation_t tb[],
+                                          const int m[], const int n[], const int k[], const void *alpha,
+                                          const void *const A[], cudaDataType_t at, const int lda[],
+                                          const void *const B[], cudaDataType_t bt, const int ldb[], const void *beta,
+                                          void *const C[], cudaDataType_t ct, const int ldc[], int group_count,
+                                          const int group_size[], cublasComputeType_t compute)
+{
+	cublasStatus_t st;
+	if (call_start(h, &st))
+		return st;
+	if (group_count < 0 || (group_count > 0 && (!ta || !tb || !m || !n || !k || !lda || !ldb || !ldc || !alpha ||
+	                                            !beta || !group_size || !A || !B || !C)))
+		return CUBLAS_STATUS_INVALID_VALUE;
+	for (int g = 0; g < group_count; g++)
+		if (group_size[g] < 0 || !args_ok(ta[g], tb[g], m[g], n[g], k[g], lda[g], ldb[g], ldc[g]))
+			return CUBLAS_STATUS_INVALID_VALUE;
+	if (!types_ok(at, bt, ct, compute, 0))
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	for (int g = 0, p = 0; g < group_count && !st; g++)
+		for (int i = 0; i < group_size[g] && !st; i++, p++)
+			st = gemm_one(ta[g], tb[g], m[g], n[g], k[g], ((const float *)alpha)[g], A[p], at, lda[g], B[p], bt, ldb[g],
+			              ((const float *)beta)[g], C[p], ct, ldc[g]);
+	return st;
 }

@@ -1,18 +1,21 @@
 /* cuda-host: the CUDA launchers of codelets/kernels/ (cuda_rows.cu,
- * cuda_expert.cu, their row-major GEMM mapping rmoe_gemm_rm) compiled for
- * the host against shim/ (blocks of cooperative fibers; cublasGemmEx as a
- * column-major CBLAS GEMM with cuBLAS's argument checks), checked against
- * the CPU kernels (the .c files of codelets/kernels/) on seeded inputs:
- * every launcher in fp32 and bf16, each call shape it makes (the modes of
- * the expert backward, accumulation, an expert without rows, the router
- * over several row blocks, the deterministic and the atomic additions), the
- * device scratch each asks StarPU for, and the error codes of a failed
- * launch, GEMM or allocation. Blocks run in shuffled orders too: the
- * deterministic additions must not change by a bit, the atomic ones show
- * that the reordering reaches them.
+ * cuda_expert.cu, their row-major GEMM mapping rmoe_gemm_rm and the
+ * expert GEMM ways of cuda_gemm.cuh) compiled for the host against shim/
+ * (blocks of cooperative fibers; cublasGemmEx, cublasGemmStridedBatchedEx
+ * and cublasGemmGroupedBatchedEx as column-major CBLAS GEMMs with cuBLAS's
+ * argument checks), checked against the CPU kernels (the .c files of
+ * codelets/kernels/) on seeded inputs: every launcher in fp32 and bf16,
+ * each call shape it makes (the modes of the expert backward,
+ * accumulation, an expert without rows, every GEMM way, the router over
+ * several row blocks, rows taken 16 bytes at a time and one element at a
+ * time), the device scratch each asks StarPU for, and the error codes of a
+ * failed launch, GEMM or allocation. Blocks run in shuffled orders too:
+ * the scatter-add and the expert backward's dx additions, which use no
+ * atomics, must not change by a bit.
  *
  * Tolerances (relative norm): fp32 1e-5, a few fp32 roundings over sums of
- * at most a few hundred terms; bf16 1e-2, the project's bound for bf16,
+ * at most a few hundred terms (the router's fp32 outputs 1e-6, TOL_ROUTER);
+ * bf16 1e-2, the project's bound for bf16,
  * since the CUDA path stores its intermediates (pre-activations, act, u) in
  * bf16 where the CPU codelets keep fp32 copies until their outputs are
  * rounded (4e-3 at most here). Copies and
@@ -34,6 +37,11 @@
 
 #define TOL_F32 1e-5
 #define TOL_BF16 1e-2
+/* The router's fp32 outputs (probs, topk_w, dw_router) in both types:
+ * fp32 GEMMs, or with bf16 activations bf16 ones over a three-way split of
+ * the fp32 operands, exact to 2^-24 (3e-7 at most here; a two-way split
+ * gives 2e-6). */
+#define TOL_ROUTER 1e-6
 
 /* The layer's shape: E = 4 experts, K = 3 of them per token, so a slice
  * holds up to three pairs of a token. */
@@ -271,11 +279,12 @@ static void expect_no_malloc(const char *what)
 
 /* ---- router --------------------------------------------------------------------------- */
 
-/* T = 4133 runs the launchers over two row blocks (RMOE_ROUTER_ROWS). */
+/* T = 1100 runs the backward over several row blocks (the test build's
+ * RMOE_ROUTER_ROWS and RMOE_ROUTER_SPLIT_ROWS, tests/cuda-host/CMakeLists.txt). */
 static void test_cuda_host_router_fwd(void **state)
 {
 	(void)state;
-	const int64_t Ts[] = {37, 4133}, H = 24, E = 10, K = 3;
+	const int64_t Ts[] = {37, 1100}, H = 24, E = 10, K = 3;
 	for (int ti = 0; ti < 2; ti++)
 		for (int bf16 = 0; bf16 < 2; bf16++)
 			for (int norm = 0; norm < 2; norm++) {
@@ -294,8 +303,8 @@ static void test_cuda_host_router_fwd(void **state)
 				expect_rc(rmoe_cuda_router_fwd(NULL, blas, bf16, T, H, E, K, norm, x.d, w, probs.d, idx, tw.d, sc),
 				          "router-fwd");
 				expect_no_malloc("router-fwd");
-				expect_close(&probs, probs_c, T * E, TOL_F32, "probs");
-				expect_close(&tw, tw_c, T * K, TOL_F32, "topk_w");
+				expect_close(&probs, probs_c, T * E, TOL_ROUTER, "probs");
+				expect_close(&tw, tw_c, T * K, TOL_ROUTER, "topk_w");
 				expect_same_bits(idx, idx_c, (size_t)(T * K) * sizeof(int32_t), "topk_idx");
 				free(sc.p);
 				free(w);
@@ -312,7 +321,7 @@ static void test_cuda_host_router_fwd(void **state)
 static void test_cuda_host_router_bwd(void **state)
 {
 	(void)state;
-	const int64_t Ts[] = {37, 4133}, H = 24, E = 10, K = 3;
+	const int64_t Ts[] = {37, 1100}, H = 24, E = 10, K = 3;
 	for (int ti = 0; ti < 2; ti++)
 		for (int bf16 = 0; bf16 < 2; bf16++)
 			for (int variant_i = 0; variant_i < 2; variant_i++) {
@@ -339,7 +348,7 @@ static void test_cuda_host_router_bwd(void **state)
 				                               with_dprobs ? dprobs : NULL, dx.d, dw.d, sc),
 				          "router-bwd");
 				expect_no_malloc("router-bwd");
-				expect_close(&dw, dw.f, H * E, TOL_F32, "dw_router");
+				expect_close(&dw, dw.f, H * E, TOL_ROUTER, "dw_router");
 				expect_close(&dx, dx.f, T * H, bf16 ? TOL_BF16 : TOL_F32, "dx");
 				free(sc.p);
 				free(w);
@@ -404,6 +413,8 @@ static void slices(const struct routing *r, int64_t first[3], int64_t count[3])
 	count[2] = NP;
 }
 
+/* H = 40: 16-byte accesses in both types; H = 37: one element at a
+ * time. */
 static void test_cuda_host_gather(void **state)
 {
 	(void)state;
@@ -411,36 +422,40 @@ static void test_cuda_host_gather(void **state)
 	route(&r);
 	int64_t first[3], count[3];
 	slices(&r, first, count);
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int weighted = 0; weighted < 2; weighted++)
-			for (int s = 0; s < 3; s++) {
-				set_variant("bf16=%d weighted=%d slice=%d", bf16, weighted, s);
-				struct tbuf src = tb_new(NT * NH, bf16, 1.0), rows = tb_new(count[s] * NH, bf16, 1.0);
-				rmoe_kernel_gather(NH, NK, first[s], count[s], src.f, r.order, weighted ? r.w : NULL, rows.f);
-				tb_round(&rows);
-				struct tbuf want = tb_copy(&rows);
-				tb_sync(&want);
-				tb_poison(&rows);
-				expect_rc(rmoe_cuda_gather(NULL, bf16, NH, NK, first[s], count[s], src.d, r.order,
-				                           weighted ? r.w : NULL, rows.d),
-				          "gather");
-				expect_same_bits(rows.d, want.d, (size_t)rows.n * elsize(bf16), "rows");
-				tb_free(&src);
-				tb_free(&rows);
-				tb_free(&want);
-			}
+	const int64_t Hs[] = {NH, 37};
+	for (int hi = 0; hi < 2; hi++)
+		for (int bf16 = 0; bf16 < 2; bf16++)
+			for (int weighted = 0; weighted < 2; weighted++)
+				for (int s = 0; s < 3; s++) {
+					const int64_t H = Hs[hi];
+					set_variant("H=%lld bf16=%d weighted=%d slice=%d", (long long)H, bf16, weighted, s);
+					struct tbuf src = tb_new(NT * H, bf16, 1.0), rows = tb_new(count[s] * H, bf16, 1.0);
+					rmoe_kernel_gather(H, NK, first[s], count[s], src.f, r.order, weighted ? r.w : NULL, rows.f);
+					tb_round(&rows);
+					struct tbuf want = tb_copy(&rows);
+					tb_sync(&want);
+					tb_poison(&rows);
+					expect_rc(rmoe_cuda_gather(NULL, bf16, H, NK, first[s], count[s], src.d, r.order,
+					                           weighted ? r.w : NULL, rows.d),
+					          "gather");
+					expect_same_bits(rows.d, want.d, (size_t)rows.n * elsize(bf16), "rows");
+					tb_free(&src);
+					tb_free(&rows);
+					tb_free(&want);
+				}
 }
 
-/* The launcher's scatter-add of rows into a copy of dst, under schedule
- * seed. */
-static struct tbuf scatter(const struct routing *r, int bf16, int64_t first, int64_t count, const struct tbuf *rows,
-                           int weighted, const struct tbuf *dst, int deterministic, unsigned seed)
+/* The launcher's scatter-add of rows of H into a copy of dst, under
+ * schedule seed. */
+static struct tbuf scatter(const struct routing *r, int64_t H, int bf16, int64_t first, int64_t count,
+                           const struct tbuf *rows, int weighted, const struct tbuf *dst, int deterministic,
+                           unsigned seed)
 {
 	struct tbuf out = tb_copy(dst);
 	struct rmoe_cuda_scratch sc = scratch_of(rmoe_cuda_rows_add_scratch(deterministic, NP));
 	rmoe_cuda_host_schedule(seed);
 	rmoe_cuda_host_reset_counts();
-	expect_rc(rmoe_cuda_scatter_add(NULL, bf16, NH, NK, NP, first, count, rows->d, r->order, weighted ? r->w : NULL,
+	expect_rc(rmoe_cuda_scatter_add(NULL, bf16, H, NK, NP, first, count, rows->d, r->order, weighted ? r->w : NULL,
 	                                out.d, deterministic, sc),
 	          "scatter-add");
 	expect_no_malloc("scatter-add");
@@ -449,10 +464,11 @@ static struct tbuf scatter(const struct routing *r, int bf16, int64_t first, int
 	return out;
 }
 
-/* Deterministic: bit for bit the CPU kernel's sums (the same order, the
- * same roundings), whatever order the blocks run in. Atomic: close to
- * them, and some block order changes their bits (else the reordering
- * would test nothing). */
+/* The scatter-add has no atomics left, with --deterministic or without:
+ * every run is bit for bit the CPU kernel's sums (the same order, the same
+ * roundings), and so the same as every other run, whatever order the
+ * blocks and their threads run in. H = 40 takes 16-byte accesses in both
+ * types, H = 37 one element at a time. */
 static void test_cuda_host_scatter_add(void **state)
 {
 	(void)state;
@@ -460,36 +476,36 @@ static void test_cuda_host_scatter_add(void **state)
 	route(&r);
 	int64_t first[3], count[3];
 	slices(&r, first, count);
-	int atomic_moved = 0;
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int weighted = 0; weighted < 2; weighted++)
-			for (int s = 0; s < 3; s++) {
-				struct tbuf rows = tb_new(count[s] * NH, bf16, 1.0), dst = tb_new(NT * NH, bf16, 1.0);
-				struct tbuf want = tb_copy(&dst);
-				rmoe_kernel_scatter_add(NH, NK, first[s], count[s], rows.f, r.order, weighted ? r.w : NULL, want.f);
-				tb_sync(&want);
-				for (unsigned seed = 0; seed < 4; seed++) {
-					set_variant("bf16=%d weighted=%d slice=%d deterministic seed=%u", bf16, weighted, s, seed);
-					struct tbuf got = scatter(&r, bf16, first[s], count[s], &rows, weighted, &dst, 1, seed);
-					expect_same_bits(got.d, want.d, (size_t)got.n * elsize(bf16), "dst");
-					tb_free(&got);
+	const int64_t Hs[] = {NH, 37};
+	for (int hi = 0; hi < 2; hi++)
+		for (int bf16 = 0; bf16 < 2; bf16++)
+			for (int weighted = 0; weighted < 2; weighted++)
+				for (int s = 0; s < 3; s++) {
+					const int64_t H = Hs[hi];
+					struct tbuf rows = tb_new(count[s] * H, bf16, 1.0), dst = tb_new(NT * H, bf16, 1.0);
+					struct tbuf want = tb_copy(&dst);
+					rmoe_kernel_scatter_add(H, NK, first[s], count[s], rows.f, r.order, weighted ? r.w : NULL, want.f);
+					tb_sync(&want);
+					struct tbuf run0 = {0, 0, NULL, NULL};
+					for (int det = 0; det < 2; det++)
+						for (unsigned seed = 0; seed < 4; seed++) {
+							set_variant("H=%lld bf16=%d weighted=%d slice=%d deterministic=%d seed=%u", (long long)H,
+							            bf16, weighted, s, det, seed);
+							struct tbuf got =
+								scatter(&r, H, bf16, first[s], count[s], &rows, weighted, &dst, det, seed);
+							expect_same_bits(got.d, want.d, (size_t)got.n * elsize(bf16), "dst against the CPU kernel");
+							if (run0.d)
+								expect_same_bits(got.d, run0.d, (size_t)got.n * elsize(bf16), "dst against run 0");
+							if (run0.d)
+								tb_free(&got);
+							else
+								run0 = got;
+						}
+					tb_free(&run0);
+					tb_free(&rows);
+					tb_free(&dst);
+					tb_free(&want);
 				}
-				set_variant("bf16=%d weighted=%d slice=%d atomic", bf16, weighted, s);
-				struct tbuf in_order = scatter(&r, bf16, first[s], count[s], &rows, weighted, &dst, 0, 0);
-				expect_close(&in_order, want.f, want.n, bf16 ? TOL_BF16 : TOL_F32, "dst");
-				for (unsigned seed = 1; seed < 4; seed++) {
-					struct tbuf got = scatter(&r, bf16, first[s], count[s], &rows, weighted, &dst, 0, seed);
-					expect_close(&got, want.f, want.n, bf16 ? TOL_BF16 : TOL_F32, "dst");
-					atomic_moved += memcmp(got.d, in_order.d, (size_t)got.n * elsize(bf16)) != 0;
-					tb_free(&got);
-				}
-				tb_free(&in_order);
-				tb_free(&rows);
-				tb_free(&dst);
-				tb_free(&want);
-			}
-	if (!atomic_moved)
-		fail_msg("no block order changed a bit of the atomic scatter-add: the orders test nothing");
 }
 
 static void test_cuda_host_unpermute_bwd(void **state)
@@ -585,59 +601,99 @@ static void test_cuda_host_shared_gate(void **state)
 /* ---- experts ---------------------------------------------------------------------------- */
 
 /* Three experts, the second without rows; the slice [7, 37) of the pair
- * order, where tokens have two or three pairs. */
+ * order, where tokens have two or three pairs. Each case runs every GEMM
+ * way (RMOE_CUDA_GEMM, cuda_gemm.cuh) at F = 16 (16-byte accesses in both
+ * types) and F = 12 (bf16 rows then one element at a time). */
 #define XNE 3
 #define XM 30
 #define XFIRST 7
 static const int64_t xrpe[XNE] = {12, 0, 18};
-#define XW (3 * XNE * NH * NF)
+#define XW(F) (3 * XNE * NH * (F))
+static const char *const ways[] = {"grouped", "strided", "loop"};
+#define NWAYS 3
+static const int64_t xfs[] = {16, 12};
+#define NXF 2
+
+static void set_way(int way)
+{
+	assert_int_equal(rmoe_cuda_gemm_select(ways[way]), 0);
+}
+
+static int way_teardown(void **state)
+{
+	(void)state;
+	return rmoe_cuda_gemm_select(NULL);
+}
+
+/* A launcher without a scratch argument (expert-ffn, preweighted): the
+ * grouped way allocates its pointer arrays, at most bytes, in one
+ * cudaMallocAsync; the loop way nothing; the strided way its padded rows. */
+static void expect_arrays_only(int way, size_t bytes, const char *what)
+{
+	struct rmoe_cuda_host_counts c;
+	rmoe_cuda_host_counts(&c);
+	if (way == 0 && !(c.mallocs == 1 && c.malloc_bytes <= bytes))
+		fail_msg("%s (%s): %ld cudaMallocAsync calls (%zu bytes), not the pointer arrays' one of <= %zu", what,
+		         variant, c.mallocs, c.malloc_bytes, bytes);
+	if (way == 2 && c.mallocs)
+		fail_msg("%s (%s): %ld cudaMallocAsync calls in the loop way", what, variant, c.mallocs);
+}
 
 static void test_cuda_host_expert_ffn(void **state)
 {
 	(void)state;
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int recompute = 0; recompute < 2; recompute++) {
-			set_variant("bf16=%d %s", bf16, recompute ? "recompute (no out, 4F work)" : "forward");
-			const int64_t nwork = (recompute ? 4 : 3) * XM * NF;
-			struct tbuf x = tb_new(XM * NH, bf16, 1.0), w = tb_new(XW, bf16, 0.3);
-			struct tbuf work = tb_new(nwork, bf16, 1.0), out = tb_new(XM * NH, bf16, 1.0);
-			rmoe_kernel_expert_ffn(NH, NF, XNE, xrpe, XM, x.f, w.f, work.f, recompute ? NULL : out.f);
-			tb_round(&work);
-			tb_round(&out);
-			tb_poison(&work);
-			tb_poison(&out);
-			expect_rc(rmoe_cuda_expert_ffn(NULL, blas, bf16, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d,
-			                               recompute ? NULL : out.d),
-			          "expert-ffn");
-			/* The three blocks the forward writes. */
-			expect_close(&work, work.f, 3 * XM * NF, bf16 ? TOL_BF16 : TOL_F32, "work");
-			if (!recompute)
-				expect_close(&out, out.f, XM * NH, bf16 ? TOL_BF16 : TOL_F32, "out");
-			tb_free(&x);
-			tb_free(&w);
-			tb_free(&work);
-			tb_free(&out);
-		}
+	for (int way = 0; way < NWAYS; way++)
+		for (int fi = 0; fi < NXF; fi++)
+			for (int bf16 = 0; bf16 < 2; bf16++)
+				for (int recompute = 0; recompute < 2; recompute++) {
+					const int64_t F = xfs[fi];
+					set_way(way);
+					set_variant("way=%s F=%lld bf16=%d %s", ways[way], (long long)F, bf16,
+					            recompute ? "recompute (no out, 4F work)" : "forward");
+					const int64_t nwork = (recompute ? 4 : 3) * XM * F;
+					struct tbuf x = tb_new(XM * NH, bf16, 1.0), w = tb_new(XW(F), bf16, 0.3);
+					struct tbuf work = tb_new(nwork, bf16, 1.0), out = tb_new(XM * NH, bf16, 1.0);
+					rmoe_kernel_expert_ffn(NH, F, XNE, xrpe, XM, x.f, w.f, work.f, recompute ? NULL : out.f);
+					tb_round(&work);
+					tb_round(&out);
+					tb_poison(&work);
+					tb_poison(&out);
+					rmoe_cuda_host_reset_counts();
+					expect_rc(rmoe_cuda_expert_ffn(NULL, blas, bf16, NH, F, XNE, xrpe, XM, x.d, w.d, work.d,
+					                               recompute ? NULL : out.d),
+					          "expert-ffn");
+					expect_arrays_only(way, rmoe_cuda_expert_ffn_scratch(XNE), "expert-ffn");
+					/* The three blocks the forward writes. */
+					expect_close(&work, work.f, 3 * XM * F, bf16 ? TOL_BF16 : TOL_F32, "work");
+					if (!recompute)
+						expect_close(&out, out.f, XM * NH, bf16 ? TOL_BF16 : TOL_F32, "out");
+					tb_free(&x);
+					tb_free(&w);
+					tb_free(&work);
+					tb_free(&out);
+				}
 }
 
 /* The inputs of the pair-weighted backward: the recompute's work. */
 struct bwd_case {
+	int64_t F;
 	struct routing r;
 	struct tbuf x, dy, w, work, dx, dw;
 	float dg[NP];
 };
 
-static void bwd_case_new(struct bwd_case *c, int bf16, int accumulate)
+static void bwd_case_new(struct bwd_case *c, int64_t F, int bf16, int accumulate)
 {
+	c->F = F;
 	route(&c->r);
 	c->x = tb_new(XM * NH, bf16, 1.0);
 	c->dy = tb_new(XM * NH, bf16, 1.0);
-	c->w = tb_new(XW, bf16, 0.3);
-	c->work = tb_new(4 * XM * NF, bf16, 1.0);
-	rmoe_kernel_expert_ffn(NH, NF, XNE, xrpe, XM, c->x.f, c->w.f, c->work.f, NULL);
+	c->w = tb_new(XW(F), bf16, 0.3);
+	c->work = tb_new(4 * XM * F, bf16, 1.0);
+	rmoe_kernel_expert_ffn(NH, F, XNE, xrpe, XM, c->x.f, c->w.f, c->work.f, NULL);
 	tb_sync(&c->work);
 	c->dx = tb_new(NT * NH, bf16, 1.0);
-	c->dw = tb_new(XW, bf16, 1.0);
+	c->dw = tb_new(XW(F), bf16, 1.0);
 	if (!accumulate)
 		tb_poison(&c->dw);
 	fill(c->dg, NP, 1.0);
@@ -653,8 +709,9 @@ static void bwd_case_free(struct bwd_case *c)
 	tb_free(&c->dw);
 }
 
-/* The launcher on copies of c's buffers, under schedule seed; x, dx, dg,
- * dw come back. */
+/* The launcher on copies of c's buffers, under schedule seed, with the
+ * scratch a codelet would declare (rmoe_cuda_expert_bwd_scratch: the dx
+ * index and the grouped way's pointer arrays); x, dx, dg, dw come back. */
 static void bwd_pairs_run(const struct bwd_case *c, int bf16, int with_dx, int accumulate, int deterministic,
                           unsigned seed, struct tbuf *x, struct tbuf *dx, float *dg, struct tbuf *dw)
 {
@@ -663,123 +720,269 @@ static void bwd_pairs_run(const struct bwd_case *c, int bf16, int with_dx, int a
 	*dx = tb_copy(&c->dx);
 	*dw = tb_copy(&c->dw);
 	memcpy(dg, c->dg, sizeof(c->dg));
-	struct rmoe_cuda_scratch sc = scratch_of(rmoe_cuda_rows_add_scratch(deterministic && with_dx, NP));
+	struct rmoe_cuda_scratch sc = scratch_of(rmoe_cuda_expert_bwd_scratch(deterministic, with_dx ? NP : 0, XNE));
 	rmoe_cuda_host_schedule(seed);
 	rmoe_cuda_host_reset_counts();
-	expect_rc(rmoe_cuda_expert_bwd_pairs(NULL, blas, bf16, NH, NF, XNE, xrpe, XM, NP, XFIRST, NK, accumulate, x->d,
+	expect_rc(rmoe_cuda_expert_bwd_pairs(NULL, blas, bf16, NH, c->F, XNE, xrpe, XM, NP, XFIRST, NK, accumulate, x->d,
 	                                     c->dy.d, c->w.d, c->r.order, c->r.w, work.d, with_dx ? dx->d : NULL, dg,
 	                                     dw->d, deterministic, sc),
 	          "expert-bwd pairs");
-	expect_no_malloc("expert-bwd pairs");
+	if (strcmp(rmoe_cuda_gemm_name(), "strided"))
+		expect_no_malloc("expert-bwd pairs");
 	rmoe_cuda_host_schedule(0);
 	free(sc.p);
 	tb_free(&work);
 }
 
 /* RMOE_BWD_PAIR_WEIGHTED (dx added to) and RMOE_BWD_PAIR_ROWS (dx NULL:
- * the rows' dx left in x), weight gradients overwritten or added to, the
- * dx additions deterministic (the same bits in every block order) or
- * atomic. */
+ * the rows' dx left in x), weight gradients overwritten or added to, with
+ * and without --deterministic: either way the dx additions are the CPU
+ * kernel's, bit for bit, in every block order. */
 static void test_cuda_host_expert_bwd_pairs(void **state)
 {
 	(void)state;
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int with_dx = 0; with_dx < 2; with_dx++)
-			for (int accumulate = 0; accumulate < 2; accumulate++)
-				for (int det = 0; det < 2; det++) {
-					set_variant("bf16=%d mode=%s accumulate=%d deterministic=%d", bf16,
-					            with_dx ? "pair-weighted" : "pair-rows", accumulate, det);
-					struct bwd_case c;
-					bwd_case_new(&c, bf16, accumulate);
-					struct tbuf x = tb_copy(&c.x), dx = tb_copy(&c.dx), dw = tb_copy(&c.dw), work = tb_copy(&c.work);
-					float dg_c[NP];
-					memcpy(dg_c, c.dg, sizeof(dg_c));
-					rmoe_kernel_expert_bwd_pairs(NH, NF, XNE, xrpe, XM, XFIRST, NK, accumulate, x.f, c.dy.f, c.w.f,
-					                             c.r.order, c.r.w, work.f, with_dx ? dx.f : NULL, dg_c, dw.f);
-					tb_round(&x);
-					tb_round(&dx);
-					tb_round(&dw);
-					struct tbuf gx, gdx, gdw;
-					float dg[NP];
-					bwd_pairs_run(&c, bf16, with_dx, accumulate, det, 0, &gx, &gdx, dg, &gdw);
-					const double tol = bf16 ? TOL_BF16 : TOL_F32;
-					expect_close(&gx, x.f, XM * NH, tol, "x rows (their dx)");
-					expect_close(&gdw, dw.f, XW, tol, "dweights");
-					if (with_dx)
-						expect_close(&gdx, dx.f, NT * NH, tol, "dx");
-					else
-						expect_same_bits(gdx.d, c.dx.d, (size_t)gdx.n * elsize(bf16), "dx (not a target)");
-					float dgs[XM], dgs_c[XM];
-					for (int i = 0; i < XM; i++) {
-						dgs[i] = dg[c.r.order[XFIRST + i]];
-						dgs_c[i] = dg_c[c.r.order[XFIRST + i]];
-					}
-					const double err = rel_err(dgs, dgs_c, XM);
-					if (!(err <= tol))
-						fail_msg("dg (%s): relative error %.3g", variant, err);
-					if (det && with_dx) {
-						/* The launcher's own rows' dx added as the CPU kernel
-						 * adds them (its saxpy in slice order): bit for bit. */
-						struct tbuf order_dx = tb_copy(&c.dx);
-						float *rows_dx = tb_read(&gx);
-						rmoe_kernel_scatter_add(NH, NK, XFIRST, XM, rows_dx, c.r.order, NULL, order_dx.f);
-						tb_sync(&order_dx);
-						expect_same_bits(gdx.d, order_dx.d, (size_t)gdx.n * elsize(bf16), "dx in the CPU's order");
-						free(rows_dx);
-						tb_free(&order_dx);
-					}
-					for (unsigned seed = 1; det && with_dx && seed < 3; seed++) {
-						struct tbuf sx, sdx, sdw;
-						float sdg[NP];
-						bwd_pairs_run(&c, bf16, with_dx, accumulate, det, seed, &sx, &sdx, sdg, &sdw);
-						expect_same_bits(sdx.d, gdx.d, (size_t)sdx.n * elsize(bf16), "dx in another block order");
-						tb_free(&sx);
-						tb_free(&sdx);
-						tb_free(&sdw);
-					}
-					tb_free(&gx);
-					tb_free(&gdx);
-					tb_free(&gdw);
-					tb_free(&x);
-					tb_free(&dx);
-					tb_free(&dw);
-					tb_free(&work);
-					bwd_case_free(&c);
-				}
+	for (int way = 0; way < NWAYS; way++)
+		for (int fi = 0; fi < NXF; fi++)
+			for (int bf16 = 0; bf16 < 2; bf16++)
+				for (int with_dx = 0; with_dx < 2; with_dx++)
+					for (int accumulate = 0; accumulate < 2; accumulate++)
+						for (int det = 0; det < 2; det++) {
+							const int64_t F = xfs[fi];
+							set_way(way);
+							set_variant("way=%s F=%lld bf16=%d mode=%s accumulate=%d deterministic=%d", ways[way],
+							            (long long)F, bf16, with_dx ? "pair-weighted" : "pair-rows", accumulate, det);
+							struct bwd_case c;
+							bwd_case_new(&c, F, bf16, accumulate);
+							struct tbuf x = tb_copy(&c.x), dx = tb_copy(&c.dx), dw = tb_copy(&c.dw),
+							            work = tb_copy(&c.work);
+							float dg_c[NP];
+							memcpy(dg_c, c.dg, sizeof(dg_c));
+							rmoe_kernel_expert_bwd_pairs(NH, F, XNE, xrpe, XM, XFIRST, NK, accumulate, x.f, c.dy.f,
+							                             c.w.f, c.r.order, c.r.w, work.f, with_dx ? dx.f : NULL, dg_c,
+							                             dw.f);
+							tb_round(&x);
+							tb_round(&dx);
+							tb_round(&dw);
+							struct tbuf gx, gdx, gdw;
+							float dg[NP];
+							bwd_pairs_run(&c, bf16, with_dx, accumulate, det, 0, &gx, &gdx, dg, &gdw);
+							const double tol = bf16 ? TOL_BF16 : TOL_F32;
+							expect_close(&gx, x.f, XM * NH, tol, "x rows (their dx)");
+							expect_close(&gdw, dw.f, XW(F), tol, "dweights");
+							if (with_dx)
+								expect_close(&gdx, dx.f, NT * NH, tol, "dx");
+							else
+								expect_same_bits(gdx.d, c.dx.d, (size_t)gdx.n * elsize(bf16), "dx (not a target)");
+							float dgs[XM], dgs_c[XM];
+							for (int i = 0; i < XM; i++) {
+								dgs[i] = dg[c.r.order[XFIRST + i]];
+								dgs_c[i] = dg_c[c.r.order[XFIRST + i]];
+							}
+							const double err = rel_err(dgs, dgs_c, XM);
+							if (!(err <= tol))
+								fail_msg("dg (%s): relative error %.3g", variant, err);
+							if (with_dx) {
+								/* The launcher's own rows' dx added as the CPU
+								 * kernel adds them (its saxpy in slice order):
+								 * bit for bit. */
+								struct tbuf order_dx = tb_copy(&c.dx);
+								float *rows_dx = tb_read(&gx);
+								rmoe_kernel_scatter_add(NH, NK, XFIRST, XM, rows_dx, c.r.order, NULL, order_dx.f);
+								tb_sync(&order_dx);
+								expect_same_bits(gdx.d, order_dx.d, (size_t)gdx.n * elsize(bf16),
+								                 "dx in the CPU's order");
+								free(rows_dx);
+								tb_free(&order_dx);
+							}
+							for (unsigned seed = 1; with_dx && seed < 3; seed++) {
+								struct tbuf sx, sdx, sdw;
+								float sdg[NP];
+								bwd_pairs_run(&c, bf16, with_dx, accumulate, det, seed, &sx, &sdx, sdg, &sdw);
+								expect_same_bits(sdx.d, gdx.d, (size_t)sdx.n * elsize(bf16),
+								                 "dx in another block order");
+								tb_free(&sx);
+								tb_free(&sdx);
+								tb_free(&sdw);
+							}
+							tb_free(&gx);
+							tb_free(&gdx);
+							tb_free(&gdw);
+							tb_free(&x);
+							tb_free(&dx);
+							tb_free(&dw);
+							tb_free(&work);
+							bwd_case_free(&c);
+						}
 }
 
 static void test_cuda_host_expert_bwd_preweighted(void **state)
 {
 	(void)state;
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int accumulate = 0; accumulate < 2; accumulate++) {
-			set_variant("bf16=%d accumulate=%d", bf16, accumulate);
-			struct tbuf x = tb_new(XM * NH, bf16, 1.0), dout = tb_new(XM * NH, bf16, 1.0), w = tb_new(XW, bf16, 0.3);
-			struct tbuf work = tb_new(3 * XM * NF, bf16, 1.0), dx = tb_new(XM * NH, bf16, 1.0);
-			struct tbuf dw = tb_new(XW, bf16, 1.0);
-			rmoe_kernel_expert_ffn(NH, NF, XNE, xrpe, XM, x.f, w.f, work.f, NULL);
+	for (int way = 0; way < NWAYS; way++)
+		for (int fi = 0; fi < NXF; fi++)
+			for (int bf16 = 0; bf16 < 2; bf16++)
+				for (int accumulate = 0; accumulate < 2; accumulate++) {
+					const int64_t F = xfs[fi];
+					set_way(way);
+					set_variant("way=%s F=%lld bf16=%d accumulate=%d", ways[way], (long long)F, bf16, accumulate);
+					struct tbuf x = tb_new(XM * NH, bf16, 1.0), dout = tb_new(XM * NH, bf16, 1.0);
+					struct tbuf w = tb_new(XW(F), bf16, 0.3), work = tb_new(3 * XM * F, bf16, 1.0);
+					struct tbuf dx = tb_new(XM * NH, bf16, 1.0), dw = tb_new(XW(F), bf16, 1.0);
+					rmoe_kernel_expert_ffn(NH, F, XNE, xrpe, XM, x.f, w.f, work.f, NULL);
+					tb_sync(&work);
+					if (!accumulate)
+						tb_poison(&dw);
+					struct tbuf gwork = tb_copy(&work), gdw = tb_copy(&dw);
+					rmoe_kernel_expert_bwd_preweighted(NH, F, XNE, xrpe, XM, accumulate, x.f, dout.f, w.f, work.f,
+					                                   dx.f, dw.f);
+					tb_round(&dx);
+					tb_round(&dw);
+					tb_poison(&dx);
+					rmoe_cuda_host_reset_counts();
+					expect_rc(rmoe_cuda_expert_bwd_preweighted(NULL, blas, bf16, NH, F, XNE, xrpe, XM, accumulate,
+					                                           x.d, dout.d, w.d, gwork.d, dx.d, gdw.d),
+					          "expert-bwd preweighted");
+					expect_arrays_only(way, rmoe_cuda_expert_bwd_scratch(0, 0, XNE), "expert-bwd preweighted");
+					const double tol = bf16 ? TOL_BF16 : TOL_F32;
+					expect_close(&dx, dx.f, XM * NH, tol, "dx rows");
+					expect_close(&gdw, dw.f, XW(F), tol, "dweights");
+					tb_free(&x);
+					tb_free(&dout);
+					tb_free(&w);
+					tb_free(&work);
+					tb_free(&dx);
+					tb_free(&dw);
+					tb_free(&gwork);
+					tb_free(&gdw);
+				}
+}
+
+/* The grouped way's calls are the loop way's problems, each through its
+ * own pointers: on the shim, whose GEMMs compute each problem alike, the
+ * two give the same bits; the strided way, whose padded rows change the
+ * sums' length, is held to the tolerances above. */
+static void test_cuda_host_gemm_ways(void **state)
+{
+	(void)state;
+	for (int fi = 0; fi < NXF; fi++)
+		for (int bf16 = 0; bf16 < 2; bf16++) {
+			const int64_t F = xfs[fi];
+			set_variant("F=%lld bf16=%d", (long long)F, bf16);
+			struct bwd_case c;
+			bwd_case_new(&c, F, bf16, 0);
+			struct tbuf x[2], dx[2], dw[2];
+			float dg[2][NP];
+			for (int way = 0; way < 2; way++) {
+				set_way(way == 0 ? 0 : 2);
+				bwd_pairs_run(&c, bf16, 1, 0, 0, 0, &x[way], &dx[way], dg[way], &dw[way]);
+			}
+			expect_same_bits(x[0].d, x[1].d, (size_t)x[0].n * elsize(bf16), "x rows, grouped against loop");
+			expect_same_bits(dx[0].d, dx[1].d, (size_t)dx[0].n * elsize(bf16), "dx, grouped against loop");
+			expect_same_bits(dw[0].d, dw[1].d, (size_t)dw[0].n * elsize(bf16), "dweights, grouped against loop");
+			expect_same_bits(dg[0], dg[1], sizeof(dg[0]), "dg, grouped against loop");
+			for (int way = 0; way < 2; way++) {
+				tb_free(&x[way]);
+				tb_free(&dx[way]);
+				tb_free(&dw[way]);
+			}
+			bwd_case_free(&c);
+		}
+}
+
+/* A partition of many experts (90: more pointers than one upload
+ * launch carries, RMOE_UPLOAD_WORDS) of 0 to 2 rows, all 60 pairs: every
+ * way against the CPU kernels, forward and pair-weighted backward. Then
+ * one of no rows at all: nothing to compute, gradients zeroed unless
+ * accumulated. */
+#define MNE 90
+static void test_cuda_host_expert_many(void **state)
+{
+	(void)state;
+	const int64_t F = 8;
+	int64_t rpe[MNE], m = 0;
+	for (int e = 0; e < MNE; e++) {
+		rpe[e] = m < NP ? (int64_t)(rng_next() % 3) : 0;
+		rpe[e] = m + rpe[e] > NP ? NP - m : rpe[e];
+		m += rpe[e];
+	}
+	rpe[MNE - 1] += NP - m;
+	m = NP;
+	const int64_t W = 3 * MNE * NH * F;
+	for (int way = 0; way < NWAYS; way++)
+		for (int bf16 = 0; bf16 < 2; bf16++) {
+			set_way(way);
+			set_variant("way=%s bf16=%d experts=%d", ways[way], bf16, MNE);
+			struct routing r;
+			route(&r);
+			struct tbuf x = tb_new(m * NH, bf16, 1.0), dy = tb_new(m * NH, bf16, 1.0), w = tb_new(W, bf16, 0.3);
+			struct tbuf work = tb_new(4 * m * F, bf16, 1.0), out = tb_new(m * NH, bf16, 1.0);
+			struct tbuf dx = tb_new(NT * NH, bf16, 1.0), dw = tb_new(W, bf16, 1.0);
+			float dg[NP], dg_c[NP];
+			fill(dg_c, NP, 1.0);
+			memcpy(dg, dg_c, sizeof(dg));
+			rmoe_kernel_expert_ffn(NH, F, MNE, rpe, m, x.f, w.f, work.f, out.f);
+			tb_round(&out);
+			struct tbuf gout = tb_copy(&out), gwork = tb_copy(&work);
+			tb_poison(&gout);
+			expect_rc(rmoe_cuda_expert_ffn(NULL, blas, bf16, NH, F, MNE, rpe, m, x.d, w.d, gwork.d, gout.d),
+			          "expert-ffn");
+			const double tol = bf16 ? TOL_BF16 : TOL_F32;
+			expect_close(&gout, out.f, m * NH, tol, "out");
+			/* The backward from the recompute's work, rounded as the
+			 * launcher's is. */
 			tb_sync(&work);
-			if (!accumulate)
-				tb_poison(&dw);
-			struct tbuf gwork = tb_copy(&work), gdw = tb_copy(&dw);
-			rmoe_kernel_expert_bwd_preweighted(NH, NF, XNE, xrpe, XM, accumulate, x.f, dout.f, w.f, work.f, dx.f,
-			                                   dw.f);
+			struct tbuf gx = tb_copy(&x), gdx = tb_copy(&dx), gdw = tb_copy(&dw);
+			memcpy(gwork.d, work.d, (size_t)work.n * elsize(bf16));
+			rmoe_kernel_expert_bwd_pairs(NH, F, MNE, rpe, m, 0, NK, 0, x.f, dy.f, w.f, r.order, r.w, work.f, dx.f,
+			                             dg_c, dw.f);
+			tb_round(&x);
 			tb_round(&dx);
 			tb_round(&dw);
-			tb_poison(&dx);
-			expect_rc(rmoe_cuda_expert_bwd_preweighted(NULL, blas, bf16, NH, NF, XNE, xrpe, XM, accumulate, x.d,
-			                                           dout.d, w.d, gwork.d, dx.d, gdw.d),
-			          "expert-bwd preweighted");
-			const double tol = bf16 ? TOL_BF16 : TOL_F32;
-			expect_close(&dx, dx.f, XM * NH, tol, "dx rows");
-			expect_close(&gdw, dw.f, XW, tol, "dweights");
+			struct rmoe_cuda_scratch sc = scratch_of(rmoe_cuda_expert_bwd_scratch(0, NP, MNE));
+			expect_rc(rmoe_cuda_expert_bwd_pairs(NULL, blas, bf16, NH, F, MNE, rpe, m, NP, 0, NK, 0, gx.d, dy.d,
+			                                     w.d, r.order, r.w, gwork.d, gdx.d, dg, gdw.d, 0, sc),
+			          "expert-bwd pairs");
+			free(sc.p);
+			expect_close(&gx, x.f, m * NH, tol, "x rows (their dx)");
+			expect_close(&gdx, dx.f, NT * NH, tol, "dx");
+			expect_close(&gdw, dw.f, W, tol, "dweights");
+			const double err = rel_err(dg, dg_c, NP);
+			if (!(err <= tol))
+				fail_msg("dg (%s): relative error %.3g", variant, err);
+
+			/* No rows: forward writes nothing; backward zeroes or keeps. */
+			const int64_t none[MNE] = {0};
+			struct tbuf keep = tb_copy(&gout);
+			expect_rc(rmoe_cuda_expert_ffn(NULL, blas, bf16, NH, F, MNE, none, 0, x.d, w.d, gwork.d, gout.d),
+			          "expert-ffn, no rows");
+			expect_same_bits(gout.d, keep.d, (size_t)gout.n * elsize(bf16), "out, no rows");
+			for (int accumulate = 0; accumulate < 2; accumulate++) {
+				struct tbuf before = tb_copy(&gdw);
+				sc = scratch_of(rmoe_cuda_expert_bwd_scratch(0, NP, MNE));
+				expect_rc(rmoe_cuda_expert_bwd_pairs(NULL, blas, bf16, NH, F, MNE, none, 0, NP, 0, NK, accumulate,
+				                                     gx.d, dy.d, w.d, r.order, r.w, gwork.d, gdx.d, dg, gdw.d, 0, sc),
+				          "expert-bwd pairs, no rows");
+				free(sc.p);
+				if (accumulate) {
+					expect_same_bits(gdw.d, before.d, (size_t)gdw.n * elsize(bf16), "dweights kept, no rows");
+				} else {
+					memset(before.d, 0, (size_t)before.n * elsize(bf16));
+					expect_same_bits(gdw.d, before.d, (size_t)gdw.n * elsize(bf16), "dweights zeroed, no rows");
+				}
+				tb_free(&before);
+			}
+			tb_free(&keep);
 			tb_free(&x);
-			tb_free(&dout);
+			tb_free(&dy);
 			tb_free(&w);
 			tb_free(&work);
+			tb_free(&out);
 			tb_free(&dx);
 			tb_free(&dw);
+			tb_free(&gout);
 			tb_free(&gwork);
+			tb_free(&gx);
+			tb_free(&gdx);
 			tb_free(&gdw);
 		}
 }
@@ -858,25 +1061,46 @@ static void test_cuda_host_sort_chunks(void **state)
 static void test_cuda_host_errors(void **state)
 {
 	(void)state;
-	struct tbuf x = tb_new(XM * NH, 1, 1.0), w = tb_new(XW, 1, 0.3), work = tb_new(3 * XM * NF, 1, 1.0);
+	struct tbuf x = tb_new(XM * NH, 1, 1.0), w = tb_new(XW(NF), 1, 0.3), work = tb_new(3 * XM * NF, 1, 1.0);
 	struct tbuf out = tb_new(XM * NH, 1, 1.0);
 	set_variant("expert-ffn bf16");
 	rmoe_cuda_host_reset_counts();
 	expect_rc(rmoe_cuda_expert_ffn(NULL, blas, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d), "expert-ffn");
 	struct rmoe_cuda_host_counts all;
 	rmoe_cuda_host_counts(&all);
-	assert_true(all.launches >= 1 && all.gemms >= 3);
+	/* The grouped way: a pointer upload, SwiGLU; gate and up, then down. */
+	assert_true(all.launches >= 2 && all.gemms >= 2);
 	for (long i = 1; i <= all.launches; i++) {
 		rmoe_cuda_host_fail_launch((int)i);
 		assert_int_equal(rmoe_cuda_expert_ffn(NULL, blas, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d),
 		                 RMOE_CUDA_ELAUNCH);
 	}
-	const cublasStatus_t bad[] = {CUBLAS_STATUS_EXECUTION_FAILED, CUBLAS_STATUS_NOT_SUPPORTED};
 	for (long i = 1; i <= all.gemms; i++) {
-		rmoe_cuda_host_fail_gemm((int)i, bad[i % 2]);
+		rmoe_cuda_host_fail_gemm((int)i, CUBLAS_STATUS_EXECUTION_FAILED);
 		assert_int_equal(rmoe_cuda_expert_ffn(NULL, blas, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d),
 		                 RMOE_CUDA_ECUBLAS);
 	}
+	/* A grouped call cuBLAS refuses as not supported is made a call per
+	 * expert instead: the same bits; any other way, the loop's GEMMs
+	 * refused so are failures. */
+	struct tbuf want = tb_copy(&out);
+	rmoe_cuda_host_fail_gemm(1, CUBLAS_STATUS_NOT_SUPPORTED);
+	rmoe_cuda_host_reset_counts();
+	expect_rc(rmoe_cuda_expert_ffn(NULL, blas, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d),
+	          "expert-ffn, grouped refused");
+	rmoe_cuda_host_counts(&all);
+	assert_int_equal(all.gemms, 2 + 2 * 2); /* refused, its 2 experts' 2 problems, then down */
+	expect_same_bits(out.d, want.d, (size_t)out.n * 2, "out, grouped refused");
+	tb_free(&want);
+	assert_int_equal(rmoe_cuda_gemm_select("loop"), 0);
+	rmoe_cuda_host_fail_gemm(1, CUBLAS_STATUS_NOT_SUPPORTED);
+	assert_int_equal(rmoe_cuda_expert_ffn(NULL, blas, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d),
+	                 RMOE_CUDA_ECUBLAS);
+	assert_int_equal(rmoe_cuda_gemm_select(NULL), 0);
+	/* Its pointer arrays' allocation (no scratch argument). */
+	rmoe_cuda_host_fail_malloc(1);
+	assert_int_equal(rmoe_cuda_expert_ffn(NULL, blas, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d),
+	                 RMOE_CUDA_ERUNTIME);
 	/* A handle cuBLAS does not know. */
 	assert_int_equal(rmoe_cuda_expert_ffn(NULL, NULL, 1, NH, NF, XNE, xrpe, XM, x.d, w.d, work.d, out.d),
 	                 RMOE_CUDA_ECUBLAS);
@@ -889,7 +1113,7 @@ static void test_cuda_host_errors(void **state)
 	rmoe_cuda_host_fail_malloc(1);
 	assert_int_equal(rmoe_cuda_router_fwd(NULL, blas, 1, XM, NH, 5, 2, 1, x.d, wr, probs, idx, tw, none),
 	                 RMOE_CUDA_ERUNTIME);
-	/* The deterministic scatter-add's launches, one by one. */
+	/* The scatter-add's launches, one by one. */
 	struct routing r;
 	route(&r);
 	struct tbuf rows = tb_new(NP * NH, 0, 1.0), dst = tb_new(NT * NH, 0, 1.0);
@@ -927,10 +1151,11 @@ static void test_cuda_host_errors(void **state)
 
 /* ---- the GEMM shapes ----------------------------------------------------------------------- */
 
-/* Every cublasGemmEx call of the tests above, by (op A, op B, type, beta
- * 0 or not): what the launchers ask of cuBLAS, so that the row-major
- * mapping is checked in each shape it takes. */
-static unsigned shapes_seen[2][2][2][2];
+/* Every GEMM problem of the tests above, by (op A, op B, types, beta 0 or
+ * not): what the launchers ask of cuBLAS, so that the row-major mapping
+ * is checked in each shape it takes. Types: 0 fp32, 1 bf16, 2 bf16
+ * operands into fp32 (the bf16 router). */
+static unsigned shapes_seen[2][2][3][2];
 
 static void on_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb, int ldc,
                     cudaDataType at, cudaDataType bt, cudaDataType ct, float beta)
@@ -942,8 +1167,8 @@ static void on_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
 	(void)ldb;
 	(void)ldc;
 	(void)bt;
-	(void)ct;
-	shapes_seen[ta == CUBLAS_OP_T][tb == CUBLAS_OP_T][at == CUDA_R_16BF][beta != 0.0f]++;
+	const int types = at == CUDA_R_32F ? 0 : ct == CUDA_R_16BF ? 1 : 2;
+	shapes_seen[ta == CUBLAS_OP_T][tb == CUBLAS_OP_T][types][beta != 0.0f]++;
 }
 
 static void test_cuda_host_gemm_shapes(void **state)
@@ -952,24 +1177,28 @@ static void test_cuda_host_gemm_shapes(void **state)
 	/* rmoe_gemm_rm(ta, tb) is cuBLAS's (op B, op A): row-major A B, A^T B
 	 * and A B^T are cuBLAS's NN, NT and TN. */
 	static const struct {
-		int ta, tb, bf16, beta;
+		int ta, tb, types, beta;
 		const char *what;
 	} want[] = {
 		{0, 0, 0, 0, "x w (fp32: expert forward, router logits)"},
 		{0, 0, 1, 0, "x w (bf16: expert forward)"},
+		{0, 0, 2, 0, "x w_hi (bf16 router logits)"},
+		{0, 0, 2, 1, "x w_mid, x w_lo added to the logits (bf16 router)"},
 		{0, 1, 0, 0, "x^T dlogits, act^T dy (fp32)"},
 		{0, 1, 0, 1, "x^T dpre into accumulated dweights, router dw over row blocks (fp32)"},
 		{0, 1, 1, 0, "x^T dpre, act^T dy (bf16)"},
 		{0, 1, 1, 1, "x^T dpre into accumulated dweights (bf16)"},
+		{0, 1, 2, 0, "x^T d_lo (bf16 router dw)"},
+		{0, 1, 2, 1, "x^T d_hi, x^T d_mid added to the router's dw (bf16 router)"},
 		{1, 0, 0, 0, "dy w_down^T (fp32)"},
 		{1, 0, 0, 1, "dpre_up w_up^T added to dx, router dx (fp32)"},
 		{1, 0, 1, 0, "dy w_down^T (bf16)"},
-		{1, 0, 1, 1, "dpre_up w_up^T added to dx (bf16)"},
+		{1, 0, 1, 1, "dpre_up w_up^T added to dx, the bf16 router's dx (bf16)"},
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-		if (!shapes_seen[want[i].ta][want[i].tb][want[i].bf16][want[i].beta])
-			fail_msg("no cublasGemmEx call of shape op A=%c op B=%c %s beta%s0: %s", want[i].ta ? 'T' : 'N',
-			         want[i].tb ? 'T' : 'N', want[i].bf16 ? "bf16" : "fp32", want[i].beta ? "!=" : "=", want[i].what);
+		if (!shapes_seen[want[i].ta][want[i].tb][want[i].types][want[i].beta])
+			fail_msg("no GEMM problem of shape op A=%c op B=%c types %d beta%s0: %s", want[i].ta ? 'T' : 'N',
+			         want[i].tb ? 'T' : 'N', want[i].types, want[i].beta ? "!=" : "=", want[i].what);
 	rmoe_cuda_host_on_gemm(NULL);
 }
 
@@ -984,9 +1213,11 @@ int main(void)
 		cmocka_unit_test_setup(test_cuda_host_scatter_add, setup),
 		cmocka_unit_test_setup(test_cuda_host_unpermute_bwd, setup),
 		cmocka_unit_test_setup(test_cuda_host_shared_gate, setup),
-		cmocka_unit_test_setup(test_cuda_host_expert_ffn, setup),
-		cmocka_unit_test_setup(test_cuda_host_expert_bwd_pairs, setup),
-		cmocka_unit_test_setup(test_cuda_host_expert_bwd_preweighted, setup),
+		cmocka_unit_test_setup_teardown(test_cuda_host_expert_ffn, setup, way_teardown),
+		cmocka_unit_test_setup_teardown(test_cuda_host_expert_bwd_pairs, setup, way_teardown),
+		cmocka_unit_test_setup_teardown(test_cuda_host_expert_bwd_preweighted, setup, way_teardown),
+		cmocka_unit_test_setup_teardown(test_cuda_host_gemm_ways, setup, way_teardown),
+		cmocka_unit_test_setup_teardown(test_cuda_host_expert_many, setup, way_teardown),
 		cmocka_unit_test_setup(test_cuda_host_accumulate_zero, setup),
 		cmocka_unit_test_setup(test_cuda_host_sort_chunks, setup),
 		cmocka_unit_test_setup(test_cuda_host_errors, setup),

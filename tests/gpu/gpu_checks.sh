@@ -8,7 +8,9 @@
 # same layout: apps/relaymoe, tests/unit/test_codelets*, tests/mpi/test_raw).
 # 1. the test_codelets programs on one CUDA worker and no CPU worker: every codelet
 #    against its double-precision loop (fp32 within 1e-5, bf16 within 2e-2
-#    of the fp32 kernel), the same tolerances as on the CPU;
+#    of the fp32 kernel), the same tolerances as on the CPU; the expert
+#    codelets again in the GEMM ways other than the default
+#    (RMOE_CUDA_GEMM=strided, loop; codelets/kernels/cuda_gemm.cuh);
 # 2. relaymoe run --check with CUDA workers only, fp32 (1e-5) and bf16
 #    (1e-2 relative norm error against the reference), ring, token and
 #    all-to-all: one rank with 4 partitions, two ranks sharing the GPU, and
@@ -17,7 +19,10 @@
 #    float32 calls bit for bit); and the device's peak memory reported;
 # 3. compute-sanitizer's memcheck over one layer run (every launcher of a
 #    pass); with GPU_CHECKS_SANITIZE=all over each codelet program too. A
-#    missing compute-sanitizer is a failure.
+#    missing compute-sanitizer is a failure;
+# 4. --deterministic on CUDA workers: two runs of the layer, their outputs
+#    and gradients (--dump) the same bit for bit (no launcher adds with
+#    atomics).
 # One line per case; RESULTS_DIR (optional) gets gpu_checks.log and a CSV.
 # GPU_CHECKS_DRY_RUN=1 runs the same cases on CPU workers instead (the
 # script itself checked on a machine without a GPU; no sanitizer).
@@ -88,6 +93,15 @@ for prog in "${codelets[@]}"; do
   [ $rc -eq 0 ] && ok "$prog on $wname: $n tests passed" || { bad "$prog on $wname (rc=$rc)"; log "$out"; }
 done
 
+# The expert codelets in the other GEMM ways (the default, grouped, above).
+for way in strided loop; do
+  bounded 60 "test_codelets_expert on $wname, RMOE_CUDA_GEMM=$way" env RMOE_TEST_DEVICE=$device RMOE_CUDA_GEMM=$way \
+    "$build/tests/unit/test_codelets_expert" || continue
+  n=$(grep -c "^\[       OK \]" <<<"$out")
+  [ $rc -eq 0 ] && ok "test_codelets_expert on $wname, GEMM way $way: $n tests passed" \
+    || { bad "test_codelets_expert on $wname, GEMM way $way (rc=$rc)"; log "$out"; }
+done
+
 # 2. The layer end to end against the reference.
 csv=$work/runs.csv
 check_run() { # check_run NAME NP ENV... -- ARGS...
@@ -152,6 +166,23 @@ else
     [ $rc -eq 0 ] && ok "compute-sanitizer memcheck: $prog on CUDA" \
       || { bad "compute-sanitizer memcheck: $prog (rc=$rc)"; log "$(grep -m20 -E "=====|FAIL|timed out" <<<"$out")"; }
   done
+fi
+
+# 4. Bit-reproducible on the device with --deterministic.
+det_ok=1
+for i in 1 2; do
+  bounded 90 "deterministic run $i" env "${gpu[@]}" "$app" run "${small[@]}" --dtype bf16 --dispatch ring \
+    --partitions 4 --deterministic --dump "$work/det$i" || { det_ok=0; break; }
+  [ $rc -eq 0 ] || { bad "deterministic run $i (rc=$rc)"; log "$out"; det_ok=0; break; }
+done
+if [ $det_ok = 1 ]; then
+  differ=() n=0
+  for f in "$work"/det1/*.npy; do
+    n=$((n + 1))
+    cmp -s "$f" "$work/det2/${f##*/}" || differ+=("${f##*/}")
+  done
+  if [ $n -gt 0 ] && [ ${#differ[@]} -eq 0 ]; then ok "--deterministic on $wname workers: two runs' $n dumped arrays bit for bit"
+  else bad "--deterministic on $wname workers: ${#differ[@]} of $n dumped arrays differ between two runs: ${differ[*]}"; fi
 fi
 
 log "gpu_checks: $passes passed, $fails failed"

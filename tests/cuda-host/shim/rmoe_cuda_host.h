@@ -51,8 +51,9 @@ struct rmoe_cuda_host_counts {
 };
 void rmoe_cuda_host_counts(struct rmoe_cuda_host_counts *c);
 void rmoe_cuda_host_reset_counts(void);
-/* Every cublasGemmEx call is passed to this hook when set (its arguments,
- * as cuBLAS takes them), e.g. to list the call shapes a launcher makes. */
+/* Every GEMM problem (of cublasGemmEx, and of each batched or grouped
+ * call) is passed to this hook when set (its arguments, as cuBLAS takes
+ * them), e.g. to list the call shapes a launcher makes. */
 typedef void (*rmoe_cuda_host_gemm_hook)(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda,
                                          int ldb, int ldc, cudaDataType at, cudaDataType bt, cudaDataType ct,
                                          float beta);
@@ -66,8 +67,11 @@ extern uint3 rmoe_host_thread_idx, rmoe_host_block_idx;
 extern dim3 rmoe_host_block_dim, rmoe_host_grid_dim;
 
 void rmoe_host_syncthreads(void);
-/* Lane l gets v of lane l + delta (its own v past the warp's end). */
-uint32_t rmoe_host_shfl_down(uint32_t v, unsigned delta);
+/* A warp shuffle of up to 64 bits: lane l gets v of lane l + arg (down),
+ * l ^ arg (xor) or arg (index), its own v where that lane is past the
+ * warp's or the block's end. */
+enum rmoe_host_shfl_kind { RMOE_HOST_SHFL_DOWN, RMOE_HOST_SHFL_XOR, RMOE_HOST_SHFL_IDX };
+uint64_t rmoe_host_shfl(uint64_t v, enum rmoe_host_shfl_kind kind, unsigned arg);
 
 #ifdef __cplusplus
 }
@@ -82,15 +86,35 @@ static inline void __syncthreads(void)
 	rmoe_host_syncthreads();
 }
 
-static inline float __shfl_down_sync(unsigned mask, float v, unsigned delta, int width = 32)
+template <typename V> static inline V rmoe_host_shfl_of(V v, enum rmoe_host_shfl_kind kind, unsigned arg)
+{
+	static_assert(sizeof(V) <= sizeof(uint64_t), "a shuffle moves at most 64 bits");
+	uint64_t u = 0;
+	memcpy(&u, &v, sizeof(v));
+	u = rmoe_host_shfl(u, kind, arg);
+	memcpy(&v, &u, sizeof(v));
+	return v;
+}
+
+template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsigned delta, int width = 32)
 {
 	(void)mask;
 	(void)width;
-	uint32_t u;
-	memcpy(&u, &v, sizeof(u));
-	u = rmoe_host_shfl_down(u, delta);
-	memcpy(&v, &u, sizeof(v));
-	return v;
+	return rmoe_host_shfl_of(v, RMOE_HOST_SHFL_DOWN, delta);
+}
+
+template <typename V> static inline V __shfl_xor_sync(unsigned mask, V v, int lane_mask, int width = 32)
+{
+	(void)mask;
+	(void)width;
+	return rmoe_host_shfl_of(v, RMOE_HOST_SHFL_XOR, (unsigned)lane_mask);
+}
+
+template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src_lane, int width = 32)
+{
+	(void)mask;
+	(void)width;
+	return rmoe_host_shfl_of(v, RMOE_HOST_SHFL_IDX, (unsigned)src_lane % 32);
 }
 
 /* Fibers switch only at the calls above: a read-modify-write is atomic. */
