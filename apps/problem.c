@@ -48,57 +48,74 @@ static int load_one(const char *dir, const char *name, int ndim, const int64_t *
 	return 1;
 }
 
+/* The problem's tensors, a row each: its array and elements on this rank;
+ * its seeded stream, first element and scale (every rank draws its slice of
+ * the same global tensor); its file under --load, the file's shape and the
+ * rows this rank reads (nrows -1: all). One table for allocating, drawing,
+ * loading and freeing them. */
+struct tensor {
+	float **ptr;
+	int64_t n;
+	int stream;
+	int64_t offset;
+	float scale;
+	const char *file;
+	int ndim;
+	int64_t shape[3], row0, nrows;
+};
+
+/* The rows of p's tensors into t (room for PROBLEM_TENSORS): those the
+ * layer has, or with all every array p may own (to free). Their count. */
+#define PROBLEM_TENSORS 10
+static int tensors(struct rmoe_problem *p, struct tensor *t, int all)
+{
+	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->cfg.tokens,
+	              Fs = p->cfg.shared_ffn, N = p->nranks, el = p->e_local, HF = H * F;
+	const float sh = 1.0f / sqrtf((float)H), sf = 1.0f / sqrtf((float)F), ss = Fs > 0 ? 1.0f / sqrtf((float)Fs) : 0;
+	const int64_t own = p->rank * T * H, first = p->first_expert;
+	int n = 0;
+	t[n++] = (struct tensor){&p->x, T * H, RMOE_STREAM_X, own, 1.0f, "x.npy", 2, {N * T, H}, p->rank * T, T};
+	t[n++] = (struct tensor){&p->dy, T * H, RMOE_STREAM_DY, own, 1.0f, "dy.npy", 2, {N * T, H}, p->rank * T, T};
+	t[n++] = (struct tensor){&p->w_router, H * E, RMOE_STREAM_W_ROUTER, 0, sh, "w_router.npy", 2, {H, E}, 0, -1};
+	t[n++] = (struct tensor){&p->w_gate, el * HF, RMOE_STREAM_W_GATE, first * HF, sh, "w_gate.npy", 3, {E, H, F},
+	                         first, el};
+	t[n++] = (struct tensor){&p->w_up, el * HF, RMOE_STREAM_W_UP, first * HF, sh, "w_up.npy", 3, {E, H, F}, first, el};
+	t[n++] = (struct tensor){&p->w_down, el * HF, RMOE_STREAM_W_DOWN, first * HF, sf, "w_down.npy", 3, {E, F, H},
+	                         first, el};
+	if (all || Fs > 0) {
+		t[n++] = (struct tensor){&p->ws_gate, H * Fs, RMOE_STREAM_WS_GATE, 0, sh, "w_shared_gate.npy", 2, {H, Fs},
+		                         0, -1};
+		t[n++] = (struct tensor){&p->ws_up, H * Fs, RMOE_STREAM_WS_UP, 0, sh, "w_shared_up.npy", 2, {H, Fs}, 0, -1};
+		t[n++] = (struct tensor){&p->ws_down, H * Fs, RMOE_STREAM_WS_DOWN, 0, ss, "w_shared_down.npy", 2, {Fs, H},
+		                         0, -1};
+	}
+	if (all || (Fs > 0 && p->cfg.shared_gated))
+		t[n++] = (struct tensor){&p->w_sgate, H, RMOE_STREAM_W_SHARED_EXPERT_GATE, 0, sh,
+		                         "w_shared_expert_gate.npy", 1, {H}, 0, -1};
+	return n;
+}
+
 /* Room for every tensor of p; collective, 0 or RMOE_ENOMEM on every rank. */
 static int problem_alloc(struct rmoe_problem *p)
 {
-	const struct rmoe_layer_config *cfg = &p->cfg;
-	const int64_t H = cfg->hidden, E = cfg->experts, T = cfg->tokens, Fs = cfg->shared_ffn;
-	const int64_t el = p->e_local, HF = H * cfg->ffn;
-	p->x = rmoe_app_falloc(T * H);
-	p->dy = rmoe_app_falloc(T * H);
-	p->w_router = rmoe_app_falloc(H * E);
-	p->w_gate = rmoe_app_falloc(el * HF);
-	p->w_up = rmoe_app_falloc(el * HF);
-	p->w_down = rmoe_app_falloc(el * HF);
-	if (Fs > 0) {
-		p->ws_gate = rmoe_app_falloc(H * Fs);
-		p->ws_up = rmoe_app_falloc(H * Fs);
-		p->ws_down = rmoe_app_falloc(H * Fs);
-	}
-	const int gated = Fs > 0 && cfg->shared_gated;
-	if (gated)
-		p->w_sgate = rmoe_app_falloc(H);
-	int rc = (!p->x || !p->dy || !p->w_router || !p->w_gate || !p->w_up || !p->w_down ||
-	          (Fs > 0 && (!p->ws_gate || !p->ws_up || !p->ws_down)) || (gated && !p->w_sgate))
-	                 ? RMOE_ENOMEM
-	                 : 0;
+	struct tensor t[PROBLEM_TENSORS];
+	int n = tensors(p, t, 0), rc = 0;
+	for (int i = 0; i < n; i++)
+		if (!(*t[i].ptr = rmoe_app_falloc(t[i].n)))
+			rc = RMOE_ENOMEM;
 	if (rc)
 		rmoe_app_error("out of host memory for the layer's tensors (tokens=%lld hidden=%lld)",
-		               (long long)T, (long long)H);
+		               (long long)p->cfg.tokens, (long long)p->cfg.hidden);
 	return rmoe_app_agree(rc);
 }
 
 /* Seeded: every rank draws its slice of the same global tensors. */
 static void problem_draw(struct rmoe_problem *p, uint64_t seed)
 {
-	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->cfg.tokens,
-	              Fs = p->cfg.shared_ffn;
-	const int64_t el = p->e_local, HF = H * F;
-	const float sh = 1.0f / sqrtf((float)H), sf = 1.0f / sqrtf((float)F);
-	rmoe_seeded_uniform(p->x, T * H, seed, RMOE_STREAM_X, p->rank * T * H, 1.0f);
-	rmoe_seeded_uniform(p->dy, T * H, seed, RMOE_STREAM_DY, p->rank * T * H, 1.0f);
-	rmoe_seeded_uniform(p->w_router, H * E, seed, RMOE_STREAM_W_ROUTER, 0, sh);
-	rmoe_seeded_uniform(p->w_gate, el * HF, seed, RMOE_STREAM_W_GATE, p->first_expert * HF, sh);
-	rmoe_seeded_uniform(p->w_up, el * HF, seed, RMOE_STREAM_W_UP, p->first_expert * HF, sh);
-	rmoe_seeded_uniform(p->w_down, el * HF, seed, RMOE_STREAM_W_DOWN, p->first_expert * HF, sf);
-	if (Fs > 0) {
-		float ss = 1.0f / sqrtf((float)Fs);
-		rmoe_seeded_uniform(p->ws_gate, H * Fs, seed, RMOE_STREAM_WS_GATE, 0, sh);
-		rmoe_seeded_uniform(p->ws_up, H * Fs, seed, RMOE_STREAM_WS_UP, 0, sh);
-		rmoe_seeded_uniform(p->ws_down, H * Fs, seed, RMOE_STREAM_WS_DOWN, 0, ss);
-	}
-	if (p->w_sgate)
-		rmoe_seeded_uniform(p->w_sgate, H, seed, RMOE_STREAM_W_SHARED_EXPERT_GATE, 0, sh);
+	struct tensor t[PROBLEM_TENSORS];
+	int n = tensors(p, t, 0);
+	for (int i = 0; i < n; i++)
+		rmoe_seeded_uniform(*t[i].ptr, t[i].n, seed, t[i].stream, t[i].offset, t[i].scale);
 }
 
 /* The tensors with a file in load_dir replaced by its rows for this rank;
@@ -110,32 +127,10 @@ static int problem_load(struct rmoe_problem *p, const char *load_dir)
 		rmoe_app_error("--load %s: not a readable directory", load_dir);
 		return rmoe_app_agree(RMOE_EIO);
 	}
-	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->cfg.tokens,
-	              Fs = p->cfg.shared_ffn, N = p->nranks, el = p->e_local;
-	int64_t sx[2] = {N * T, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
-	int64_t ssg[2] = {H, Fs}, ssd[2] = {Fs, H}, sgate[1] = {H};
-	struct {
-		const char *name;
-		int ndim;
-		const int64_t *shape;
-		int64_t row0, nrows;
-		float *dst;
-	} files[] = {
-		{"x.npy", 2, sx, p->rank * T, T, p->x},
-		{"dy.npy", 2, sx, p->rank * T, T, p->dy},
-		{"w_router.npy", 2, sr, 0, -1, p->w_router},
-		{"w_gate.npy", 3, sg, p->first_expert, el, p->w_gate},
-		{"w_up.npy", 3, sg, p->first_expert, el, p->w_up},
-		{"w_down.npy", 3, sd, p->first_expert, el, p->w_down},
-		{"w_shared_gate.npy", 2, ssg, 0, -1, p->ws_gate},
-		{"w_shared_up.npy", 2, ssg, 0, -1, p->ws_up},
-		{"w_shared_down.npy", 2, ssd, 0, -1, p->ws_down},
-		{"w_shared_expert_gate.npy", 1, sgate, 0, -1, p->w_sgate},
-	};
-	int nfiles = p->w_sgate ? 10 : Fs > 0 ? 9 : 6, rc = 0;
-	for (int i = 0; i < nfiles && !rc; i++) {
-		int r = load_one(load_dir, files[i].name, files[i].ndim, files[i].shape, files[i].row0,
-		                 files[i].nrows, files[i].dst);
+	struct tensor t[PROBLEM_TENSORS];
+	int n = tensors(p, t, 0), rc = 0;
+	for (int i = 0; i < n && !rc; i++) {
+		int r = load_one(load_dir, t[i].file, t[i].ndim, t[i].shape, t[i].row0, t[i].nrows, *t[i].ptr);
 		if (r < 0)
 			rc = r;
 	}
@@ -165,16 +160,10 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 
 void rmoe_problem_free(struct rmoe_problem *p)
 {
-	free(p->x);
-	free(p->dy);
-	free(p->w_router);
-	free(p->w_gate);
-	free(p->w_up);
-	free(p->w_down);
-	free(p->ws_gate);
-	free(p->ws_up);
-	free(p->ws_down);
-	free(p->w_sgate);
+	struct tensor t[PROBLEM_TENSORS];
+	int n = tensors(p, t, 1);
+	for (int i = 0; i < n; i++)
+		free(*t[i].ptr);
 	rmoe_results_forget_reference(p);
 	memset(p, 0, sizeof(*p));
 }

@@ -127,14 +127,8 @@ __global__ void softmax_topk_k(int64_t T, int64_t E, int64_t K, int norm, float 
 				w[k] = rmoe_f32_of_bits((uint32_t)(last >> 32));
 			}
 		}
-		if (norm && lane == 0) {
-			double s = 0.0;
-			for (int64_t k = 0; k < K; k++)
-				s += w[k];
-			if (s > 0.0)
-				for (int64_t k = 0; k < K; k++)
-					w[k] = (float)(w[k] / s);
-		}
+		if (norm && lane == 0)
+			rmoe_topk_renorm(K, w);
 	}
 }
 

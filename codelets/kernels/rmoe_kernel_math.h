@@ -67,6 +67,18 @@ static inline RMOE_HD float rmoe_float_from_bf16(uint16_t b)
 
 /* ---- the router, one token at a time (CPU loops and one GPU thread alike) ---- */
 
+/* The top-k weights w[0..K) divided by their sum, summed in double
+ * (norm_topk_prob); the CUDA router's warp calls it too. */
+static inline RMOE_HD void rmoe_topk_renorm(int64_t K, float *w)
+{
+	double s = 0.0;
+	for (int64_t k = 0; k < K; k++)
+		s += w[k];
+	if (s > 0.0)
+		for (int64_t k = 0; k < K; k++)
+			w[k] = (float)(w[k] / s);
+}
+
 /* p[0..E): logits in, softmax out (max-subtracted); idx/w: the K largest,
  * descending (an equal value never passes one already chosen, so ties keep
  * the lower expert first), divided by their sum when norm. */
@@ -98,14 +110,8 @@ static inline RMOE_HD void rmoe_router_token(int64_t E, int64_t K, int norm, flo
 		w[j] = v;
 		idx[j] = (int32_t)e;
 	}
-	if (norm) {
-		double s = 0.0;
-		for (int64_t k = 0; k < K; k++)
-			s += w[k];
-		if (s > 0.0)
-			for (int64_t k = 0; k < K; k++)
-				w[k] = (float)(w[k] / s);
-	}
+	if (norm)
+		rmoe_topk_renorm(K, w);
 }
 
 /* dlogits of one token from dg: dp through the renormalisation (w = p/S, so

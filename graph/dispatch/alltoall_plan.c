@@ -20,14 +20,10 @@ void rmoe_a2a_plan_free(struct rmoe_a2a_plan *p)
 		if (p->recv)
 			rmoe_chunks_free(p->recv[q], p->nrecv[q]);
 	}
-	free(p->send);
-	free(p->recv);
-	free(p->nsend);
-	free(p->send_first);
-	free(p->peer_counts);
-	free(p->peer_offsets);
-	free(p->unsort_map);
-	free(p);
+	/* The allocations the plan's arrays are carved from (plan_chunks, plan_fill). */
+	void *owned[] = {p->send, p->recv, p->nsend, p->send_first, p->peer_counts, p->peer_offsets, p->unsort_map, p};
+	for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
+		free(owned[i]);
 }
 
 /* The chunks of the blocks, both ways (struct rmoe_a2a_plan). */

@@ -36,6 +36,14 @@ int rmoe_test_end(rmoe_ctx *ctx, const char *name, int failures)
 	return total ? 1 : 0;
 }
 
+int rmoe_test_skip(rmoe_ctx *ctx, const char *name, const char *why)
+{
+	rmoe_ctx_destroy(ctx);
+	rmoe_app_say("%s: skipped: %s\n", name, why);
+	MPI_Finalize();
+	return RMOE_TEST_SKIPPED;
+}
+
 void rmoe_test_skew_router(struct rmoe_problem *p, int64_t hot)
 {
 	const int64_t H = p->cfg.hidden, E = p->cfg.experts;

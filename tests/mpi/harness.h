@@ -29,6 +29,10 @@ rmoe_ctx *rmoe_test_start(int *argc, char ***argv, int *nranks);
  * MPI; the exit status (0 or 1). */
 int rmoe_test_end(rmoe_ctx *ctx, const char *name, int failures);
 
+/* A test that has nothing to show on this many ranks: destroys ctx, says
+ * why (NAME: skipped: WHY) on rank 0, ends MPI; RMOE_TEST_SKIPPED. */
+int rmoe_test_skip(rmoe_ctx *ctx, const char *name, const char *why);
+
 /* Skews the router so that experts [0, hot) take nearly every token: most
  * partitions then receive no pair, and ranks whose experts are cold compute
  * no rows (the tests' uneven routing). */

@@ -124,12 +124,8 @@ int main(int argc, char **argv)
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
 	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
-	if (nranks < 2) {
-		/* One rank exchanges nothing: nothing to show. */
-		rmoe_ctx_destroy(ctx);
-		MPI_Finalize();
-		return RMOE_TEST_SKIPPED;
-	}
+	if (nranks < 2)
+		return rmoe_test_skip(ctx, "test_host_waits", "one rank exchanges nothing");
 	rmoe_app_say("test_host_waits on %d ranks (most over the ranks)\n", nranks);
 	const struct scenario scenarios[] = {
 		{"even routing", 0, 0, 0},

@@ -126,12 +126,8 @@ int main(int argc, char **argv)
 	int nranks;
 	/* Never NULL: a context that cannot be made fails the test there. */
 	rmoe_ctx *ctx = rmoe_test_start(&argc, &argv, &nranks);
-	if (nranks < 2) {
-		/* One rank is one hop holding every pair: nothing to show. */
-		rmoe_ctx_destroy(ctx);
-		MPI_Finalize();
-		return RMOE_TEST_SKIPPED;
-	}
+	if (nranks < 2)
+		return rmoe_test_skip(ctx, "test_memory", "one rank is one hop holding every pair");
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 64, 16, 8 * nranks, 4, 512);
 	struct rmoe_problem prob;
