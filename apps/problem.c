@@ -10,7 +10,6 @@
 #include "messages.h"
 #include "npy.h"
 #include "problem.h"
-#include "results.h"
 #include "rmoe_config.h"
 #include "seeded.h"
 
@@ -146,7 +145,12 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	MPI_Comm_size(MPI_COMM_WORLD, &p->nranks);
 	p->e_local = cfg->experts / p->nranks;
 	p->first_expert = p->rank * p->e_local;
+	p->kept = calloc(1, sizeof(*p->kept));
 	int rc = problem_alloc(p);
+	if (!rc && !p->kept)
+		rmoe_app_error("out of host memory for the problem");
+	if (!rc)
+		rc = rmoe_app_agree(p->kept ? 0 : RMOE_ENOMEM);
 	if (rc)
 		return rc;
 #ifdef RMOE_SIMGRID
@@ -164,7 +168,9 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	int n = tensors(p, t, 1);
 	for (int i = 0; i < n; i++)
 		free(*t[i].ptr);
-	rmoe_results_forget_reference(p);
+	if (p->kept && p->kept->free)
+		p->kept->free(p->kept->data);
+	free(p->kept);
 	memset(p, 0, sizeof(*p));
 }
 

@@ -17,20 +17,17 @@
 #include "rmoe_reference.h"
 
 /* The reference of a problem on rank 0: its outputs and gradients for the
- * routing the layer chose (near-ties followed, rmoe_ref_route). Kept for
- * the next check of the same problem: every dispatcher of a run routes
- * alike, so `relaymoe run --check` computes it once, not once per
- * dispatcher (the double-precision loops dominate a checked run). */
+ * routing the layer chose (near-ties followed, rmoe_ref_route). Kept in the
+ * problem for its next check: every dispatcher of a run routes alike, so
+ * `relaymoe run --check` computes it once, not once per dispatcher (the
+ * double-precision loops dominate a checked run). */
 struct reference {
-	const struct rmoe_problem *p;
 	int32_t *hint;              /* the routing it was computed for [TT, K] */
 	uint64_t inputs;            /* digest of the inputs and weights it was computed from */
 	int64_t near_ties;          /* -1: the hint was wrong */
 	float *y;
 	struct rmoe_ref_grads rg;
 };
-static struct reference cached;
-
 static void reference_free(struct reference *c)
 {
 	void *all[] = {c->hint, c->y, c->rg.dx, c->rg.dw_router, c->rg.dw_gate, c->rg.dw_up, c->rg.dw_down,
@@ -40,10 +37,12 @@ static void reference_free(struct reference *c)
 	memset(c, 0, sizeof(*c));
 }
 
-void rmoe_results_forget_reference(const struct rmoe_problem *p)
+/* How the problem frees what it keeps (rmoe_problem_free). */
+static void reference_destroy(void *data)
 {
-	if (cached.p == p)
-		reference_free(&cached);
+	if (data)
+		reference_free(data);
+	free(data);
 }
 
 int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
@@ -285,9 +284,18 @@ static const struct reference *reference_for(const struct rmoe_problem *p, struc
 	const int64_t n_in[] = {TT * H, TT * H, H * E, E * HF, E * HF, E * HF, H * Fs, H * Fs, H * Fs, H};
 	for (int i = 0; i < 10; i++)
 		h = digest(h, in[i], n_in[i]);
-	if (cached.p == p && cached.inputs == h && cached.hint && memcmp(cached.hint, g->idx, idx_bytes) == 0)
-		return &cached;
-	reference_free(&cached);
+	/* Out of memory for the kept reference, the check fails as for a
+	 * reference that could not be computed. */
+	static const struct reference none = {.near_ties = -1};
+	struct rmoe_problem_kept *kept = p->kept;
+	if (!kept->data && (kept->data = calloc(1, sizeof(struct reference))))
+		kept->free = reference_destroy;
+	struct reference *c = kept->data;
+	if (!c)
+		return &none;
+	if (c->inputs == h && c->hint && memcmp(c->hint, g->idx, idx_bytes) == 0)
+		return c;
+	reference_free(c);
 	float *ws[3] = {NULL, NULL, NULL};
 	const float *ws_src[3] = {p->ws_gate, p->ws_up, p->ws_down};
 	for (int i = 0; i < 3 && Fs > 0; i++)
@@ -300,24 +308,24 @@ static const struct reference *reference_for(const struct rmoe_problem *p, struc
 	                           p->w_sgate != NULL, p->w_sgate};
 	float *probs = rmoe_app_falloc(TT * E), *tw = rmoe_app_falloc(TT * K);
 	int32_t *idx = malloc(idx_bytes);
-	cached = (struct reference){p, malloc(idx_bytes), h, 0, rmoe_app_falloc(TT * H),
-	                            {rmoe_app_falloc(TT * H), rmoe_app_falloc(H * E), rmoe_app_falloc(E * HF),
-	                             rmoe_app_falloc(E * HF), rmoe_app_falloc(E * HF),
-	                             Fs ? rmoe_app_falloc(H * Fs) : NULL, Fs ? rmoe_app_falloc(H * Fs) : NULL,
-	                             Fs ? rmoe_app_falloc(H * Fs) : NULL, p->w_sgate ? rmoe_app_falloc(H) : NULL}};
-	if (!cached.hint || !cached.y || !cached.rg.dx) {
-		reference_free(&cached);
-		cached.near_ties = -1;
+	*c = (struct reference){malloc(idx_bytes), h, 0, rmoe_app_falloc(TT * H),
+	                        {rmoe_app_falloc(TT * H), rmoe_app_falloc(H * E), rmoe_app_falloc(E * HF),
+	                         rmoe_app_falloc(E * HF), rmoe_app_falloc(E * HF),
+	                         Fs ? rmoe_app_falloc(H * Fs) : NULL, Fs ? rmoe_app_falloc(H * Fs) : NULL,
+	                         Fs ? rmoe_app_falloc(H * Fs) : NULL, p->w_sgate ? rmoe_app_falloc(H) : NULL}};
+	if (!c->hint || !c->y || !c->rg.dx) {
+		reference_free(c);
+		c->near_ties = -1;
 	} else {
-		memcpy(cached.hint, g->idx, idx_bytes);
+		memcpy(c->hint, g->idx, idx_bytes);
 		/* A float32 near-tie in the router may pick another expert than
 		 * the double-precision reference; the reference then follows the
 		 * layer's choice, but only where it is within tie_tol of the K-th
 		 * best. */
-		cached.near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
-		if (cached.near_ties >= 0) {
-			rmoe_ref_forward(&L, TT, g->x, idx, tw, cached.y);
-			rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &cached.rg);
+		c->near_ties = rmoe_ref_route(&L, TT, g->x, probs, idx, tw, g->idx, 1e-5);
+		if (c->near_ties >= 0) {
+			rmoe_ref_forward(&L, TT, g->x, idx, tw, c->y);
+			rmoe_ref_backward(&L, TT, g->x, probs, idx, tw, g->dy, &c->rg);
 		}
 	}
 	free(probs);
@@ -325,7 +333,7 @@ static const struct reference *reference_for(const struct rmoe_problem *p, struc
 	free(idx);
 	for (int i = 0; i < 3; i++)
 		free(ws[i]);
-	return &cached;
+	return c;
 }
 
 double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,

@@ -39,8 +39,6 @@ double rmoe_results_max_rel_diff(const struct rmoe_results *a, const struct rmoe
  * the largest relative error over all tensors, on every rank; worst names it. */
 double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_problem *p,
                           const char **worst, int64_t *near_ties);
-/* The reference kept for p's next check is freed (rmoe_problem_free). */
-void rmoe_results_forget_reference(const struct rmoe_problem *p);
 
 /* Rank 0 writes inputs and outputs as .npy into dir (created if needed). */
 int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p, const char *dir);
