@@ -18,6 +18,9 @@
   source files.
 - An RMOE_* environment variable is read in system/environment.c only
   (its table names them all; docs/tuning.md lists them).
+- No file of the library or apps/ but the dispatchers' two tables
+  (scheduler/dispatchers.c, graph/dispatch/table.c) compares a dispatch
+  with an RMOE_DISPATCH_* constant (==, !=, case): they ask the rows.
 - A layer includes only its own headers and those of the layers below it;
   private headers (codelets/ outside codelets/include/, graph/*.h) only
   from their own folder.
@@ -48,6 +51,8 @@ FOLDERS = {"codelets": ["kernels", "probe", "runtime", ""], "graph": ["context",
 SIZED_ONLY = ["apps"]
 MAX_FOLDER_FILES = 20
 ENVIRONMENT = os.path.join("system", "environment.c")
+DISPATCH_TABLES = {os.path.join("scheduler", "dispatchers.c"), os.path.join("graph", "dispatch", "table.c")}
+DISPATCH_TEST = re.compile(r"(==|!=)\s*RMOE_DISPATCH_[A-Z_]+|RMOE_DISPATCH_[A-Z_]+\s*(==|!=)|\bcase\s+RMOE_DISPATCH_")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # What each layer's files may call besides the C library and the runtimes.
 PURE = {"base": {"base"}, "scheduler": {"scheduler", "base"}}
@@ -340,6 +345,11 @@ for d, members in sorted(folders.items()):
 for f in sized:
     if f != ENVIRONMENT and re.search(r'getenv\s*\(\s*"RMOE_', text[f]):
         problems.append(f"{f}: reads an RMOE_ variable with getenv: read it through rmoe_env ({ENVIRONMENT})")
+    if f not in DISPATCH_TABLES and f.endswith((".c", ".cu")):
+        for no, line in enumerate(code_only(text[f]).split("\n"), 1):
+            if DISPATCH_TEST.search(line):
+                problems.append(f"{f}:{no}: tests a dispatch against an RMOE_DISPATCH_* constant: ask its row "
+                                f"(rmoe_dispatcher_of, scheduler/rmoe_dispatchers.h)")
 for f in sized:
     lines = text[f].split("\n")
     if len(lines) - 1 > MAX_FILE_LINES:
