@@ -168,8 +168,8 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	int n = tensors(p, t, 1);
 	for (int i = 0; i < n; i++)
 		free(*t[i].ptr);
-	if (p->kept && p->kept->free)
-		p->kept->free(p->kept->data);
+	if (p->kept && p->kept->release)
+		p->kept->release(p->kept->data);
 	free(p->kept);
 	memset(p, 0, sizeof(*p));
 }

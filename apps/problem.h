@@ -35,11 +35,11 @@ struct rmoe_problem {
 	float *ws_gate, *ws_up, *ws_down; /* shared expert, when shared_ffn > 0 */
 	float *w_sgate;              /* [H] its gate, when shared_gated (Qwen2-MoE) */
 	/* What a check computed for this problem, kept for the next one:
-	 * whoever fills it (results.c: the reference) says how to free it;
+	 * whoever fills it (results.c: the reference) says how to release it;
 	 * rmoe_problem_free does. Set at init, so a const problem keeps it. */
 	struct rmoe_problem_kept {
 		void *data;
-		void (*free)(void *data);
+		void (*release)(void *data);
 	} *kept;
 };
 

@@ -289,7 +289,7 @@ static const struct reference *reference_for(const struct rmoe_problem *p, struc
 	static const struct reference none = {.near_ties = -1};
 	struct rmoe_problem_kept *kept = p->kept;
 	if (!kept->data && (kept->data = calloc(1, sizeof(struct reference))))
-		kept->free = reference_destroy;
+		kept->release = reference_destroy;
 	struct reference *c = kept->data;
 	if (!c)
 		return &none;
