@@ -74,7 +74,8 @@ struct rmoe_ring_opts {
 	{"mem-cap", RMOE_OPT_SIZE, &(o)->mem_cap, 1, 9e18, "BYTES",                                           \
 	 "keep each ring layer's and a2a's peak under BYTES (e.g. 64M): hops or blocks in chunks", NULL},      \
 	{"window", RMOE_OPT_INT, &(o)->window, 0, 1e6, "W",                                                   \
-	 "rings: receive at most W hops ahead of what was consumed (W >= 2; 0: default 2)", NULL}
+	 "rings: receive at most W hops ahead of what was consumed (0: 2); all-to-alls: W blocks or chunks in " \
+	 "flight per role (0: every peer's, 2 under --mem-cap); W >= 2", NULL}
 
 /* The seed every random tensor of the command is drawn from. */
 #define RMOE_SEED_OPTION(dst)                                                                                  \

@@ -19,7 +19,9 @@ struct rmoe_mem_config {
 	int64_t etp;           /* expert tensor parallelism: divides F (1: none) */
 	int64_t chunk_rows;    /* 0: whole hops */
 	int64_t partitions;    /* ring: partitions of each rank's experts (hops on one device); 0 or 1: one */
-	int64_t window;        /* ring: receive buffers per relayed kind; 0: RMOE_WINDOW_DEFAULT */
+	int64_t window;        /* ring: receive buffers per relayed kind; 0: RMOE_WINDOW_DEFAULT;
+	                          all-to-alls: blocks in flight per role; 0: rmoe_a2a_depth's */
+	int capped;            /* planned under a memory cap (rmoe_a2a_depth) */
 	int dtype_bytes;       /* 4 (fp32) or 2 (bf16): activations and weights */
 	double skew;           /* rows of the busiest partition over the even share
 	                          (1: even routing; at most nranks * partitions) */
@@ -79,11 +81,23 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows);
 
-/* The lean all-to-all (a2a) pipelines its exchanges chunk by chunk: each
- * rank has at most this many chunks in flight as a sender of its tokens
- * (rows out, results back) and as many as the owner of experts (rows in,
- * computed, results out), as the ring double-buffers its hops. */
-#define RMOE_A2A_DEPTH 2
+/* The all-to-alls (a2a, a2a-deepep) pipeline their exchanges block by
+ * block (or chunk by chunk): each rank has at most this many in flight as
+ * a sender of its tokens (rows out, results back) and as many as the owner
+ * of experts (rows in, computed, results out). window > 0 sets it. By
+ * default every peer's: a sender's next block waits for the results of the
+ * one that many before, a round trip over the network and the peer's
+ * experts, and fewer in flight leave the network adapters idle while it
+ * lasts (two took 1.84x the simulated bound at full size, EP 8; every
+ * peer's 1.17x: docs/results.md). Under a memory cap the lean
+ * RMOE_A2A_LEAN_DEPTH, the cap then chunking the blocks. */
+#define RMOE_A2A_LEAN_DEPTH 2
+static inline int64_t rmoe_a2a_depth(int64_t window, int64_t nranks, int capped)
+{
+	if (window > 0)
+		return window;
+	return capped || nranks < RMOE_A2A_LEAN_DEPTH ? RMOE_A2A_LEAN_DEPTH : nranks;
+}
 
 /* Largest local token count whose peak fits budget bytes (0 if none). */
 int64_t rmoe_memory_max_tokens(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t budget);

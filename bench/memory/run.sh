@@ -82,8 +82,11 @@ point() {  # point PRESET RANKS TOKEN_FACTOR DISPATCH [run options]
   csv=$tmp/$(printf '%03d' $npoint)__${preset}__${np}__${factor}__${dispatch}.csv
   local t0=$SECONDS
   printf '%-16s EP=%-2s tokens x%-4s %-5s ' "$preset" "$np" "$factor" "$dispatch"
+  # --window 2: the all-to-alls at their leanest in memory (two blocks in
+  # flight per role; by default every peer's: rmoe_a2a_depth), the rings'
+  # default.
   if ! "$here/scripts/mpirun.sh" -np "$np" "$app" run --preset "$preset" --scale "$scale" \
-      "${extra[@]}" --dispatch "$dispatch" --repeat "$repeat" --quiet --csv "$csv" "$@" \
+      "${extra[@]}" --dispatch "$dispatch" --window 2 --repeat "$repeat" --quiet --csv "$csv" "$@" \
       > "$tmp/point.log" 2>&1; then
     echo "FAILED"; cat "$tmp/point.log" >&2; exit 1
   fi

@@ -20,7 +20,7 @@
  * DeepEP (deepseek-ai/DeepEP, normal kernels: get_dispatch_layout,
  * dispatch, combine) does this on GPUs with NVLink and RDMA buffers; here
  * StarPU-MPI carries the blocks, pipelined and bounded as the lean a2a's
- * (alltoall_fwd.c: the pairwise order, RMOE_A2A_DEPTH blocks in flight per
+ * (alltoall_fwd.c: the pairwise order, rmoe_a2a_depth blocks in flight per
  * role, receivers' credits, one block on the experts at a time). A rank's
  * own block is the lean a2a's step 0 (nothing travels). Whole blocks only:
  * the receiver knows a block's tokens, not those of a chunk. The backward
@@ -127,7 +127,7 @@ static int block_end(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_h
 static int own_added_first(struct rmoe_a2a_run *r, int64_t before, int rc)
 {
 	if (!rc && r->experts.n > before)
-		r->experts.computed = r->experts.done[(r->experts.n - 1) % RMOE_A2A_DEPTH];
+		r->experts.computed = rmoe_a2a_depth_last(&r->experts);
 	return rc;
 }
 

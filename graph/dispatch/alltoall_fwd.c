@@ -14,7 +14,7 @@
  * all-to-all. Chunks of at most the chunk rows (the memory cap's, or the
  * configuration's; a whole block without).
  *
- * Depth: as a sender a rank has at most RMOE_A2A_DEPTH chunks out whose
+ * Depth: as a sender a rank has at most D chunks out (rmoe_a2a_depth) whose
  * results have not come back (a chunk's permute waits for the results of
  * the chunk that many before: the round trip is the sender's credit); as
  * an owner of experts at most that many received and not yet sent back (a

@@ -92,12 +92,20 @@ static int exchange_rows(struct rmoe_layer *L, struct rmoe_pass *pass, const str
 	for (int q = 0; q < N; q++)
 		in[q] = q != me && rows_in[q] > 0 ? rmoe_temp_vector(pass, rows_in[q] * width, elsize) : NULL;
 	int rc = rmoe_pass_fence(L, pass, out, N, in, N, *done, NULL, "a2a-post");
-	for (int q = 0; q < N && !rc; q++)
+	/* Staggered as NCCL's all-to-all posts its peers: rank me sends to
+	 * me + 1, me + 2, ... and receives from me - 1, me - 2, ..., so that the
+	 * first transfers of all ranks load every link once, not one rank's
+	 * adapter N - 1 times over while the others' idle. */
+	for (int k = 1; k < N && !rc; k++) {
+		const int q = (me - k + N) % N;
 		if (in[q] && !(rc = rmoe_recv(L, in[q], q, tag)))
 			rc = rmoe_pass_watch(L, pass, in[q], q, tag, 1, "the all-to-all's rows");
-	for (int q = 0; q < N && !rc; q++)
-		if (q != me && rows_out[q] > 0 && !(rc = rmoe_send(L, pass, out[q], q, tag, 1, NULL, NULL)))
+	}
+	for (int k = 1; k < N && !rc; k++) {
+		const int q = (me + k) % N;
+		if (rows_out[q] > 0 && !(rc = rmoe_send(L, pass, out[q], q, tag, 1, NULL, NULL)))
 			rc = rmoe_pass_watch(L, pass, out[q], q, tag, 0, "the all-to-all's rows");
+	}
 	in[me] = out[me];
 	out[me] = NULL;
 	if (!rc)

@@ -277,13 +277,30 @@ static int pairwise(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
 	return rc;
 }
 
+/* The steps with the depths of both roles (rmoe_a2a_depth: the window, or
+ * by default every peer's blocks, two under a memory cap). */
+static int run_steps(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
+{
+	const struct rmoe_layer *L = r->L;
+	const int64_t depth = rmoe_a2a_depth(L->cfg.window, L->N, L->cfg.mem_cap > 0);
+	r->tokens = (struct rmoe_a2a_depth){calloc((size_t)depth, sizeof(struct starpu_task *)), 0, depth, NULL};
+	r->experts = (struct rmoe_a2a_depth){calloc((size_t)depth, sizeof(struct starpu_task *)), 0, depth, NULL};
+	int rc = r->tokens.done && r->experts.done ? pairwise(r, s)
+	                                           : rmoe_error(RMOE_ENOMEM, "out of host memory for the pipeline");
+	/* The arrays hold the kept fences' pointers while submitting only. */
+	free(r->tokens.done);
+	free(r->experts.done);
+	r->tokens.done = r->experts.done = NULL;
+	return rc;
+}
+
 int rmoe_a2a_forward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
 {
 	int rc = rmoe_a2a_plan_build(r->L, r->pass);
 	if (!rc)
 		rc = rmoe_a2a_reserve_credits(r->L->a2a, r->pass);
 	r->p = r->L->a2a;
-	return rc ? rc : pairwise(r, s);
+	return rc ? rc : run_steps(r, s);
 }
 
 int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s, int own_identity)
@@ -296,5 +313,5 @@ int rmoe_a2a_backward_run(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s
 	const struct rmoe_a2a_plan *p = r->p;
 	const int64_t own_rows = p->nsend[p->me] > 0 ? p->send[p->me][0].rows : 0;
 	rc = backward_begin(r->L, r->pass, p, own_identity ? own_rows : p->max_recv_rows);
-	return rc ? rc : pairwise(r, s);
+	return rc ? rc : run_steps(r, s);
 }

@@ -51,11 +51,11 @@ int64_t rmoe_a2a_tags(const struct rmoe_layer *L);
 int64_t rmoe_a2a_tag(const struct rmoe_layer *L, const struct rmoe_pass *pass, int kind, int64_t j);
 
 /* The kept fences that bound the chunks in flight of one role of a rank
- * (RMOE_A2A_DEPTH of them, scheduler/rmoe_memory_model.h): the next
- * chunk's first task waits for the one RMOE_A2A_DEPTH chunks before. */
+ * (depth of them, rmoe_a2a_depth in scheduler/rmoe_memory_model.h): the
+ * next chunk's first task waits for the one depth chunks before. */
 struct rmoe_a2a_depth {
-	struct starpu_task *done[RMOE_A2A_DEPTH];
-	int64_t n;
+	struct starpu_task **done;        /* [depth], for the run */
+	int64_t n, depth;
 	/* The owner of experts computes one chunk at a time, as a ring hop
 	 * (the window of window.c): a chunk's expert task waits for the one
 	 * before, whose end this kept fence marks. */
@@ -63,12 +63,17 @@ struct rmoe_a2a_depth {
 };
 static inline struct starpu_task *rmoe_a2a_depth_wait(const struct rmoe_a2a_depth *d)
 {
-	return d->n >= RMOE_A2A_DEPTH ? d->done[d->n % RMOE_A2A_DEPTH] : NULL;
+	return d->n >= d->depth ? d->done[d->n % d->depth] : NULL;
 }
 static inline void rmoe_a2a_depth_push(struct rmoe_a2a_depth *d, struct starpu_task *t)
 {
-	d->done[d->n % RMOE_A2A_DEPTH] = t;
+	d->done[d->n % d->depth] = t;
 	d->n++;
+}
+/* The last fence pushed (NULL before any). */
+static inline struct starpu_task *rmoe_a2a_depth_last(const struct rmoe_a2a_depth *d)
+{
+	return d->n > 0 ? d->done[(d->n - 1) % d->depth] : NULL;
 }
 
 /* Fresh receive handles h[0..n) from peer, chunk j, kinds kind0 + k,

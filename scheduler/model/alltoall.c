@@ -8,7 +8,7 @@
 
 /* a2a's temporaries for a known routing (c->blocks), whole blocks: rank q
  * computes its own block, then those of q-1, q-2, ... and sends to q+1,
- * q+2, ...; at most RMOE_A2A_DEPTH consecutive blocks of each role are
+ * q+2, ...; at most rmoe_a2a_depth consecutive blocks of each role are
  * alive at once (alltoall_fwd.c), one of its expert blocks computing (comp
  * bytes a row), the others received or waiting to go back (held), each
  * token block tok. Both roles' largest windows, summed, plus the
@@ -19,7 +19,7 @@
 static int64_t a2a_blocks(const struct rmoe_mem_config *c, int64_t comp, int64_t held, int64_t tok, int64_t ident,
                           int64_t leave, int64_t *leaving)
 {
-	const int64_t N = c->nranks, D = RMOE_A2A_DEPTH;
+	const int64_t N = c->nranks, D = rmoe_a2a_depth(c->window, c->nranks, c->capped);
 	const int64_t *b = c->blocks;
 	int64_t worst = 0;
 	for (int64_t q = 0; q < N; q++) {
@@ -83,7 +83,7 @@ static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64
 
 /* a2a-deepep's temporaries (alltoall_deepep.c), whole blocks of r pairs
  * and D tokens from rank s to rank q (b, tok: [s * N + q]), the pipeline
- * of a2a_blocks: at most RMOE_A2A_DEPTH consecutive blocks of each role
+ * of a2a_blocks: at most rmoe_a2a_depth consecutive blocks of each role
  * alive, one of the expert blocks on the experts. Bytes of a block, s the
  * element size:
  *   received, or combined and waiting to go back (fwd): D (H s + 8K) (rows,
@@ -105,7 +105,8 @@ static int64_t uniform_tokens(int64_t T, int64_t K, int64_t E, int64_t el, int64
 static int64_t deepep_blocks(const struct rmoe_mem_config *c, const int64_t *b, const int64_t *tok, int bwd,
                              int64_t own_comp, int64_t *leaving)
 {
-	const int64_t N = c->nranks, D = RMOE_A2A_DEPTH, T = c->tokens, H = c->hidden, K = c->topk;
+	const int64_t N = c->nranks, D = rmoe_a2a_depth(c->window, c->nranks, c->capped), T = c->tokens, H = c->hidden,
+	              K = c->topk;
 	const int64_t F = c->ffn / c->etp, s = c->dtype_bytes;
 	int64_t worst = 0;
 	for (int64_t q = 0; q < N; q++) {
@@ -157,7 +158,7 @@ int rmoe_model_alltoall(const struct rmoe_model_terms *t, struct rmoe_model_phas
 	/* The lean all-to-all (graph/dispatch/alltoall_fwd.c, alltoall_bwd.c):
 	 * chunks of at most r rows (a block of one rank's pairs for one
 	 * partition, as a ring hop, or the chunk rows), at most
-	 * RMOE_A2A_DEPTH of them in flight in each role (fewer where there
+	 * rmoe_a2a_depth of them in flight in each role (fewer where there
 	 * are fewer chunks: unchunked, N blocks in, N - 1 out).
 	 * As the owner of experts, one chunk computing at a time (forward
 	 * x, [r,3F], outputs: 2H + 3F per row; backward x (its dx in
@@ -168,7 +169,7 @@ int rmoe_model_alltoall(const struct rmoe_model_terms *t, struct rmoe_model_phas
 	 * and g out, dx and dg back, 3H and 2 routing values). The
 	 * backward's identity pair order (4r, host memory of the pass)
 	 * lives throughout. */
-	const int64_t D = RMOE_A2A_DEPTH;
+	const int64_t D = rmoe_a2a_depth(c->window, N, c->capped);
 	const int64_t block = N == 1 ? P : (int64_t)ceil(c->skew * (double)P / (double)N);
 	const int chunked = c->chunk_rows > 0 && c->chunk_rows < block;
 	const int64_t in_exp = chunked ? D : (N < D ? N : D);

@@ -23,7 +23,7 @@
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
  *   one partial of the accumulators (the gate of window.c).
  * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
- *   number in flight (RMOE_A2A_DEPTH per role; none received before its
+ *   number in flight (rmoe_a2a_depth per role; none received before its
  *   receive is posted, the receivers' credits), the ring's pair-weighted
  *   kernel in the backward (2H + 4F per row); for a known routing
  *   (c->blocks) each rank's own blocks, else the busiest in both roles.
@@ -66,7 +66,8 @@ void rmoe_mem_config_from_layer(struct rmoe_mem_config *c, const struct rmoe_lay
 	c->shared_gated = cfg->shared_gated;
 	c->chunk_rows = cfg->chunk_rows;
 	c->partitions = cfg->partitions;
-	c->window = rmoe_config_window(cfg);
+	c->window = cfg->window;
+	c->capped = cfg->mem_cap > 0;
 	c->dtype_bytes = cfg->dtype == RMOE_DTYPE_BF16 ? 2 : 4;
 }
 
@@ -192,6 +193,7 @@ int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	const int64_t budget = cap - cap / RMOE_CAP_HEADROOM;
 	struct rmoe_mem_config one = *c;
 	one.chunk_rows = 1;
+	one.capped = 1;
 	struct rmoe_mem_estimate e;
 	int rc = rmoe_memory_model(d, &one, &e);
 	if (rc)
@@ -210,7 +212,7 @@ int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	int64_t lo = 1, hi = c->tokens * c->topk;
 	while (lo < hi) {
 		int64_t mid = lo + (hi - lo + 1) / 2;
-		struct rmoe_mem_config t = *c;
+		struct rmoe_mem_config t = one;
 		t.chunk_rows = mid;
 		rmoe_memory_model(d, &t, &e);
 		if (e.peak <= budget)
