@@ -176,7 +176,7 @@ static void text_cap(struct rmoe_text *o, const struct rmoe_plan_view *v)
 static void text_memory(struct rmoe_text *o, const struct rmoe_plan_view *v)
 {
 	const struct rmoe_plan_memory *mem = &v->plan->memory;
-	rmoe_text_put(o, "\nmemory per rank (scheduler/memory_model.c, even routing):\n");
+	rmoe_text_put(o, "\nmemory per rank (scheduler/model/memory_model.c, even routing):\n");
 	rmoe_text_put(o, "  %-12s %14s %14s %16s\n", "mode", "peak fwd GiB", "peak bwd GiB", "max tokens/rank");
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
 		rmoe_text_put(o, "  %-12s %14.2f %14.2f %16lld\n", rmoe_dispatch_name(rmoe_dispatchers[i].kind),

@@ -44,7 +44,7 @@ static void print_outcome(const struct rmoe_run_outcome *o, int device)
 	             o->sent / MiB, dev);
 }
 
-/* What the device columns count (codelets/probe.c): kept, StarPU's cache
+/* What the device columns count (codelets/probe/probe.c): kept, StarPU's cache
  * of freed device buffers included; off, the bytes the data held. */
 static const char *device_cache_mode(void)
 {

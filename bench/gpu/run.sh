@@ -46,7 +46,7 @@
 #                      of experts in turn, each under its own checkpoint
 #         ring-live, a2a-live   ring and a2a again, one pass, with StarPU's
 #                      cache of freed device buffers off (RMOE_DEVICE_CACHE=
-#                      off, codelets/probe.c): the bytes the layer's data
+#                      off, codelets/probe/probe.c): the bytes the layer's data
 #                      held, against PyTorch's max_memory_allocated
 #       ring against torch-part and a2a against torch compare at equal
 #       grouping; ring against torch is the acceptance ratio. Round 1 runs

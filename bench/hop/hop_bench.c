@@ -2,7 +2,7 @@
  * side in one run, message sizes 4 KB to 256 MB.
  *
  * Every rank sends to its right neighbour and receives from its left, as the
- * ring of graph/ring_expert.c does (paper §3.1):
+ * ring of graph/dispatch/ring_expert.c does (paper §3.1):
  *   mpi      MPI_Isend of buffer h%2, MPI_Irecv into buffer (h+1)%2, MPI_Waitall;
  *            StarPU paused, so its threads take no CPU.
  *   awake    the same while StarPU runs idle: what its spinning worker

@@ -167,7 +167,7 @@ def missed(r, e):
     """Whether the model misses run r's pass (error column e) beyond the
     tolerance."""
     if r["dispatch"] in PIPELINED:
-        # a2a pipelines its chunks (graph/alltoall_fwd.c), a2a-deepep its
+        # a2a pipelines its chunks (graph/dispatch/alltoall_fwd.c), a2a-deepep its
         # blocks: their token blocks' inputs may leave before the peak, the
         # model less them is the least they hold.
         p = "fwd" if e == "err_fwd" else "bwd"
@@ -207,7 +207,7 @@ def heap_excess(rows):
 def over_model(rows):
     """[(baseline, its runs measured more than 2% above the model, its run
     count)]. The all-to-all's exchanges are asynchronous
-    (graph/alltoall_megatron.c); StarPU frees an unregistered buffer in a
+    (graph/dispatch/alltoall_megatron.c); StarPU frees an unregistered buffer in a
     callback after its last task, and the next stage's first task, released
     by the same completion, can allocate first."""
     out = []

@@ -67,7 +67,7 @@ void rmoe_kernel_shared_gate_bwd(int64_t tokens, int64_t hidden, const float *x,
  * (nothing is then written to pair_order). */
 int64_t rmoe_kernel_dispatch_map(int64_t pairs, int64_t experts, const int32_t *topk_idx,
                                  int32_t *pair_order, int32_t *counts);
-/* DeepEP-style dispatch (graph/alltoall_deepep.c). out [E + N]: the
+/* DeepEP-style dispatch (graph/dispatch/alltoall_deepep.c). out [E + N]: the
  * expert counts, then for each of N ranks (E/N experts each) the tokens
  * with at least one pair routed to it. -1, or the first pair whose expert
  * is out of range. */

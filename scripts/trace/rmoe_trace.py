@@ -48,7 +48,7 @@ import re
 
 HOP_NAME = re.compile(r"^(?P<op>.+) h(?P<hop>\d+)$")
 TOKEN_KINDS = ["tokens", "dy", "pair-order", "topk-weights", "acc", "dg-acc"]
-# graph/alltoall.c's tags; dy, g and dg: the lean backward's
+# graph/dispatch/alltoall_plan.c's tags; dy, g and dg: the lean backward's
 CREDIT_KINDS = 2
 A2A_PHASES = ["counts", "dispatch", "combine", "dout", "dx", "dy", "g", "dg"]
 TAG_FIELD = re.compile(r"^\s*(-?\d+)\s*$|\(tag (-?\d+)\)")

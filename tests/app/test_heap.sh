@@ -15,7 +15,7 @@
 #   missed is past 5% here: the ring's travelling partition (4.5 MiB of
 #   weights, 8% of the backward's 55 MiB) and the all-to-all's receive
 #   buffer from the peer (6 MiB, 9% of 67 MiB). a2a pipelines its chunks
-#   (graph/alltoall_fwd.c): of what its model counts, the token blocks'
+#   (graph/dispatch/alltoall_fwd.c): of what its model counts, the token blocks'
 #   inputs (model_leaving_*_bytes) may leave before the peak, so its heap
 #   lies within 5% of the span from the model less them to the model.
 #   test_heap.sh RELAYMOE MPIEXEC WORK_DIR

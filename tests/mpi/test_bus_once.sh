@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # StarPU's first start on a host where several ranks share a node: one rank
-# measures the buses alone, the others start after it (graph/ctx_bus.c,
+# measures the buses alone, the others start after it (graph/context/ctx_bus.c,
 # rmoe_ctx_calibrate_bus_once; two ranks measuring together made StarPU abort on a
 # half-written affinity file). In a fresh StarPU home, 4 ranks of one node:
 # the first run says exactly once that a rank measures, passes --check and

@@ -1,4 +1,4 @@
-/* Multi-rank: the bounded collectives of graph/collective.c. With a timeout
+/* Multi-rank: the bounded collectives of graph/context/collective.c. With a timeout
  * they are point-to-point exchanges, and must give what the MPI collectives
  * give (a floating-point sum the same bits on every rank, in rank order);
  * one that gives up must name exactly the ranks whose contribution it

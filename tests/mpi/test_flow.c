@@ -4,7 +4,7 @@
  * send hops whose receive buffers are still in use: StarPU-MPI would keep
  * them outside StarPU's accounting (early data) and the heap figure would
  * exceed the model by about a partition per hop ahead. With the credits of
- * graph/flow.c it may not (the all-to-alls': their receivers' credits,
+ * graph/pass/flow.c it may not (the all-to-alls': their receivers' credits,
  * alltoall_plan.c). Both rings (with --all the all-to-alls too),
  * forward and backward, on even routing and on a router skewed to a few hot
  * experts; outputs checked against the double-precision reference (ring)

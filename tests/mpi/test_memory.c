@@ -1,6 +1,6 @@
 /* Multi-rank: what the layer's memory accounting measured (the peak of the
  * StarPU data a pass held, sampled at every task and every 0.5 ms) against
- * the memory model (scheduler/memory_model.c) for the routing the run saw,
+ * the memory model (scheduler/model/memory_model.c) for the routing the run saw,
  * every dispatcher, forward and backward; outputs and gradients against the
  * reference; chunking lowering the ring's measured peak by the rows it
  * removes, and the buffers the ring's graph asked for (largest temporary).

@@ -15,7 +15,7 @@
 #     for: in a ring pass its left neighbour on the ring (the sender of
 #     every relay it receives: the lost rank, or one stalled behind it), or,
 #     waiting for a credit of the rings' flow control, its right neighbour
-#     (the receiver that grants it: graph/flow.c); in
+#     (the receiver that grants it: graph/pass/flow.c); in
 #     the vote that starts a pass (a rank that had all its data when the
 #     link went down finishes its pass and waits there) the ranks that
 #     never reached the vote; and some rank names a rank of the other host;

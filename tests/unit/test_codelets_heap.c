@@ -1,4 +1,4 @@
-/* The heap probe (codelets/heap.c): the process heap sampled by the
+/* The heap probe (codelets/probe/heap.c): the process heap sampled by the
  * codelets and by the sampler thread, the figure a pass reports as
  * peak_heap_*_bytes beside StarPU's. */
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* The cache of StarPU's main-memory buffers (codelets/host_cache.c):
+/* The cache of StarPU's main-memory buffers (codelets/probe/host_cache.c):
  * installed before starpu_init, it serves StarPU's allocations of 1 MiB or
  * more from freed blocks of a fitting class, never holds more than the peak
  * of live bytes, honours its idle cap, and the heap probe counts what

@@ -1,4 +1,4 @@
-/* The memory model (scheduler/memory_model.c) for one small configuration,
+/* The memory model (scheduler/model/memory_model.c) for one small configuration,
  * every term counted by hand here from the buffers the graphs hold, so that
  * the model is checked against an independent reading of graph/ and not
  * against itself.
@@ -109,7 +109,7 @@ static void test_memory_model_ring_token_by_hand(void **state)
 }
 
 /* Megatron Core's all-to-all, 2 ranks, stage by stage
- * (graph/alltoall_megatron.c), in bytes (activations 4 bytes, 2 per row;
+ * (graph/dispatch/alltoall_megatron.c), in bytes (activations 4 bytes, 2 per row;
  * probabilities 4 bytes each). An exchange holds my 8 pairs' rows sent
  * and the peer's 4 received (my own 4 handed over): 12 rows.
  * forward
@@ -137,7 +137,7 @@ static void test_memory_model_alltoall_megatron_by_hand(void **state)
 	assert_int_equal(e.largest_buffer, 96 * 4);
 }
 
-/* The lean all-to-all, same layer (graph/alltoall_fwd.c, alltoall_bwd.c):
+/* The lean all-to-all, same layer (graph/dispatch/alltoall_fwd.c, alltoall_bwd.c):
  * chunks are whole blocks of P/N = 4 rows; as the owner of experts a rank
  * has its own block and the peer's (2, the depth), one computing; as a
  * sender one block out (N - 1 = 1). In bytes (activations 4 bytes, 2 per
@@ -174,7 +174,7 @@ static void test_memory_model_alltoall_by_hand(void **state)
 	assert_int_equal(rows, 2);
 }
 
-/* DeepEP's dispatch on a2a's pipeline, same layer (graph/alltoall_deepep.c):
+/* DeepEP's dispatch on a2a's pipeline, same layer (graph/dispatch/alltoall_deepep.c):
  * whole blocks of r = 4 pairs; a uniform router sends a block 4 distinct
  * tokens here (a token meets the other rank's 2 experts with probability
  * 1 - C(2,2)/C(4,2) = 5/6: ceil(5/6 * 4) = 4, at most the 4 tokens). Its
@@ -242,7 +242,7 @@ static void test_memory_model_partitions_by_hand(void **state)
 	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), RMOE_EINVAL);
 }
 
-/* The window (graph/flow.c) at 4 ranks, a partition 1 expert * 3*H*F = 18
+/* The window (graph/pass/flow.c) at 4 ranks, a partition 1 expert * 3*H*F = 18
  * floats = 72 bytes: hops 1..3 arrive in min(window, 3) weight slots, the
  * gradients of hops 0..3 in min(window, 4). Window 3 adds a weight slot
  * forward, a weight and a gradient slot backward; a window of 8 one more
