@@ -34,9 +34,9 @@ int64_t rmoe_probe_current(void)
 	return used(STARPU_MAIN_RAM);
 }
 
-int64_t rmoe_probe_sample(void)
+int64_t rmoe_probe_sample(int heap)
 {
-	int64_t level = rmoe_heap_sample();
+	int64_t level = heap ? rmoe_heap_sample() : 0;
 	for (int node = 0; node < nodes(); node++) {
 		int64_t now = used((unsigned)node);
 		level += now;

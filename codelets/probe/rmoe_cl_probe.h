@@ -14,10 +14,10 @@
 #include "rmoe_error.h"
 
 /* Memory probe (probe.c): called by rmoe_cl_unpack and the sampler
- * thread (sampler.c); samples the heap probe too (heap.c). Each returns
- * the level it read (the probe: StarPU's bytes on every node plus the
- * heap's), which the sampler watches for change. */
-int64_t rmoe_probe_sample(void);
+ * thread (sampler.c); with heap, samples the heap probe too (heap.c).
+ * Each returns the level it read (the probe: StarPU's bytes on every node
+ * plus the heap's), which the sampler watches for change. */
+int64_t rmoe_probe_sample(int heap);
 int64_t rmoe_heap_sample(void);
 
 #endif /* RMOE_CL_PROBE_H */

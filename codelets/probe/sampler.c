@@ -72,7 +72,7 @@ static void *sampler_main(void *arg)
 	while (!atomic_load_explicit(&sampler.stop, memory_order_relaxed)) {
 		const struct timespec period = {us / 1000000, us % 1000000 * 1000};
 		clock_nanosleep(CLOCK_MONOTONIC, 0, &period, NULL);
-		const int64_t level = rmoe_probe_sample();
+		const int64_t level = rmoe_probe_sample(1);
 		us = level != last ? base : us < SAMPLER_BACKOFF * base ? 2 * us : us;
 		last = level;
 	}

@@ -94,7 +94,12 @@ static float *copy_of(struct starpu_task *task, void *buffer, int i)
 
 int rmoe_cl_unpack(const char *op, void *buffers[], const struct rmoe_cl_buffer *spec, int nspec, void **ptr)
 {
-	rmoe_probe_sample();
+	/* The heap is sampled where a task may allocate host memory, on a CPU
+	 * worker (its bf16 copies, BLAS buffers); a CUDA task's prologue
+	 * leaves it to the sampler thread: mallinfo2 walks the arenas under
+	 * their lock, tens of microseconds in front of every device task. */
+	const int worker = starpu_worker_get_id();
+	rmoe_probe_sample(worker < 0 || starpu_worker_get_type(worker) == STARPU_CPU_WORKER);
 	/* A previous task that failed its checks left its copies: not written. */
 	copies_release(0);
 	struct starpu_task *task = starpu_task_get_current();
