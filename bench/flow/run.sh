@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the relays' flow control (graph/flow.c) costs in time: the default
+# What the relays' flow control (graph/pass/flow.c) costs in time: the default
 # layer (Qwen3-30B-A3B with H, F, tokens divided by 16) at N ranks, for each
 # dispatcher asked, in three arms run by one binary:
 #   credits    the default: W=2 receive slots per relayed kind, credits
