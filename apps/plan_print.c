@@ -192,6 +192,44 @@ static void text_memory(struct rmoe_text *o, const struct rmoe_plan_view *v)
 		text_cap(o, v);
 }
 
+static const char *verdict(int fits)
+{
+	return fits < 0 ? "-" : fits ? "yes" : "no";
+}
+
+static const char *paced_by(const struct rmoe_time_bound *b)
+{
+	int l = b->pass[1].link >= 0 ? b->pass[1].link : b->pass[0].link;
+	return l >= 0 ? rmoe_link_name((enum rmoe_link_class)l) : "-";
+}
+
+/* Every dispatcher's time bound (scheduler/rmoe_time_bound.h), with whether
+ * its peak fits the device and the cap. */
+static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
+{
+	const struct rmoe_plan_time *tb = &v->plan->time;
+	rmoe_text_put(o, "\ntime bound per rank (bench/sim/report.py's bound from the configuration, even routing):\n");
+	if (tb->rc) {
+		rmoe_text_put(o, "  none: %s\n", rmoe_strerror(tb->rc));
+		return;
+	}
+	rmoe_text_put(o, "  %-12s %9s %9s %9s %9s %10s %9s %9s  %-9s %6s %4s\n", "mode", "fwd MB", "bwd MB", "wire fwd",
+	              "wire bwd", "compute", "bound", "serial", "over", "device", "cap");
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+		const struct rmoe_time_bound *b = &tb->est[i];
+		rmoe_text_put(o, "  %-12s %9.1f %9.1f %9.3f %9.3f %10.3f %9.3f %9.3f  %-9s %6s %4s\n",
+		              rmoe_dispatch_name(rmoe_dispatchers[i].kind), b->pass[0].bytes / 1e6, b->pass[1].bytes / 1e6,
+		              b->pass[0].wire_s * 1e3, b->pass[1].wire_s * 1e3, b->compute_s * 1e3, b->bound_s * 1e3,
+		              b->serial_s * 1e3, paced_by(b), verdict(b->fits_device), verdict(b->fits_cap));
+	}
+	rmoe_text_put(o, "  (MB: what the busiest rank sends per pass; times in ms. wire: those bytes over the link\n"
+	                 "  they cross (over: the ring's slowest edge, or an all-to-all rank's adapter or pair link),\n"
+	                 "  with latency; compute: GEMM flops of both passes at %g TFLOP/s, no per-task floor;\n"
+	                 "  bound = max(compute, wire fwd + bwd), serial = their sum. device, cap: whether the\n"
+	                 "  memory model's peak fits the device and --mem-cap)\n",
+	              tb->device_tflops);
+}
+
 static void text_attention(struct rmoe_text *o, const struct rmoe_plan_attention *at)
 {
 	rmoe_text_put(o, "\nattention recomputation (§3.4): %lld layers, %lld heads (%lld KV) of %lld, sequence %lld, "
@@ -223,6 +261,7 @@ void rmoe_plan_print_text(struct rmoe_text *o, const struct rmoe_plan_view *v)
 	text_ring(o, v);
 	text_hops(o, v);
 	text_memory(o, v);
+	text_time(o, v);
 	if (v->attention)
 		text_attention(o, v->attention);
 }
@@ -434,6 +473,57 @@ static void json_memory(struct rmoe_json *j, const struct rmoe_plan_view *v)
 	rmoe_json_end_object(j);
 }
 
+static void json_fits(struct rmoe_json *j, const char *key, int fits)
+{
+	rmoe_json_key(j, key);
+	if (fits < 0)
+		rmoe_json_null(j);
+	else
+		rmoe_json_bool(j, fits);
+}
+
+static void json_pass_bound(struct rmoe_json *j, const char *pass, const struct rmoe_pass_bound *b)
+{
+	rmoe_json_key(j, pass);
+	rmoe_json_begin_object(j);
+	rmoe_json_key_whole(j, "bytes", b->bytes);
+	rmoe_json_key_whole(j, "flops", b->flops);
+	rmoe_json_key_real(j, "compute_ms", b->compute_s * 1e3);
+	rmoe_json_key_real(j, "wire_ms", b->wire_s * 1e3);
+	rmoe_json_key_string(j, "link", b->link >= 0 ? rmoe_link_name((enum rmoe_link_class)b->link) : NULL);
+	rmoe_json_end_object(j);
+}
+
+/* Every dispatcher's time bound, one a line, and its fit. */
+static void json_time(struct rmoe_json *j, const struct rmoe_plan_view *v)
+{
+	const struct rmoe_plan_time *tb = &v->plan->time;
+	rmoe_json_key(j, "time_bound");
+	rmoe_json_begin_object(j);
+	rmoe_json_key_real(j, "device_tflops", tb->device_tflops);
+	rmoe_json_key_bool(j, "task_floors", 0);
+	rmoe_json_key_string(j, "error", tb->rc ? rmoe_strerror(tb->rc) : NULL);
+	rmoe_json_key(j, "dispatchers");
+	rmoe_json_begin_object(j);
+	rmoe_json_lines(j, 4, 2);
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && !tb->rc; i++) {
+		const struct rmoe_time_bound *b = &tb->est[i];
+		rmoe_json_key(j, rmoe_dispatch_name(rmoe_dispatchers[i].kind));
+		rmoe_json_begin_object(j);
+		json_pass_bound(j, "forward", &b->pass[0]);
+		json_pass_bound(j, "backward", &b->pass[1]);
+		rmoe_json_key_real(j, "compute_ms", b->compute_s * 1e3);
+		rmoe_json_key_real(j, "wire_ms", b->wire_s * 1e3);
+		rmoe_json_key_real(j, "bound_ms", b->bound_s * 1e3);
+		rmoe_json_key_real(j, "serial_ms", b->serial_s * 1e3);
+		json_fits(j, "fits_device", b->fits_device);
+		json_fits(j, "fits_mem_cap", b->fits_cap);
+		rmoe_json_end_object(j);
+	}
+	rmoe_json_end_object(j);
+	rmoe_json_end_object(j);
+}
+
 /* Each dispatcher's attention plan, as the planner writes it. */
 static void json_attention(struct rmoe_json *j, const struct rmoe_plan_attention *at)
 {
@@ -465,6 +555,7 @@ void rmoe_plan_print_json(struct rmoe_text *o, const struct rmoe_plan_view *v)
 	json_hops(&j, v);
 	json_choice(&j, v);
 	json_memory(&j, v);
+	json_time(&j, v);
 	if (v->attention)
 		json_attention(&j, v->attention);
 	rmoe_json_end_object(&j);

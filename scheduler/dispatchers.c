@@ -6,27 +6,33 @@
 
 #include "rmoe_dispatchers.h"
 #include "rmoe_error.h"
+#include "rmoe_time_bound.h"
 #include "model/rmoe_model_terms.h"
 
 /* The cap's refusal reads "a memory cap applies to the ring dispatchers
  * and a2a; <name> <no_cap>". */
 const struct rmoe_dispatcher rmoe_dispatchers[RMOE_NDISPATCHERS] = {
 	{.kind = RMOE_DISPATCH_RING_EXPERT, .name = "ring", .family = RMOE_FAMILY_RING, .mode = "expert",
-	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_expert},
+	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_expert,
+	 .traffic = rmoe_traffic_ring_expert},
 	{.kind = RMOE_DISPATCH_RING_TOKEN, .name = "token", .family = RMOE_FAMILY_RING, .mode = "token",
-	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_token},
+	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_token,
+	 .traffic = rmoe_traffic_ring_token},
 	/* Its blocks are one rank's pairs for one partition, as a ring hop's
 	 * rows: the skew of a hop. */
 	{.kind = RMOE_DISPATCH_ALLTOALL, .name = "a2a", .family = RMOE_FAMILY_ALLTOALL, .capped = 1,
-	 .chunked = "exchanged blocks", .routing_blocks = 1, .model = rmoe_model_alltoall},
+	 .chunked = "exchanged blocks", .routing_blocks = 1, .model = rmoe_model_alltoall,
+	 .traffic = rmoe_traffic_alltoall},
 	{.kind = RMOE_DISPATCH_ALLTOALL_MEGATRON, .name = "a2a-megatron", .family = RMOE_FAMILY_ALLTOALL,
-	 .no_cap = "builds its top-k-expanded buffers whole", .rank_rows = 1, .model = rmoe_model_alltoall_megatron},
+	 .no_cap = "builds its top-k-expanded buffers whole", .rank_rows = 1, .model = rmoe_model_alltoall_megatron,
+	 .traffic = rmoe_traffic_alltoall_megatron},
 	/* Its receivers size a block by the distinct tokens in it, which the
 	 * counts exchange carries per block, not per chunk; its index tasks
 	 * (codelet_dedup.c) have a CPU function only. */
 	{.kind = RMOE_DISPATCH_ALLTOALL_DEEPEP, .name = "a2a-deepep", .family = RMOE_FAMILY_ALLTOALL,
 	 .whole_blocks = 1, .no_cap = "sends whole per-rank blocks", .cpu_tasks = 1, .peer_counts = 1,
-	 .routing_blocks = 1, .model = rmoe_model_alltoall_deepep},
+	 .routing_blocks = 1, .model = rmoe_model_alltoall_deepep,
+	 .traffic = rmoe_traffic_alltoall_deepep},
 	{.kind = RMOE_DISPATCH_AUTO, .name = "auto", .family = RMOE_FAMILY_CHOICE, .capped = 1, .chunked = "hops"},
 };
 

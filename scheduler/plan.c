@@ -1,8 +1,8 @@
 /* The plan: every decision taken before a layer's graph is built, in one
  * function, in the order they depend on each other: the ring (order and
  * edges), the routing mode (§3.2), the chunk rows under a memory cap, the
- * memory model's peaks, and whether the layer fits the memory of the device
- * it runs on. */
+ * memory model's peaks, every dispatcher's time bound, and whether the
+ * layer fits the memory of the device it runs on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +160,30 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 	rmoe_memory_model(out->dispatch, &run, &m->run);
 }
 
+/* Every dispatcher's time bound over the planned ring (printed beside the
+ * memory model's peaks; nothing chooses by it yet), and whether each one's
+ * peak fits the device and the layer's cap (rmoe_time_bound.fits_*). */
+static void plan_time(const struct rmoe_layer_config *cfg, const struct rmoe_routing_problem *p,
+                      const struct rmoe_topology *t, struct rmoe_plan *out)
+{
+	struct rmoe_plan_time *tb = &out->time;
+	const struct rmoe_plan_memory *m = &out->memory;
+	tb->device_tflops = p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops;
+	const struct rmoe_bound_input in = {.p = p, .shared_ffn = cfg->shared_ffn, .shared_gated = cfg->shared_gated,
+	                                    .t = t, .edges = out->edges, .tflops = tb->device_tflops};
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && !tb->rc; i++) {
+		struct rmoe_time_bound *e = &tb->est[i];
+		tb->rc = rmoe_time_bound(&rmoe_dispatchers[i], &in, e);
+		int64_t peak = m->est[i].peak, dev = out->device.memory_bytes;
+		e->fits_device = dev > 0 ? peak <= dev : -1;
+		/* A cap it takes is met by chunking; one it does not, by the whole peak. */
+		if (cfg->mem_cap > 0)
+			e->fits_cap = m->cap_rc[i] == 0 || (m->cap_rc[i] == RMOE_ENOTSUP && peak <= cfg->mem_cap);
+	}
+	if (tb->rc)
+		memset(tb->est, 0, sizeof(tb->est));
+}
+
 int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out)
 {
 	if (!out)
@@ -183,6 +207,7 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	plan_cap(cfg, &mc, out);
 	plan_device(req, t, out);
 	plan_memory(req, &mc, out);
+	plan_time(cfg, &p, t, out);
 	plan_fit(req, out);
 	return 0;
 }

@@ -26,6 +26,7 @@ enum rmoe_dispatch_family {
 struct rmoe_model_terms;
 struct rmoe_model_phase;
 struct rmoe_mem_estimate;
+struct rmoe_routing_problem;
 
 /* A dispatcher's memory model: its dynamic peaks, forward and backward,
  * and largest buffer into p, and its own fields of o (fixed_backward,
@@ -33,6 +34,11 @@ struct rmoe_mem_estimate;
  * or an error code. */
 typedef int (*rmoe_model_fn)(const struct rmoe_model_terms *t, struct rmoe_model_phase *p,
                              struct rmoe_mem_estimate *o);
+
+/* A dispatcher's traffic: the bytes one rank sends in the forward
+ * (bytes[0]) and the backward (bytes[1]) at even routing, as its graph
+ * sends them (scheduler/time_bound.c, rmoe_time_bound.h). */
+typedef void (*rmoe_traffic_fn)(const struct rmoe_routing_problem *p, double bytes[2]);
 
 struct rmoe_dispatcher {
 	enum rmoe_dispatch kind;
@@ -49,6 +55,7 @@ struct rmoe_dispatcher {
 	                                  a hop) */
 	unsigned routing_blocks : 1;   /* its model reads the routing's per-rank blocks where known */
 	rmoe_model_fn model;           /* NULL for auto: the model of what it chooses */
+	rmoe_traffic_fn traffic;       /* NULL for auto: the traffic of what it chooses */
 };
 
 /* Every dispatcher, in the order the programs list them: the rings, the

@@ -20,6 +20,7 @@
 
 #include "rmoe_memory_model.h"
 #include "rmoe_scheduler.h"
+#include "rmoe_time_bound.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -302,6 +303,15 @@ struct rmoe_plan_memory {
 	struct rmoe_mem_estimate run;
 };
 
+/* Every dispatcher's time bound at the planned configuration
+ * (rmoe_time_bound.h), in the order of rmoe_dispatchers[], even routing,
+ * with whether its memory model's peak fits the device and the cap. */
+struct rmoe_plan_time {
+	struct rmoe_time_bound est[RMOE_PLAN_NDISPATCHERS];
+	double device_tflops;      /* the rate its compute is taken at */
+	int rc;                    /* 0, or why no bound could be made (est then zeros) */
+};
+
 /* The device the plan targets: the smallest memory over the ranks. */
 struct rmoe_plan_device {
 	int kind;                  /* enum rmoe_device_kind */
@@ -328,6 +338,7 @@ struct rmoe_plan {
 	int cap_rc;                /* 0, or why the memory cap cannot be met (cap_msg) */
 	char cap_msg[512];
 	struct rmoe_plan_memory memory;
+	struct rmoe_plan_time time;     /* printed only: no decision reads it yet */
 	struct rmoe_plan_device device;
 	int fit_rc;                /* 0, or RMOE_ENOMEM: the layer does not fit (fit_msg) */
 	char fit_msg[512];

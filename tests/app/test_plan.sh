@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # relaymoe plan end to end: the JSON plan of Qwen3-30B-A3B on 8 simulated
-# MareNostrum 5 ranks parses and says what the planner decides; text output;
+# MareNostrum 5 ranks parses and says what the planner decides, with every
+# dispatcher's time bound and its fit under a cap; text output;
 # the live topology under mpiexec; and bad input (exit 2, nothing on stdout,
 # the message names the problem).
 #   test_plan.sh RELAYMOE MPIEXEC SOURCE_DIR
@@ -37,16 +38,53 @@ m = p["memory"]["dispatchers"]
 assert all(m[d]["peak_backward_bytes"] > 0 and m[d]["largest_trainable_tokens"] > 0 for d in ("ring", "a2a"))
 lo, hi = sorted(("ring", "a2a"), key=lambda d: m[d]["peak_backward_bytes"])
 assert m[lo]["largest_trainable_tokens"] >= m[hi]["largest_trainable_tokens"], (lo, hi)
-print("choice", p["choice"]["mode"], "crossover", p["choice"]["crossover_tokens"])
+# the time bound of every dispatcher the memory model has (scheduler/rmoe_time_bound.h)
+tb = p["time_bound"]
+assert tb["error"] is None and tb["device_tflops"] == 400 and tb["task_floors"] is False, tb
+assert set(tb["dispatchers"]) == set(m) == {"ring", "token", "a2a", "a2a-megatron", "a2a-deepep"}
+for d, b in tb["dispatchers"].items():
+    for ps in ("forward", "backward"):
+        q = b[ps]
+        assert q["bytes"] > 0 and q["flops"] > 0 and q["wire_ms"] > 0 and q["compute_ms"] > 0, (d, q)
+        assert q["link"] == "network", (d, q)  # 8 ranks span two nodes
+    assert abs(b["wire_ms"] - b["forward"]["wire_ms"] - b["backward"]["wire_ms"]) <= 1e-4 * b["wire_ms"], d
+    assert abs(b["bound_ms"] - max(b["compute_ms"], b["wire_ms"])) <= 1e-4 * b["bound_ms"], d
+    assert abs(b["serial_ms"] - b["compute_ms"] - b["wire_ms"]) <= 1e-4 * b["serial_ms"], d
+    peak = max(m[d]["peak_forward_bytes"], m[d]["peak_backward_bytes"])
+    assert b["fits_device"] is (peak <= p["cluster"]["device_memory_bytes"]), d
+    assert b["fits_mem_cap"] is None, d
+# the ring sends EP-1 hops of a partition forward (Table 2), every dispatcher computes the same
+ring = tb["dispatchers"]["ring"]
+assert ring["forward"]["bytes"] == 7 * h["expert"]["forward"]["bytes"]
+assert len({b["compute_ms"] for b in tb["dispatchers"].values()}) == 1
+print("choice", p["choice"]["mode"], "crossover", p["choice"]["crossover_tokens"], "ring bound %.1f ms" % ring["bound_ms"])
 ' 2>&1); crc=$?
 if [ $rc -eq 0 ] && printf '%s' "$json" | $py -m json.tool >/dev/null && [ $crc -eq 0 ]; then
   ok "plan --json: $chk"; else bad "plan --json (rc=$rc, check $crc)"; echo "$json"; echo "$chk"; fi
 
-# 2. Text: the ring, both modes, the choice.
+# 1b. Under a memory cap every dispatcher's bound says whether it fits it:
+#     one that takes a cap by chunking, one that takes none by its peak.
+json=$(timeout 60 "$app" plan --preset Qwen3-30B-A3B --cluster "$mn5" --ranks 8 --mem-cap 4G --json); rc=$?
+chk=$(printf '%s' "$json" | $py -c '
+import json, sys
+p = json.load(sys.stdin)
+cap, tb, m = p["memory"]["mem_cap"], p["time_bound"]["dispatchers"], p["memory"]["dispatchers"]
+for d, b in tb.items():
+    c, peak = cap["dispatchers"][d], max(m[d]["peak_forward_bytes"], m[d]["peak_backward_bytes"])
+    fits = c["error"] is None or (c["error"] == "takes no cap" and peak <= cap["bytes"])
+    assert b["fits_mem_cap"] is fits, (d, b["fits_mem_cap"], c)
+print("fits 4 GiB:", " ".join(d for d, b in tb.items() if b["fits_mem_cap"]))
+' 2>&1); crc=$?
+if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "plan --mem-cap: $chk"
+else bad "plan --mem-cap (rc=$rc, check $crc)"; echo "$chk"; fi
+
+# 2. Text: the ring, both modes, the choice, the time bounds.
 out=$(timeout 60 "$app" plan --preset MoE-E384 --ffn 2048 --cluster "$mn5" --ranks 8 --seq 20480 \
       --micro-batch 12 --sp 2 --cp 4 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "choice: token routing" <<<"$out" && grep -q "30720 tokens per rank" <<<"$out" \
-   && grep -q "network" <<<"$out"; then ok "plan text (E384, F2048, short sequence: token routing)"
+   && grep -q "network" <<<"$out" && grep -q "^time bound per rank" <<<"$out" \
+   && [ "$(grep -cE '^  (ring|token|a2a|a2a-megatron|a2a-deepep) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' <<<"$out")" -ge 5 ]
+then ok "plan text (E384, F2048, short sequence: token routing; time bounds)"
 else bad "plan text (rc=$rc)"; echo "$out"; fi
 
 # 3. The live topology under mpiexec: every rank on this machine, one node.
