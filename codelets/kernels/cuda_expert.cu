@@ -192,12 +192,21 @@ static inline void bwd_tail_calls(struct rmoe_xgemm *g, const void *x, const voi
 
 /* An expert without rows gets a zero gradient unless the task adds to an
  * earlier one: the grouped and loop ways leave such experts out of their
- * calls (the strided way's zero rows would give the same zeros). */
+ * calls (the strided way's zero rows would give the same zeros). With more
+ * than one such expert the whole partition's gradient (gate, up and down
+ * blocks, contiguous) is zeroed in one call and the GEMMs overwrite the
+ * experts with rows: a chunk's first task on few rows once made a memset
+ * per matrix of nearly every expert, hundreds a step. */
 template <typename T>
 static int zero_empty(cudaStream_t s, int64_t H, int64_t F, int64_t ne, const int64_t *rpe, T *dw, float beta)
 {
+	int64_t empty = 0;
+	for (int64_t e = 0; e < ne && beta == 0.0f; e++)
+		empty += rpe[e] == 0;
+	if (empty > 1)
+		return rmoe_cuda_ok(cudaMemsetAsync(dw, 0, (size_t)(3 * ne * H * F) * sizeof(T), s), "memset");
 	int rc = 0;
-	for (int64_t e = 0; e < ne && !rc && beta == 0.0f; e++)
+	for (int64_t e = 0; e < ne && !rc && empty; e++)
 		for (int k = 0; rpe[e] == 0 && k < 3 && !rc; k++)
 			rc = rmoe_cuda_ok(cudaMemsetAsync(dw + (k == 0   ? rmoe_w_gate_offset(ne, H, F, e)
 			                                        : k == 1 ? rmoe_w_up_offset(ne, H, F, e)
