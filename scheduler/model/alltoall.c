@@ -194,14 +194,12 @@ int rmoe_model_alltoall(const struct rmoe_model_terms *t, struct rmoe_model_phas
 	o->leaving_forward = r * in_tok * H * s;
 	o->leaving_backward = r * in_tok * (2 * H * s + 4);
 	largest = rmoe_max2(largest, r * rmoe_max2(H, 4 * F) * s);
-	p->fwd = fwd;
-	p->bwd = bwd;
-	p->largest = largest;
-	return 0;
+	return rmoe_model_done(p, fwd, bwd, largest);
 }
 
 /* Megatron Core 0.13's alltoall dispatcher, stage by stage. */
-int rmoe_model_alltoall_megatron(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o)
+int rmoe_model_alltoall_megatron(const struct rmoe_model_terms *t, struct rmoe_model_phase *p,
+                                 struct rmoe_mem_estimate *o)
 {
 	const int64_t P = t->P, M = t->M, even = t->even, s = t->s, H = t->H, F = t->F;
 	const int64_t shared = t->shared, shared_b = t->shared_b;
@@ -233,21 +231,18 @@ int rmoe_model_alltoall_megatron(const struct rmoe_model_terms *t, struct rmoe_m
 	int64_t kept = s * M * (H + 4 * F) + 4 * M;
 	int64_t b6 = kept + s * ex * H, b7 = kept + s * 2 * M * H, b8 = kept + s * M * H + 4 * M;
 	int64_t b9 = s * 2 * M * H + 8 * M, b10 = s * ex * H + 4 * M, b11 = 4 * ex;
-	bwd = rmoe_max2(rmoe_max2(rmoe_max2(f1, f2), rmoe_max2(f3, f4)), rmoe_max2(rmoe_max2(rmoe_max2(kept, b6), rmoe_max2(b7, b8)),
-	                                                rmoe_max2(b9, rmoe_max2(b10, b11)))) + 4 * M;
+	const int64_t dispatch = rmoe_max2(rmoe_max2(f1, f2), rmoe_max2(f3, f4));
+	bwd = rmoe_max2(dispatch, rmoe_max2(rmoe_max2(rmoe_max2(kept, b6), rmoe_max2(b7, b8)),
+	                                    rmoe_max2(b9, rmoe_max2(b10, b11)))) + 4 * M;
 	largest = rmoe_max2(largest, s * rmoe_max2(M * H, M * 4 * F));
 	fwd = rmoe_max2(fwd, shared);
 	bwd = rmoe_max2(bwd, shared_b);
-	o->fixed_backward = o->resident_backward + bwd;
-	o->per_row_backward = 0;
-	p->fwd = fwd;
-	p->bwd = bwd;
-	p->largest = largest;
-	return 0;
+	return rmoe_model_whole(p, o, fwd, bwd, largest);
 }
 
 /* DeepEP's normal mode: a2a's pipeline of whole blocks of tokens. */
-int rmoe_model_alltoall_deepep(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o)
+int rmoe_model_alltoall_deepep(const struct rmoe_model_terms *t, struct rmoe_model_phase *p,
+                               struct rmoe_mem_estimate *o)
 {
 	const struct rmoe_mem_config *c = t->c;
 	const int64_t N = t->N, P = t->P, T = t->T, K = t->K, E = t->E, s = t->s, H = t->H, F = t->F;
@@ -278,10 +273,5 @@ int rmoe_model_alltoall_deepep(const struct rmoe_model_terms *t, struct rmoe_mod
 	bwd = rmoe_max2(shared_b, deepep_blocks(c, bb, bt, 1, (2 * H + 4 * F) * s + 8, &o->leaving_backward));
 	free(b);
 	largest = rmoe_max2(largest, rmax * rmoe_max2(H, 4 * F) * s);
-	o->fixed_backward = o->resident_backward + bwd;
-	o->per_row_backward = 0;
-	p->fwd = fwd;
-	p->bwd = bwd;
-	p->largest = largest;
-	return 0;
+	return rmoe_model_whole(p, o, fwd, bwd, largest);
 }

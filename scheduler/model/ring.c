@@ -24,10 +24,7 @@ int rmoe_model_ring_expert(const struct rmoe_model_terms *t, struct rmoe_model_p
 	o->fixed_backward = o->resident_backward + relay_b;
 	o->per_row_backward = (2 * H + 4 * F) * s;
 	largest = rmoe_max2(largest, rmoe_max2(N > 1 ? W * s : 0, r * rmoe_max2(H, 4 * F) * s));
-	p->fwd = fwd;
-	p->bwd = bwd;
-	p->largest = largest;
-	return 0;
+	return rmoe_model_done(p, fwd, bwd, largest);
 }
 
 /* Token routing: the travelling activations, routing and accumulators. */
@@ -49,8 +46,5 @@ int rmoe_model_ring_token(const struct rmoe_model_terms *t, struct rmoe_model_ph
 	o->fixed_backward = o->resident_backward + travel_b + part_b;
 	o->per_row_backward = (2 * H + 4 * F) * s;
 	largest = rmoe_max2(largest, r * rmoe_max2(H, 4 * F) * s);
-	p->fwd = fwd;
-	p->bwd = bwd;
-	p->largest = largest;
-	return 0;
+	return rmoe_model_done(p, fwd, bwd, largest);
 }

@@ -33,6 +33,25 @@ static inline int64_t rmoe_max2(int64_t a, int64_t b)
 	return a > b ? a : b;
 }
 
+/* A model's end: its phase into p; 0. */
+static inline int rmoe_model_done(struct rmoe_model_phase *p, int64_t fwd, int64_t bwd, int64_t largest)
+{
+	p->fwd = fwd;
+	p->bwd = bwd;
+	p->largest = largest;
+	return 0;
+}
+
+/* The end of a model whose buffers are built whole: no row of a hop to
+ * shed, so a memory cap finds all of its backward fixed. */
+static inline int rmoe_model_whole(struct rmoe_model_phase *p, struct rmoe_mem_estimate *o, int64_t fwd,
+                                   int64_t bwd, int64_t largest)
+{
+	o->fixed_backward = o->resident_backward + bwd;
+	o->per_row_backward = 0;
+	return rmoe_model_done(p, fwd, bwd, largest);
+}
+
 int rmoe_model_ring_expert(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o);
 int rmoe_model_ring_token(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o);
 int rmoe_model_alltoall(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o);
