@@ -48,8 +48,11 @@ echo "stage-cuda: sm_90 code checked ($(since))"
 # under its time limit on two cores): multihost has a stage of its own, bench
 # measures, subproject builds the library again without CUDA, long is
 # flow_np8 (flow_np4 stays), hardening checks the front end's refusals, train
-# reruns passes the app and mpi labels already run on this build.
-ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}" -LE 'multihost|bench|subproject|long|hardening|train'
+# reruns passes the app and mpi labels already run on this build; relaymoe.hf's
+# tests (python_hf_*) check the Python package against Hugging Face's blocks,
+# which the main suite has done on the same code.
+ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}" \
+  -LE 'multihost|bench|subproject|long|hardening|train' -E '^python_hf_'
 echo "stage-cuda: the suite on the CUDA build ($(since))"
 
 # The GPU script itself, on CPU workers, from a bundle as a GPU machine gets it.

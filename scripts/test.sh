@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Sets up (Debian packages), builds, and runs the test suite; at the end, the
-# tests that did not run (skipped, or not run) with their labels and the
-# reason each printed. Exits with ctest's status.
+# Sets up (Debian packages, and with them PyTorch and the pinned transformers
+# the Python tests of relaymoe.autograd and relaymoe.hf need: setup.sh --hf),
+# builds, and runs the test suite; at the end, the tests that did not run
+# (skipped, or not run) with their labels and the reason each printed. Exits
+# with ctest's status.
 #   scripts/test.sh [--quick] [cmake options...]
 #   --quick          only the label quick: the edit-build-test loop, about a
 #                    minute on 2 cores (unit tests, each dispatcher at 2 ranks)
@@ -15,7 +17,7 @@ if [ "${1:-}" = --quick ]; then
   label=quick
   shift
 fi
-"$here/scripts/setup.sh"
+"$here/scripts/setup.sh" --hf
 "$here/scripts/build.sh" "$@"
 # shellcheck source=scripts/lib/blas-env.sh
 . "$here/scripts/lib/blas-env.sh"

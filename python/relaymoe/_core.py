@@ -228,6 +228,19 @@ class Context:
     def __exit__(self, *exc):
         self.close()
 
+    # A context is this process's MPI and StarPU, which cannot be duplicated:
+    # copying an object that holds one (a model, for an EMA) shares it.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a relaymoe.Context cannot be pickled (it is this process's MPI and StarPU): save the "
+                        "weights (a model's state_dict) and create the context and its layers again where they "
+                        "are loaded")
+
     def __repr__(self):
         state = "closed" if self._h is None else f"rank {self.rank} of {self.size}"
         return f"<relaymoe.Context {state}>"
@@ -340,6 +353,15 @@ class Layer:
 
     def __exit__(self, *exc):
         self.close()
+
+    # Creating a layer is collective, and a copy made inside copy.deepcopy on
+    # one rank would leave the others waiting: copies are refused, naming how.
+    def _refuse_copy(self, *_):
+        raise TypeError("a relaymoe.Layer cannot be copied or pickled: create another relaymoe.Layer with the "
+                        "same keywords (collective: on every rank at once) and set its weights from this one's "
+                        "(get_router, get_expert)")
+
+    __copy__ = __deepcopy__ = __reduce__ = _refuse_copy
 
     def __repr__(self):
         if self._h is None:

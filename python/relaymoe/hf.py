@@ -30,10 +30,20 @@ summed: the gradient of the sum of the ranks' losses). Every other parameter
 is the application's: allreduce_gradients averages them (DDP would too, but
 it must then ignore the experts, which differ from rank to rank).
 
-Tensors are CPU float32. Every rank calls the blocks in the same order with
-the same number of tokens (the layer is collective); one relaymoe layer is
-made per block and token count.
+Tensors are CPU float32: a block whose parameters are of another dtype or
+on another device is refused at the swap (Layer's dtype='bf16' stores the
+layer's weights and activations in bf16 while the model stays float32).
+Every rank calls the blocks in the same order with the same number of
+tokens (the layer is collective); one relaymoe layer is made per block and
+token count.
+
+copy.deepcopy of a swapped model (an EMA or an evaluation copy) gives blocks
+that share the context, hold copies of the parameters and make their own
+layers on their first forward; pickling one (torch.save of the whole model)
+raises: save its state_dict and load that into a model swapped afresh.
 """
+import copy
+
 import numpy as np
 import torch
 
@@ -179,6 +189,7 @@ class RelayMoEBlock(torch.nn.Module):
         E = len(block.experts)
         if E % ctx.size:
             raise ValueError(f"the block has {E} experts, not divisible by the {ctx.size} ranks")
+        _check_tensors(block)
         first = ctx.rank * (E // ctx.size)
         self.owned_experts = range(first, first + E // ctx.size)
         self.family, self.num_experts, self.top_k = family.name, E, int(block.top_k)
@@ -207,6 +218,28 @@ class RelayMoEBlock(torch.nn.Module):
         self._ctx, self._reduction = ctx, reduction
         self._options = dict(options, dispatch=dispatch)
         self._layers = {}
+
+    def __deepcopy__(self, memo):
+        """A copy for an EMA or an evaluation model: copies of the parameters
+        (and of every other module and attribute), the same context, and no
+        layer: the copy makes its own on its first forward, collectively, as
+        the original did. Sharing the original's layers would tie the two
+        together, as a layer keeps the state of its last forward for its
+        backward: a forward of the copy between the original's forward and
+        backward (a teacher's, in distillation) would make that backward
+        fail."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        # _ctx comes back as itself (Context.__deepcopy__)
+        for name, value in self.__dict__.items():
+            new.__dict__[name] = {} if name == "_layers" else copy.deepcopy(value, memo)
+        return new
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a RelayMoEBlock cannot be pickled or shallow-copied: it holds a relaymoe.Context (this "
+                        "process's MPI and StarPU) and its layers. Save model.state_dict() instead and load it "
+                        "into a model swapped afresh with relaymoe.hf.replace_moe_blocks (copy.deepcopy works "
+                        "within the process)")
 
     @classmethod
     def from_hf(cls, block, ctx, **options):
@@ -309,6 +342,20 @@ class RelayMoEBlock(torch.nn.Module):
         self._layers.clear()
 
 
+def _check_tensors(block):
+    """Refuses, when the block is swapped rather than at its first forward,
+    a block whose parameters relaymoe.hf cannot run: the library's interface
+    takes CPU float32 arrays."""
+    for name, p in block.named_parameters():
+        if p.dtype != torch.float32:
+            raise TypeError(f"{type(block).__name__}: parameter {name} is {p.dtype}; relaymoe.hf runs CPU "
+                            f"torch.float32 models only: convert the model with model.float() before swapping "
+                            f"(dtype='bf16' then stores the layers' weights and activations in bf16)")
+        if p.device.type != "cpu":
+            raise TypeError(f"{type(block).__name__}: parameter {name} is on {p.device}; relaymoe.hf runs CPU "
+                            f"torch.float32 models only: move the model with model.cpu() before swapping")
+
+
 # ---- whole models -----------------------------------------------------------------
 
 
@@ -317,18 +364,19 @@ def replace_moe_blocks(model, ctx, **options):
     RelayMoEBlock, in place; options go to each (dispatch='ring', 'token',
     'a2a', ...; reduction='mean' or 'sum'; any relaymoe.Layer keyword).
     Returns the new blocks. Collective only in that every rank must make the
-    same swaps."""
-    swapped = []
+    same swaps. Every block is checked before any is swapped: a refused one
+    (a float64 or bf16 model, say) leaves the model as it was."""
+    swaps = []
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             if _family_of(child) is not None:
-                new = RelayMoEBlock.from_hf(child, ctx, **options)
-                setattr(module, child_name, new)
-                swapped.append(new)
-    if not swapped:
+                swaps.append((module, child_name, RelayMoEBlock.from_hf(child, ctx, **options)))
+    if not swaps:
         raise ValueError(f"no sparse MoE block relaymoe.hf knows in {type(model).__name__} "
                          f"(known: {', '.join(f.cls.__name__ for f in moe_block_families().values())})")
-    return swapped
+    for module, child_name, new in swaps:
+        setattr(module, child_name, new)
+    return [new for _, _, new in swaps]
 
 
 def allreduce_gradients(model, ctx, reduction="mean"):

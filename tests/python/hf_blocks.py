@@ -7,8 +7,12 @@ within 1e-5, with the load-balancing loss on the logits, for Qwen2-MoE
 the installed transformers has it, Qwen3-MoE, on every dispatch; and
 replace_moe_blocks swaps every block of a model. Each rank runs its own
 tokens; the original's gradients are averaged over the ranks, as the
-swapped block's are (reduction 'mean')."""
+swapped block's are (reduction 'mean'). A swapped model deep-copies (an EMA
+or evaluation copy with its own parameters and layers), refuses pickling
+naming the state_dict route, which works; a float64 or bf16 model is refused
+at the swap."""
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -99,14 +103,26 @@ def test_swapped_block_matches_original(ctx, comm, family, norm_topk, dispatch):
     swapped.close()
 
 
-def test_replace_moe_blocks_in_a_model(ctx, comm):
+def tiny_model(seed):
+    """A 2-layer Qwen2-MoE model, the same on every rank for one seed."""
     from transformers import Qwen2MoeConfig, Qwen2MoeModel
-    torch.manual_seed(5)
-    config = Qwen2MoeConfig(vocab_size=50, hidden_size=H, intermediate_size=40, moe_intermediate_size=16,
-                            shared_expert_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2, num_experts=E, num_experts_per_tok=K,
-                            output_router_logits=True, attn_implementation="eager")
-    original = Qwen2MoeModel(config)
+    torch.manual_seed(seed)
+    return Qwen2MoeModel(Qwen2MoeConfig(vocab_size=50, hidden_size=H, intermediate_size=40, moe_intermediate_size=16,
+                                        shared_expert_intermediate_size=24, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, num_experts=E,
+                                        num_experts_per_tok=K, output_router_logits=True,
+                                        attn_implementation="eager"))
+
+
+def close_all(*models):
+    for model in models:
+        for m in model.modules():
+            if isinstance(m, relaymoe.hf.RelayMoEBlock):
+                m.close()
+
+
+def test_replace_moe_blocks_in_a_model(ctx, comm):
+    original = tiny_model(5)
     model = copy.deepcopy(original)
     blocks = relaymoe.hf.replace_moe_blocks(model, ctx)
     assert len(blocks) == 2 and all(isinstance(m.mlp, relaymoe.hf.RelayMoEBlock) for m in model.layers)
@@ -118,3 +134,69 @@ def test_replace_moe_blocks_in_a_model(ctx, comm):
         relaymoe.hf.replace_moe_blocks(torch.nn.Linear(2, 2), ctx)
     for blk in blocks:
         blk.close()
+
+
+def test_deepcopy_of_a_swapped_model(ctx, comm):
+    model = tiny_model(5)
+    blocks = relaymoe.hf.replace_moe_blocks(model, ctx)
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(comm.Get_rank()))
+    model(input_ids=ids)  # the original's layers exist before the copy
+    ema = copy.deepcopy(model)
+    copies = [m.mlp for m in ema.layers]
+    for b, c in zip(blocks, copies):
+        # the same context; the original's layers stay its own
+        assert isinstance(c, relaymoe.hf.RelayMoEBlock) and c._ctx is ctx and b._layers and not c._layers
+        assert c.owned_experts == b.owned_experts
+    params = dict(model.named_parameters())
+    for name, p in ema.named_parameters():
+        assert p.data_ptr() != params[name].data_ptr() and torch.equal(p, params[name]), name
+    # The copy's forward (a teacher's, under no_grad) between the original's
+    # forward and backward: each block runs its own layer, so the
+    # original's backward still has its forward's state.
+    out = model(input_ids=ids)
+    with torch.no_grad():
+        teacher = ema(input_ids=ids)
+    assert rel(teacher.last_hidden_state, out.last_hidden_state.detach()) <= TOL
+    out.last_hidden_state.square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert all(p.grad is None for p in ema.parameters())
+    assert all(set(c._layers) == set(b._layers) and all(c._layers[t] is not b._layers[t] for t in b._layers)
+               for b, c in zip(blocks, copies))
+    # A step of the original leaves the copy's parameters as they were.
+    before = {n: p.detach().clone() for n, p in ema.named_parameters()}
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert all(torch.equal(p, before[n]) for n, p in ema.named_parameters())
+    # The copy trains too: its own gradients through its own layers.
+    ema(input_ids=ids).last_hidden_state.square().mean().backward()
+    assert all(c.gate.weight.grad is not None for c in copies)
+    close_all(model, ema)
+
+
+def test_pickling_names_the_state_dict_route(ctx, comm):
+    model = tiny_model(5)
+    relaymoe.hf.replace_moe_blocks(model, ctx)
+    with pytest.raises(TypeError, match="state_dict"):
+        pickle.dumps(model)
+    with relaymoe.Layer(ctx, hidden=H, ffn=16, experts=E, topk=K, tokens=8) as layer:
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.deepcopy(layer)
+    # The route it names: the state dict (this rank's experts and the
+    # replicated rest) into a model swapped afresh on the same ranks.
+    fresh = tiny_model(6)
+    relaymoe.hf.replace_moe_blocks(fresh, ctx)
+    fresh.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(comm.Get_rank()))
+    with torch.no_grad():
+        assert rel(fresh(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state) <= TOL
+    close_all(model, fresh)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=["float64", "bf16"])
+def test_swap_refuses_other_dtypes(ctx, dtype):
+    model = tiny_model(5).to(dtype)
+    with pytest.raises(TypeError, match=f"is {dtype}; relaymoe.hf runs CPU torch.float32 models only"):
+        relaymoe.hf.replace_moe_blocks(model, ctx)
+    # refused before any block was swapped
+    assert not any(isinstance(m, relaymoe.hf.RelayMoEBlock) for m in model.modules())
+    with pytest.raises(TypeError, match=f"parameter gate.weight is {dtype}"):
+        relaymoe.hf.RelayMoEBlock.from_hf(make_block("mixtral").to(dtype), ctx)

@@ -39,8 +39,8 @@ case $kind in
     grep -q "x: dtype float64, expected float32" out.txt ;;
   pytest-hf|script-hf|readme-hf)
     # relaymoe.hf against Hugging Face transformers: 77 where torch or
-    # transformers is absent (a failure under RMOE_EMBED_REQUIRE=1, as CI's
-    # embedding stage installs both).
+    # transformers is absent (scripts/setup.sh --hf installs both; .ci/run
+    # fails on the skip, RMOE_EMBED_REQUIRE=1 here).
     if ! why=$("$py" -c "import torch, transformers" 2>&1); then
       [ "${RMOE_EMBED_REQUIRE:-0}" = 1 ] && { echo "torch or transformers missing (RMOE_EMBED_REQUIRE=1): $why"; exit 1; }
       echo "torch or transformers missing: skipped ($(tail -1 <<<"$why"))"; exit 77
