@@ -2,10 +2,12 @@
 """The simulation's headline figures, from the committed EP sweeps.
 
   headline.py [--results DIR] [--check docs/results.md] [--quoted README.md ...]
+  headline.py [--results DIR] --table
 
-For each simulated case the README quotes (1/8 scale at EP 8 and 64,
-sim_ep.csv; full size at EP 8 and 32, sim_ep_full.csv; EP 64 at scale 2,
-sim_ep_64.csv; all transport gpudirect), prints each all-to-all's forward +
+For each simulated case docs/results.md quotes (full size at EP 8, 16 and
+32, sim_ep_full.csv; EP 64 at scale 2, sim_ep_64.csv; transport gpudirect,
+bf16: no 1/8-scale case, where the per-task floors, not the links, set the
+times), prints each all-to-all's forward +
 backward time over the ring's, and its bound's ratio (bound_ms over the
 ring's: what ideal schedules of both would reach). With --check, exits 1
 unless the file (docs/results.md) states every one of those figures on the
@@ -20,8 +22,7 @@ import sys
 
 BASELINES = ("a2a", "a2a-megatron", "a2a-deepep")
 # (the README line's label, result file, EPs quoted)
-CASES = (("simulation, MareNostrum 5, 1/8 scale", "sim_ep.csv", ("8", "64")),
-         ("simulation at full size", "sim_ep_full.csv", ("8", "32")),
+CASES = (("simulation at full size", "sim_ep_full.csv", ("8", "16", "32")),
          ("simulation at EP 64, scale 1/2", "sim_ep_64.csv", ("64",)))
 
 
@@ -44,13 +45,49 @@ def figures(path, eps):
     return "; ".join(times), bounds
 
 
+def per_ep_table(path, eps):
+    """A Markdown table per EP: every dispatcher's simulated forward +
+    backward time, its bound, the one over the other (how far the schedule
+    is from what its links and GPU allow), over its no-overlap sum (serial:
+    below 1 where its pipeline overlaps), both over the ring's, and its
+    model peak; the fastest all-to-all named beside the ring."""
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
+    out = []
+    for ep in eps:
+        at = {r["dispatch"]: r for r in rows if r["ep"] == ep}
+        ring = at.get("ring")
+        if not ring:
+            continue
+        out.append(f"EP {ep} ({os.path.basename(path)}, commit {ring['commit'][:7]}):\n")
+        out.append("| dispatcher | time ms | bound ms (compute, wire) | time/bound | time/serial | time/ring "
+                   "| bound/ring | model peak GiB |\n|---|---|---|---|---|---|---|---|\n")
+        for d, r in at.items():
+            t, b = 1e3 * float(r["fwd_bwd_s"]), float(r["bound_ms"])
+            peak = max(float(r["model_peak_fwd_bytes"]), float(r["model_peak_bwd_bytes"])) / 2**30
+            out.append(f"| {d} | {t:.1f} | {b:.1f} ({float(r['bound_compute_ms']):.1f}, "
+                       f"{float(r['bound_wire_ms']):.1f}) | {t / b:.2f}x | {t / float(r['serial_ms']):.2f}x "
+                       f"| {t / (1e3 * float(ring['fwd_bwd_s'])):.2f}x "
+                       f"| {b / float(ring['bound_ms']):.2f}x | {peak:.2f} |\n")
+        base = [d for d in at if d in BASELINES]
+        if base:
+            fast = min(base, key=lambda d: float(at[d]["fwd_bwd_s"]))
+            out.append(f"\nFastest all-to-all: {fast}.\n\n")
+    return "".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--results", default=os.path.join(here, "..", "results"))
     ap.add_argument("--check", metavar="docs/results.md")
     ap.add_argument("--quoted", metavar="README.md", action="append", default=[])
+    ap.add_argument("--table", action="store_true", help="print the per-EP tables (Markdown) instead")
     a = ap.parse_args()
+    if a.table:
+        for _, name, eps in CASES:
+            print(per_ep_table(os.path.join(a.results, name), eps), end="")
+        return 0
     text = open(a.check).read().splitlines() if a.check else []
     quoted = {q: open(q).read().splitlines() for q in a.quoted}
     bad = 0
