@@ -414,6 +414,8 @@ int main(int argc, char **argv)
 	cudaFree(dg);
 	free(rpe);
 	cublasDestroy(h);
+	cudaEventDestroy(t.e0);
+	cudaEventDestroy(t.e1);
 	cudaStreamDestroy(t.s);
 	return 0;
 }
