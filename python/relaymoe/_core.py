@@ -261,6 +261,15 @@ def _dispatch_code(name):
     return code.value
 
 
+def config_default(field):
+    """A field of rmoe_layer_config as rmoe_layer_config_init leaves it
+    (the library's default, or what the environment sets: RMOE_WAIT_TIMEOUT
+    for wait_timeout, say)."""
+    cfg = _capi.padded(_capi.LayerConfig)
+    lib().rmoe_layer_config_init(cfg)
+    return getattr(cfg, field)
+
+
 class Layer:
     """One MoE layer (rmoe_layer) of a context. Collective creation.
 

@@ -30,6 +30,16 @@ summed: the gradient of the sum of the ranks' losses). Every other parameter
 is the application's: allreduce_gradients averages them (DDP would too, but
 it must then ignore the experts, which differ from rank to rank).
 
+A block's layers wait at most WAIT_TIMEOUT seconds (ten minutes) for the
+other ranks at each collective call, unless wait_timeout= or
+RMOE_WAIT_TIMEOUT says otherwise (0 waits forever): a rank that stops
+calling the blocks while another still does (generation that ends early,
+an exception on one rank) gives the others an RMOE_EPEER naming it rather
+than a hang. generate(model, ctx, ...) runs transformers' generate so that
+ranks whose sequences end at different steps (EOS, different
+max_new_tokens) all finish: a rank that is done keeps serving its experts
+until every rank is (transformers' synced_gpus, as for ZeRO-3).
+
 Tensors are CPU float32: a block whose parameters are of another dtype or
 on another device is refused at the swap (Layer's dtype='bf16' stores the
 layer's weights and activations in bf16 while the model stays float32).
@@ -43,13 +53,24 @@ layers on their first forward; pickling one (torch.save of the whole model)
 raises: save its state_dict and load that into a model swapped afresh.
 """
 import copy
+import datetime
+import os
+import socket
 
 import numpy as np
 import torch
 
-from ._core import Context, Layer
+from ._core import Context, Layer, config_default
 
-__all__ = ["RelayMoEBlock", "replace_moe_blocks", "allreduce_gradients", "moe_block_families"]
+__all__ = ["RelayMoEBlock", "replace_moe_blocks", "allreduce_gradients", "generate", "moe_block_families",
+           "WAIT_TIMEOUT"]
+
+# Seconds a block's layer waits for the other ranks at a collective call when
+# neither the block's options nor RMOE_WAIT_TIMEOUT say: well above any pass
+# of a model this module runs, and the default of NCCL's own watchdog, so a
+# rank left waiting by one that stopped calling the blocks ends with an error
+# naming that rank instead of hanging.
+WAIT_TIMEOUT = 600.0
 
 
 # ---- the blocks this module knows -------------------------------------------------
@@ -217,6 +238,8 @@ class RelayMoEBlock(torch.nn.Module):
         self.shared_ffn = self.shared_expert.gate_proj.out_features if self.shared_expert is not None else 0
         self._ctx, self._reduction = ctx, reduction
         self._options = dict(options, dispatch=dispatch)
+        if self._options.get("wait_timeout") is None:
+            self._options["wait_timeout"] = config_default("wait_timeout") or WAIT_TIMEOUT
         self._layers = {}
 
     def __deepcopy__(self, memo):
@@ -398,3 +421,65 @@ def allreduce_gradients(model, ctx, reduction="mean"):
         if reduction == "mean":
             a /= ctx.size
         p.grad.copy_(torch.from_numpy(a))
+
+
+# ---- generation --------------------------------------------------------------------
+
+
+def generate(model, ctx, *args, **kwargs):
+    """model.generate(*args, **kwargs) on every rank of ctx, for a model
+    whose blocks were swapped: ranks whose sequences end at different steps
+    (EOS on one rank first, a different max_new_tokens) all finish, each
+    with the tokens it would have generated alone. A rank that is done keeps
+    running the model, so its blocks serve its experts to the others, until
+    every rank is: transformers' synced_gpus (as for DeepSpeed ZeRO-3),
+    whose vote goes over torch.distributed; when no default process group is
+    initialised, generate makes a gloo one of ctx's ranks (rank 0 holds the
+    store: 127.0.0.1 when every rank is on its host, else MASTER_ADDR or rank
+    0's host name). Every rank passes the same batch size and prompt length
+    (pad the prompts on the left and pass their attention_mask): the blocks
+    take one token count per call on every rank."""
+    if ctx.size > 1:
+        if kwargs.get("synced_gpus") is False:
+            raise ValueError("relaymoe.hf.generate: synced_gpus=False on several ranks would leave the ranks "
+                             "still generating waiting for the others' experts; leave it out")
+        _process_group(ctx)
+        kwargs["synced_gpus"] = True
+    else:
+        # Given, synced_gpus spares generate its probe for FSDP, whose import
+        # fails with Debian 12's PyTorch 1.13 on Python 3.11.
+        kwargs.setdefault("synced_gpus", False)
+    return model.generate(*args, **kwargs)
+
+
+def _process_group(ctx):
+    """torch.distributed's default group as ctx's ranks: the one the
+    application made (checked), or a gloo group made here."""
+    import torch.distributed as dist
+    if not dist.is_available():
+        raise RuntimeError("relaymoe.hf.generate needs torch.distributed, which this PyTorch lacks")
+    if dist.is_initialized():
+        if dist.get_world_size() != ctx.size or dist.get_rank() != ctx.rank:
+            raise RuntimeError(f"torch.distributed's default group has this process as rank {dist.get_rank()} "
+                               f"of {dist.get_world_size()}, the relaymoe context as rank {ctx.rank} of "
+                               f"{ctx.size}: generate needs the same ranks in both")
+        return
+    comm = _comm(ctx)
+    hosts = comm.allgather(socket.gethostname())
+    addr = "127.0.0.1" if len(set(hosts)) == 1 else os.environ.get("MASTER_ADDR") or hosts[0]
+    timeout = datetime.timedelta(seconds=WAIT_TIMEOUT)
+    store, port, why = None, 0, None
+    if ctx.rank == 0:
+        try:
+            # Port 0: the store listens on a free port, which the others
+            # learn below; so it must not wait for them here.
+            store = dist.TCPStore(addr, 0, ctx.size, True, timeout, wait_for_workers=False)
+            port = store.port
+        except (RuntimeError, OSError) as e:
+            why = f"rank 0 could not open torch.distributed's store on {addr}: {e}"
+    port, why = comm.bcast((port, why), root=0)
+    if why:
+        raise RuntimeError(f"relaymoe.hf.generate: {why}")
+    if store is None:
+        store = dist.TCPStore(addr, port, ctx.size, False, timeout)
+    dist.init_process_group("gloo", store=store, rank=ctx.rank, world_size=ctx.size, timeout=timeout)
