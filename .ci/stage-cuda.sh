@@ -4,9 +4,9 @@
 # when it is there already), relaymoe with -DRMOE_CUDA=ON against it, a check
 # with cuobjdump that every kernel has sm_90 code and PTX
 # (scripts/check-cuda-arch.py; cuobjdump from its PyPI wheel, the toolkit
-# here has none), the CPU suite on that build less what does not reach the
-# backend (a CUDA build must run correctly where there is no GPU; the gpu
-# label skips itself), and
+# here has none), the quick, cuda-host, gpu and trace labels on that build (a
+# CUDA build must run correctly where there is no GPU; the gpu label skips
+# itself), and
 # bench/gpu/run.sh --dry-run on a bundle of bench/gpu/pack.sh.
 #   RMOE_BUILD_DIR   the main build tree (default build/)
 #   CUDA_HOME        the CUDA toolkit (default /usr/local/cuda)
@@ -43,16 +43,15 @@ python3 "$here/scripts/check-cuda-arch.py" --cuobjdump "$tools/nvidia/cu13/bin/c
   --sources "$here/codelets/kernels" "$cuda_build/apps/relaymoe" "$cuda_build/librelaymoe.so"
 echo "stage-cuda: sm_90 code checked ($(since))"
 
-# The CPU suite on the CUDA build, less the labels that do not reach the
-# backend or repeat what the others check (kept out so that CI stays well
-# under its time limit on two cores): multihost has a stage of its own, bench
-# measures, subproject builds the library again without CUDA, long is
-# flow_np8 (flow_np4 stays), hardening checks the front end's refusals, train
-# reruns passes the app and mpi labels already run on this build; relaymoe.hf's
-# tests (python_hf_*) check the Python package against Hugging Face's blocks,
-# which the main suite has done on the same code.
+# The CUDA build where there is no GPU: the quick label (the unit tests and
+# every dispatcher at 2 ranks, forward, backward, bf16, task errors), the
+# CUDA kernels on the host shim (cuda-host), the GPU checks that skip
+# themselves (gpu) and the FxT traces (trace). The rest of the suite reruns
+# on CPU workers the same C code the main suite has run (the codelets' CPU
+# functions, the graph, the planner), and CI must stay well under its time
+# limit on two cores.
 ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}" \
-  -LE 'multihost|bench|subproject|long|hardening|train' -E '^python_hf_'
+  -L 'quick|cuda-host|gpu|trace' -E '^python_hf_'
 echo "stage-cuda: the suite on the CUDA build ($(since))"
 
 # The GPU script itself, on CPU workers, from a bundle as a GPU machine gets it.

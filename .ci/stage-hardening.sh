@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Hardening stage (docs/hardening.md), after the main suite:
 #  1. the suite (less the multihost, bench, subproject and long labels: flow_np8,
-#     app_preset_routing, train_exactness_np4) built with ASan + UBSan
-#     (build-asan/), multi-rank tests included;
+#     app_preset_routing, train_exactness_np4; and relaymoe.hf's python_hf_*)
+#     built with ASan + UBSan (build-asan/), multi-rank tests included;
 #  2. the unit tests under Valgrind memcheck (the main build, build/);
 #  3. each libFuzzer target for RMOE_FUZZ_SECONDS (default 60) from its seed
 #     corpus (build-fuzz/, clang); a crash input is kept in
@@ -37,8 +37,11 @@ step "test suite under ASan + UBSan"
   export LD_PRELOAD="$here/build-asan/tests/hardening/librmoe_nodlclose.so"
   # multihost has a stage of its own (a lost peer under ASan is
   # hardening_kill_rank_np3); bench measures; subproject builds relaymoe
-  # again, without the sanitizers.
-  ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench|subproject|long'
+  # again, without the sanitizers. relaymoe.hf's tests (python_hf_*) add
+  # Python code only: the C calls they make (rmoe_layer_backward_ex with
+  # dprobs among them) run here in the python and train labels.
+  ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench|subproject|long' \
+    -E '^python_hf_'
 )
 
 # ---- 2. Valgrind memcheck on the unit tests ------------------------------------------
