@@ -15,24 +15,20 @@ import copy
 import os
 import sys
 
-try:
-    import torch
-    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
-except ImportError as e:
-    print(f"hf_generate: {e}: skipped")
-    sys.exit(1 if os.environ.get("RMOE_EMBED_REQUIRE") == "1" else 77)
-from mpi4py import MPI
+from hf_common import require_hf, tiny_qwen2_moe
 
-import relaymoe
-import relaymoe.hf
+require_hf("hf_generate")
+import torch  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+from transformers import Qwen2MoeForCausalLM  # noqa: E402
+
+import relaymoe  # noqa: E402
+import relaymoe.hf  # noqa: E402
 
 VOCAB, PROMPT = 64, 8
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-config = Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
-                        shared_expert_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
-                        max_position_embeddings=64, attn_implementation="eager")
+config = tiny_qwen2_moe(vocab_size=VOCAB, max_position_embeddings=64)
 torch.manual_seed(0)
 reference = Qwen2MoeForCausalLM(config).eval()
 model = copy.deepcopy(reference)

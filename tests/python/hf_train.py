@@ -8,19 +8,17 @@ DDP computes), within fp32 tolerance.
 Exit 77 where torch or transformers is absent (a failure under
 RMOE_EMBED_REQUIRE=1)."""
 import copy
-import os
 import sys
 
-try:
-    import torch
-    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
-except ImportError as e:
-    print(f"hf_train: {e}: skipped")
-    sys.exit(1 if os.environ.get("RMOE_EMBED_REQUIRE") == "1" else 77)
-from mpi4py import MPI
+from hf_common import require_hf, tiny_qwen2_moe
 
-import relaymoe
-import relaymoe.hf
+require_hf("hf_train")
+import torch  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+from transformers import Qwen2MoeForCausalLM  # noqa: E402
+
+import relaymoe  # noqa: E402
+import relaymoe.hf  # noqa: E402
 
 STEPS, BATCH, SEQ = 20, 4, 16
 # fp32 against fp32 in another order of operations: relative difference of
@@ -30,11 +28,7 @@ TOL = 1e-5
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 assert BATCH % size == 0, f"the batch of {BATCH} sequences is split over the ranks"
-config = Qwen2MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
-                        shared_expert_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
-                        output_router_logits=True, router_aux_loss_coef=0.05, max_position_embeddings=SEQ,
-                        attn_implementation="eager")
+config = tiny_qwen2_moe(output_router_logits=True, router_aux_loss_coef=0.05, max_position_embeddings=SEQ)
 torch.manual_seed(0)
 reference = Qwen2MoeForCausalLM(config)
 model = copy.deepcopy(reference)
