@@ -75,7 +75,9 @@ int rmoe_ctx_starpu(rmoe_ctx *ctx, const struct rmoe_ctx_config *cfg)
 	 * other all-to-alls' every-peer depth) then runs in waves of ten, and
 	 * its exchanges took 1.4-1.8x their no-overlap sum at EP 16 and 32 in
 	 * the simulation (1.00x with room for all). Room for every peer and
-	 * kind of the deepest pipeline, eight a peer; the user's values kept. */
+	 * kind of the deepest pipeline, eight a peer; the user's values kept.
+	 * A SimGrid build's StarPU-MPI reads them before main: there
+	 * scripts/sim/platform.py's env.sh sets the same. */
 	char room[32];
 	snprintf(room, sizeof(room), "%d", 8 * (ctx->size > 2 ? ctx->size : 2));
 	setenv("STARPU_MPI_NDETACHED_SEND", room, 0);

@@ -570,6 +570,7 @@ SIM_CFG = ("--cfg=network/model:CM02 --cfg=network/crosstraffic:0 "
 
 
 def env_sh(host, nranks, ncpu, ncuda):
+    room = 8 * max(nranks, 2)
     return ("# . this file: StarPU reads the per-rank description from here\n"
             "export STARPU_PERF_MODEL_DIR=@OUTDIR@/sampling\n"
             "export STARPU_HOSTNAME=%s\n"
@@ -581,7 +582,13 @@ def env_sh(host, nranks, ncpu, ncuda):
             "export RMOE_SIM_NP=%d\n"
             "# SMPI's default network model scales bandwidth and latency by factors\n"
             "# fitted to Ethernet clusters; these use the links' numbers as given.\n"
-            "export RMOE_SIM_CFG='%s'\n" % (host, ncuda, ncpu, nranks, SIM_CFG))
+            "export RMOE_SIM_CFG='%s'\n"
+            "# StarPU-MPI reads its room for sends before main in a SimGrid build,\n"
+            "# before the context sets it (graph/context/ctx_starpu.c: eight per\n"
+            "# rank, at least 16; a value of the environment kept): the same here.\n"
+            "export STARPU_MPI_NDETACHED_SEND=${STARPU_MPI_NDETACHED_SEND:-%d}\n"
+            "export STARPU_MPI_NREADY_PROCESS=${STARPU_MPI_NREADY_PROCESS:-%d}\n"
+            % (host, ncuda, ncpu, nranks, SIM_CFG, room, room))
 
 
 def main(argv):
