@@ -51,7 +51,7 @@ echo "stage-cuda: sm_90 code checked ($(since))"
 # functions, the graph, the planner), and CI must stay well under its time
 # limit on two cores.
 ctest --test-dir "$cuda_build" --output-on-failure --timeout 600 -j"${RMOE_TEST_JOBS:-2}" \
-  -L 'quick|cuda-host|gpu|trace' -E '^python_hf_'
+  -L 'quick|cuda-host|gpu|trace'
 echo "stage-cuda: the suite on the CUDA build ($(since))"
 
 # The GPU script itself, on CPU workers, from a bundle as a GPU machine gets

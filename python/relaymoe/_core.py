@@ -261,13 +261,18 @@ def _dispatch_code(name):
     return code.value
 
 
-def config_default(field):
-    """A field of rmoe_layer_config as rmoe_layer_config_init leaves it
-    (the library's default, or what the environment sets: RMOE_WAIT_TIMEOUT
-    for wait_timeout, say)."""
+def _default_config():
+    """An rmoe_layer_config as rmoe_layer_config_init leaves it: the
+    library's defaults and what the environment sets (RMOE_WAIT_TIMEOUT for
+    wait_timeout, say)."""
     cfg = _capi.padded(_capi.LayerConfig)
     lib().rmoe_layer_config_init(cfg)
-    return getattr(cfg, field)
+    return cfg
+
+
+def config_default(field):
+    """One field of _default_config()."""
+    return getattr(_default_config(), field)
 
 
 class Layer:
@@ -295,8 +300,7 @@ class Layer:
                      deterministic=deterministic, mem_cap=mem_cap, check_finite=check_finite,
                      partitions=partitions, window=window)
         L = lib()
-        cfg = _capi.padded(_capi.LayerConfig)
-        L.rmoe_layer_config_init(cfg)
+        cfg = _default_config()
         for field, value in given.items():
             if value is None:
                 continue
