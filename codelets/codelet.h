@@ -78,6 +78,10 @@ struct rmoe_accumulate_args {
 	int64_t count;
 };
 
+struct rmoe_copy_pad_args {
+	int64_t n_src, n_dst;
+};
+
 struct rmoe_sort_args {
 	int64_t hidden, n_peers, n_experts;
 	int direction;

@@ -378,6 +378,14 @@ double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch
 	return cost(task, arch, 0, 4.0 * (double)a->count);
 }
 
+/* copy-pad reads the source and writes the destination. */
+double rmoe_sim_cost_copy_pad(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
+{
+	(void)nimpl;
+	const struct rmoe_copy_pad_args *a = rmoe_cl_payload(task->cl_arg);
+	return cost(task, arch, 0, 4.0 * (double)(a->n_src + a->n_dst));
+}
+
 /* sort-chunks: every row read once and written once. */
 double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl)
 {

@@ -25,6 +25,7 @@ double rmoe_sim_cost_expert_bwd(struct starpu_task *task, struct starpu_perfmode
 double rmoe_sim_cost_shared_gate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_accumulate(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_zero(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
+double rmoe_sim_cost_copy_pad(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 double rmoe_sim_cost_sort_chunks(struct starpu_task *task, struct starpu_perfmodel_arch *arch, unsigned nimpl);
 
 #endif /* RMOE_SIM_COST_H */

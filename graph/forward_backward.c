@@ -219,6 +219,15 @@ static int edge_open(const struct rmoe_layer *L, struct rmoe_pass *pass, struct 
                      size_t elsize, int read)
 {
 	*e = (struct edge){.user = raw ? NULL : user, .buf = raw, .n = n, .elsize = elsize};
+	if (n == 0) {
+		/* No tokens here: the caller's pointers may be NULL, and StarPU
+		 * takes a registered buffer at address 0 for one never allocated. */
+		static uint32_t none;
+		e->user = NULL;
+		e->buf = &none;
+		e->h = rmoe_node_vector(pass, STARPU_MAIN_RAM, e->buf, 0, elsize);
+		return 0;
+	}
 	if (!raw) {
 		e->buf = elsize == sizeof(float) ? (void *)user : malloc((size_t)n * elsize);
 		if (!e->buf)
@@ -246,12 +255,40 @@ static void edge_close(struct edge *e, int writeback)
 	e->h = NULL;
 }
 
+/* The forward's token counts, every rank's (L->rank_tokens): the largest
+ * grows the capacity where it exceeds it, on every rank alike, unless a
+ * memory cap was planned for the capacity; then the kept buffers are
+ * registered for this rank's count. */
+static int take_counts(struct rmoe_layer *L, struct rmoe_pass *pass)
+{
+	int64_t most = 0;
+	int at = 0;
+	for (int r = 0; r < L->N; r++)
+		if (L->rank_tokens[r] > most) {
+			most = L->rank_tokens[r];
+			at = r;
+		}
+	if (most > L->cap && L->cfg.mem_cap > 0)
+		return rmoe_error(RMOE_EINVAL,
+		                  "rank %d: %lld tokens, more than the capacity of %lld tokens that mem_cap = %lld "
+		                  "was planned for: create the layer with tokens >= %lld",
+		                  at, (long long)most, (long long)L->cap, (long long)L->cfg.mem_cap, (long long)most);
+	L->T_max = most;
+	int rc = rmoe_layer_resize(L, L->next_T, most > L->cap ? most : L->cap);
+	return rmoe_agree_first(pass->wait, L->ctx->comm, rc, "registering the token count");
+}
+
 /* A pass begins once every rank's checks agree (checked collectively: a
  * rank that returned alone would leave the others waiting for it inside the
  * pass): its start time and its block of tags. */
 static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, const char *what, double *t0)
 {
-	if ((rc = rmoe_agree_first(pass->wait, L->ctx->comm, rc, what)))
+	/* A forward shares every rank's token count in the same collective. */
+	if (pass->backward)
+		rc = rmoe_agree_first(pass->wait, L->ctx->comm, rc, what);
+	else if (!(rc = rmoe_agree_first_gather(pass->wait, L->ctx->comm, rc, what, L->next_T, L->rank_tokens)))
+		rc = take_counts(L, pass);
+	if (rc)
 		return rc;
 	rmoe_task_status_reset(L->tasks);
 	*t0 = starpu_timing_now();
@@ -322,6 +359,8 @@ static int dispatch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
  * a task where it lives (on a device, device to device). */
 static int keep_x(struct rmoe_layer *L, int raw, const void *x, int node)
 {
+	if (L->T == 0)
+		return 0;
 	if (!raw)
 		return rmoe_write_elements(L->h_x, L->x_saved, x, L->T * L->H, L->act);
 	starpu_data_handle_t h = rmoe_node_vector(NULL, node, (void *)x, L->T * L->H, L->act);
@@ -336,8 +375,8 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 {
 	const char *call = raw ? "rmoe_layer_forward_raw" : "rmoe_layer_forward";
 	struct rmoe_wait w = rmoe_wait_make(L->cfg.wait_timeout);
-	if (!rc && (!x || !y))
-		rc = rmoe_error(RMOE_EINVAL, "%s: x and y must not be NULL", call);
+	if (!rc && L->next_T > 0 && (!x || !y))
+		rc = rmoe_error(RMOE_EINVAL, "%s: x and y must not be NULL (%lld tokens)", call, (long long)L->next_T);
 	else if (!rc && L->Fs > 0 && !L->have_shared_weights)
 		rc = rmoe_error(RMOE_ESTATE, "shared_ffn = %lld but no shared expert weights were set "
 		                "(rmoe_layer_set_shared)", (long long)L->Fs);
@@ -358,7 +397,7 @@ static int forward(rmoe_layer *L, int raw, const void *x, void *y, int node, int
 	measure_start(&m);
 	if (!rc)
 		rc = submit_router_fwd(L);
-	if (!rc && L->Fs > 0)
+	if (!rc && L->Fs > 0 && L->T > 0)
 		rc = submit_shared_fwd(L, &pass, ey.h);
 	/* The shared expert runs alone, before the dispatch posts its first
 	 * receives: its buffers and the relay's never coexist, so the peak is
@@ -418,8 +457,8 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 {
 	const char *call = raw ? "rmoe_layer_backward_raw" : "rmoe_layer_backward";
 	struct rmoe_wait w = rmoe_wait_make(L->cfg.wait_timeout);
-	if (!rc && (!dy || !dx))
-		rc = rmoe_error(RMOE_EINVAL, "%s: dy and dx must not be NULL", call);
+	if (!rc && L->T > 0 && (!dy || !dx))
+		rc = rmoe_error(RMOE_EINVAL, "%s: dy and dx must not be NULL (%lld tokens)", call, (long long)L->T);
 	else if (!rc && !L->have_forward)
 		rc = rmoe_error(RMOE_ESTATE, "%s called before any rmoe_layer_forward", call);
 	else if (!rc && L->cfg.check_finite && !raw)
@@ -437,7 +476,7 @@ static int backward(rmoe_layer *L, int raw, const void *dy, const float *dprobs,
 		rc = edge_open(L, &pass, &edp, raw ? NULL : (float *)dprobs, raw ? (void *)dprobs : NULL, node, L->T * L->E,
 		               sizeof(float), 1);
 	measure_start(&m);
-	if (!rc && L->Fs > 0)
+	if (!rc && L->Fs > 0 && L->T > 0)
 		rc = submit_shared_bwd(L, &pass, edy.h, edx.h);
 	/* As forward: the shared expert's phase, then the dispatch's. */
 	if (!rc && L->Fs > 0)

@@ -53,21 +53,25 @@ void rmoe_layer_free_buffer(void *p, int64_t n, size_t elsize)
 }
 
 /* The layer's kept buffers with their element counts and sizes, so that
- * allocation, registration and release walk one list. */
+ * allocation, registration and release walk one list. A buffer of one row
+ * per token (per_token > 0: elements a token has) is allocated for the
+ * capacity and registered for the tokens of the call, which change. */
 struct kept {
 	void **ptr;
 	starpu_data_handle_t *handle;
-	int64_t n;
+	int64_t n;                /* elements; per token when per_token */
+	int per_token;
 	size_t elsize;
 	int zeroed;               /* deterministic contents until the application sets its own */
 };
 
 static int kept_list(struct rmoe_layer *L, struct kept *k)
 {
-	const int64_t HE = L->H * L->E, TK = L->T * L->K, WS = 3 * L->H * L->Fs;
+	const int64_t HE = L->H * L->E, WS = 3 * L->H * L->Fs;
 	const int shared = L->Fs > 0;
 	int n = 0;
-#define KEEP(p, h, count, size, z) k[n++] = (struct kept){(void **)&(p), &(h), (count), (size), (z)}
+#define KEEP(p, h, count, size, z) k[n++] = (struct kept){(void **)&(p), &(h), (count), 0, (size), (z)}
+#define KEEP_ROWS(p, h, count, size, z) k[n++] = (struct kept){(void **)&(p), &(h), (count), 1, (size), (z)}
 	KEEP(L->w_router, L->h_w_router, HE, sizeof(float), 1);
 	KEEP(L->dw_router, L->h_dw_router, HE, sizeof(float), 1);
 	/* Weights, their gradients and the saved input in the layer's element
@@ -83,17 +87,48 @@ static int kept_list(struct rmoe_layer *L, struct kept *k)
 		KEEP(L->w_sgate, L->h_w_sgate, L->H, sizeof(float), 1);
 		KEEP(L->dw_sgate, L->h_dw_sgate, L->H, sizeof(float), 1);
 	}
-	KEEP(L->x_saved, L->h_x, L->T * L->H, L->act, 0);
-	KEEP(L->probs, L->h_probs, L->T * L->E, sizeof(float), 0);
-	KEEP(L->topk_idx, L->h_topk_idx, TK, sizeof(int32_t), 0);
-	KEEP(L->topk_w, L->h_topk_w, TK, sizeof(float), 0);
-	KEEP(L->dg, L->h_dg, TK, sizeof(float), 1);
-	KEEP(L->pair_order, L->h_pair_order, TK, sizeof(int32_t), 0);
+	KEEP_ROWS(L->x_saved, L->h_x, L->H, L->act, 0);
+	KEEP_ROWS(L->probs, L->h_probs, L->E, sizeof(float), 0);
+	KEEP_ROWS(L->topk_idx, L->h_topk_idx, L->K, sizeof(int32_t), 0);
+	KEEP_ROWS(L->topk_w, L->h_topk_w, L->K, sizeof(float), 0);
+	KEEP_ROWS(L->dg, L->h_dg, L->K, sizeof(float), 1);
+	KEEP_ROWS(L->pair_order, L->h_pair_order, L->K, sizeof(int32_t), 0);
 	KEEP(L->expert_counts, L->h_counts, L->E, sizeof(int32_t), 0);
 	if (L->traits->peer_counts)
 		KEEP(L->peer_counts, L->h_peer_counts, L->E + L->N, sizeof(int32_t), 0);
 #undef KEEP
+#undef KEEP_ROWS
 	return n;
+}
+
+/* Elements of kept buffer k for rows tokens. */
+static int64_t kept_count(const struct kept *k, int64_t rows)
+{
+	return k->per_token ? k->n * rows : k->n;
+}
+
+/* The buffers' bytes as allocated: what the layer holds across calls. */
+static int64_t kept_bytes(struct rmoe_layer *L)
+{
+	struct kept k[20];
+	int n = kept_list(L, k);
+	int64_t bytes = 0;
+	for (int i = 0; i < n; i++)
+		bytes += kept_count(&k[i], L->cap) * (int64_t)k[i].elsize;
+	return bytes;
+}
+
+static void kept_unregister(struct kept *k)
+{
+	if (*k->handle) {
+		starpu_data_unregister(*k->handle);
+		*k->handle = NULL;
+	}
+}
+
+static void kept_register(struct rmoe_layer *L, struct kept *k)
+{
+	*k->handle = rmoe_host_vector(NULL, *k->ptr, kept_count(k, L->T), k->elsize);
 }
 
 static void layer_free(struct rmoe_layer *L)
@@ -101,18 +136,27 @@ static void layer_free(struct rmoe_layer *L)
 	struct kept k[20];
 	int n = kept_list(L, k);
 	for (int i = 0; i < n; i++) {
-		if (*k[i].handle) {
-			starpu_data_unregister(*k[i].handle);
-			*k[i].handle = NULL;
-		}
-		rmoe_layer_free_buffer(*k[i].ptr, k[i].n, k[i].elsize);
+		kept_unregister(&k[i]);
+		rmoe_layer_free_buffer(*k[i].ptr, kept_count(&k[i], L->cap), k[i].elsize);
 	}
 	free(L->expert_offsets);
 	free(L->iota);
 	free(L->tasks);
+	free(L->rank_tokens);
 	rmoe_a2a_plan_free(L->a2a);
 	free(L->ring);
 	free(L);
+}
+
+/* Allocates kept buffer k for L->cap tokens. */
+static int kept_alloc(struct rmoe_layer *L, struct kept *k)
+{
+	const int64_t count = kept_count(k, L->cap);
+	if (!(*k->ptr = rmoe_layer_alloc(count, k->elsize)))
+		return -1;
+	if (k->zeroed)
+		memset(*k->ptr, 0, (size_t)(count > 0 ? count : 1) * k->elsize);
+	return 0;
 }
 
 /* Allocates every kept buffer; registers them once all exist. */
@@ -122,21 +166,68 @@ static int layer_buffers(struct rmoe_layer *L)
 	int n = kept_list(L, k), fail = 0;
 	L->ring = malloc(sizeof(int) * (size_t)L->N);
 	L->expert_offsets = calloc((size_t)L->E + 1, sizeof(int64_t));
-	fail = !L->ring || !L->expert_offsets;
+	L->rank_tokens = calloc((size_t)L->N, sizeof(int64_t));
+	fail = !L->ring || !L->expert_offsets || !L->rank_tokens;
 	for (int i = 0; i < n; i++)
-		fail |= !(*k[i].ptr = rmoe_layer_alloc(k[i].n, k[i].elsize));
+		fail |= kept_alloc(L, &k[i]) != 0;
 	if (fail)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory for the layer's buffers (tokens=%lld, hidden=%lld)",
-		                  (long long)L->T, (long long)L->H);
-	L->resident_bytes = 0;
-	for (int i = 0; i < n; i++) {
-		if (k[i].zeroed)
-			memset(*k[i].ptr, 0, (size_t)k[i].n * k[i].elsize);
-		*k[i].handle = rmoe_host_vector(NULL, *k[i].ptr, k[i].n, k[i].elsize);
-		L->resident_bytes += k[i].n * (int64_t)k[i].elsize;
-	}
+		                  (long long)L->cap, (long long)L->H);
+	for (int i = 0; i < n; i++)
+		kept_register(L, &k[i]);
+	for (int r = 0; r < L->N; r++)
+		L->rank_tokens[r] = L->T;
+	L->T_max = L->T;
+	L->resident_bytes = kept_bytes(L);
 	L->own = (struct rmoe_routing){L->h_pair_order, L->h_topk_w, L->h_dg, L->expert_offsets};
 	return 0;
+}
+
+int rmoe_layer_resize(struct rmoe_layer *L, int64_t T, int64_t cap)
+{
+	if (T == L->T && cap <= L->cap)
+		return 0;
+	struct kept k[20];
+	int n = kept_list(L, k), fail = 0;
+	for (int i = 0; i < n; i++)
+		if (k[i].per_token)
+			kept_unregister(&k[i]);
+	if (cap > L->cap) {
+		/* Grown on every rank at once (every rank saw every count): the
+		 * contents need not survive, a forward writes them all. */
+		for (int i = 0; i < n; i++)
+			if (k[i].per_token) {
+				rmoe_layer_free_buffer(*k[i].ptr, kept_count(&k[i], L->cap), k[i].elsize);
+				*k[i].ptr = NULL;
+			}
+		const int64_t old = L->cap;
+		L->cap = cap;
+		for (int i = 0; i < n; i++)
+			if (k[i].per_token && kept_alloc(L, &k[i]))
+				fail = 1;
+		if (fail) {
+			/* Back to a consistent layer: every buffer at its old room. */
+			for (int i = 0; i < n; i++)
+				if (k[i].per_token) {
+					rmoe_layer_free_buffer(*k[i].ptr, kept_count(&k[i], L->cap), k[i].elsize);
+					*k[i].ptr = NULL;
+				}
+			L->cap = old;
+			for (int i = 0; i < n; i++)
+				if (k[i].per_token)
+					kept_alloc(L, &k[i]);
+		}
+		L->resident_bytes = kept_bytes(L);
+	}
+	if (!fail)
+		L->T = T;
+	for (int i = 0; i < n; i++)
+		if (k[i].per_token)
+			kept_register(L, &k[i]);
+	L->own = (struct rmoe_routing){L->h_pair_order, L->h_topk_w, L->h_dg, L->expert_offsets};
+	return fail ? rmoe_error(RMOE_ENOMEM, "out of host memory growing the layer's buffers to %lld tokens",
+	                         (long long)cap)
+	            : 0;
 }
 
 /* ---- creation ---------------------------------------------------------------------- */
@@ -256,7 +347,7 @@ static struct rmoe_layer *layer_new(rmoe_ctx *ctx, const struct rmoe_layer_confi
 	L->F = cfg->ffn;
 	L->E = cfg->experts;
 	L->K = cfg->topk;
-	L->T = cfg->tokens;
+	L->T = L->cap = L->next_T = cfg->tokens;
 	L->Fs = cfg->shared_ffn;
 	L->N = ctx->size;
 	L->e_local = L->E / L->N;
@@ -310,6 +401,22 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	ctx->nlayers++;
 	*out = L;
 	return 0;
+}
+
+int rmoe_layer_set_tokens(rmoe_layer *L, int64_t tokens)
+{
+	if (!L)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_set_tokens: layer must not be NULL");
+	if (tokens < 0)
+		return rmoe_error(RMOE_EINVAL, "rmoe_layer_set_tokens: tokens = %lld: expected 0 or more",
+		                  (long long)tokens);
+	L->next_T = tokens;
+	return 0;
+}
+
+int64_t rmoe_layer_tokens(const rmoe_layer *L)
+{
+	return L ? L->next_T : -1;
 }
 
 int rmoe_layer_destroy(rmoe_layer *L)

@@ -288,10 +288,12 @@ static int scan_triple(const void *buf, size_t elsize, int64_t n, int64_t le, in
 int rmoe_layer_find_nonfinite(struct rmoe_layer *L, struct rmoe_wait *w, const float *x, const float *dy, const float *dprobs,
                               int weights)
 {
-	char rows[80];
+	/* x is the next forward's input, dy and dprobs the last forward's. */
+	char rows[80], next[80];
 	snprintf(rows, sizeof(rows), " (row of this rank's %lld tokens)", (long long)L->T);
+	snprintf(next, sizeof(next), " (row of this rank's %lld tokens)", (long long)L->next_T);
 	int rc = 0;
-	if ((x && (rc = scan_finite(x, L->T, L->H, "x", rows))) ||
+	if ((x && (rc = scan_finite(x, L->next_T, L->H, "x", next))) ||
 	    (dy && (rc = scan_finite(dy, L->T, L->H, "dy", rows))) ||
 	    (dprobs && (rc = scan_finite(dprobs, L->T, L->E, "dprobs", rows))) || !weights)
 		return rc;

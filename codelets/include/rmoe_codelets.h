@@ -175,6 +175,10 @@ int rmoe_insert_accumulate(const struct rmoe_task_opts *o, int64_t count, starpu
                            starpu_data_handle_t dst);
 /* dst = 0 (count floats): an empty contribution. */
 int rmoe_insert_zero(const struct rmoe_task_opts *o, int64_t count, starpu_data_handle_t dst);
+/* dst [n_dst] = the first elements of src [n_src], zeros after them: a
+ * rank's token partition padded to the rows every rank's have, and back. */
+int rmoe_insert_copy_pad(const struct rmoe_task_opts *o, int64_t n_src, starpu_data_handle_t src, int64_t n_dst,
+                         starpu_data_handle_t dst);
 
 /* An ordering task that computes nothing and moves no data: it ends once
  * every earlier writer of each ready handle has ended (a read), and every

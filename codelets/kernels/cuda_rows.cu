@@ -357,6 +357,18 @@ extern "C" int rmoe_cuda_zero(cudaStream_t s, size_t elsize, int64_t n, void *ds
 	return rmoe_cuda_ok(cudaMemsetAsync(dst, 0, (size_t)n * elsize, s), "memset");
 }
 
+extern "C" int rmoe_cuda_copy_pad(cudaStream_t s, size_t elsize, int64_t n_src, int64_t n_dst, const void *src,
+                                  void *dst)
+{
+	const int64_t n = n_src < n_dst ? n_src : n_dst;
+	int rc = n > 0 ? rmoe_cuda_ok(cudaMemcpyAsync(dst, src, (size_t)n * elsize, cudaMemcpyDeviceToDevice, s),
+	                              "memcpy")
+	               : 0;
+	if (!rc && n_dst > n)
+		rc = rmoe_cuda_zero(s, elsize, n_dst - n, (char *)dst + (size_t)n * elsize);
+	return rc;
+}
+
 /* Chunk (q, e) moves as one device-to-device copy, in the CPU kernel's
  * order. */
 extern "C" int rmoe_cuda_sort_chunks(cudaStream_t s, size_t elsize, int64_t H, int64_t n_peers, int64_t ne,

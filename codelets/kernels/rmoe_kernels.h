@@ -139,6 +139,9 @@ void rmoe_kernel_from_bf16(int64_t n, const uint16_t *src, float *dst);
 /* dst += src; dst = 0 (n floats). */
 void rmoe_kernel_accumulate(int64_t n, const float *src, float *dst);
 void rmoe_kernel_zero(int64_t n, float *dst);
+/* dst [n_dst] = the first of src [n_src], zeros after them (4-byte
+ * elements: floats, int32, or a bf16 buffer's fp32 copy). */
+void rmoe_kernel_copy_pad(int64_t n_src, int64_t n_dst, const float *src, float *dst);
 
 /* All-to-all "sort by local expert" and its inverse. Chunk (q, e) holds
  * counts[q*ne + e] rows of local expert e from peer q; peer[q] is peer q's

@@ -130,6 +130,7 @@ int rmoe_cuda_shared_gate_bwd(cudaStream_t s, int bf16, int64_t tokens, int64_t 
 
 int rmoe_cuda_accumulate(cudaStream_t s, int bf16, int64_t n, const void *src, void *dst);
 int rmoe_cuda_zero(cudaStream_t s, size_t elsize, int64_t n, void *dst);
+int rmoe_cuda_copy_pad(cudaStream_t s, size_t elsize, int64_t n_src, int64_t n_dst, const void *src, void *dst);
 int rmoe_cuda_sort_chunks(cudaStream_t s, size_t elsize, int64_t hidden, int64_t n_peers, int64_t n_experts,
                           const int64_t *counts, int sort, void *const *peer, void *sorted);
 

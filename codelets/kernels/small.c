@@ -28,6 +28,15 @@ void rmoe_kernel_zero(int64_t n, float *dst)
 	memset(dst, 0, (size_t)n * sizeof(float));
 }
 
+void rmoe_kernel_copy_pad(int64_t n_src, int64_t n_dst, const float *src, float *dst)
+{
+	const int64_t n = n_src < n_dst ? n_src : n_dst;
+	if (n > 0)
+		memcpy(dst, src, (size_t)n * sizeof(float));
+	if (n_dst > n)
+		memset(dst + n, 0, (size_t)(n_dst - n) * sizeof(float));
+}
+
 void rmoe_kernel_sort_chunks(int64_t H, int64_t n_peers, int64_t ne, const int64_t *counts, int sort,
                              float *const *peer, float *sorted)
 {

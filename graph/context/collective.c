@@ -319,6 +319,25 @@ int rmoe_agree(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what)
 	return 0;
 }
 
+/* The lowest failing rank's code and message, sent to every rank. */
+static int first_verdict(struct rmoe_wait *w, MPI_Comm comm, int rank, int first, int rc, const char *what)
+{
+	struct {
+		int code;
+		char msg[400];
+	} verdict;
+	memset(&verdict, 0, sizeof(verdict));
+	if (first == rank) {
+		verdict.code = rc;
+		snprintf(verdict.msg, sizeof(verdict.msg), "%s", rmoe_strerror(rc));
+	}
+	int mrc = rmoe_bcast_bounded(w, &verdict, (int)sizeof(verdict), MPI_BYTE, first, comm, what);
+	if (mrc)
+		return mrc;
+	verdict.msg[sizeof(verdict.msg) - 1] = '\0';
+	return rmoe_error(verdict.code, "rank %d: %s", first, verdict.msg);
+}
+
 int rmoe_agree_first(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what)
 {
 	if (rc == RMOE_EPEER)
@@ -330,22 +349,32 @@ int rmoe_agree_first(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *wha
 	int mrc = rmoe_allreduce_bounded(w, &mine, &first, 1, MPI_INT, MPI_MIN, comm, what);
 	if (mrc)
 		return mrc;
-	if (first == size)
-		return 0;
-	struct {
-		int code;
-		char msg[400];
-	} verdict;
-	memset(&verdict, 0, sizeof(verdict));
-	if (first == rank) {
-		verdict.code = rc;
-		snprintf(verdict.msg, sizeof(verdict.msg), "%s", rmoe_strerror(rc));
+	return first == size ? 0 : first_verdict(w, comm, rank, first, rc, what);
+}
+
+int rmoe_agree_first_gather(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what, int64_t value,
+                            int64_t *all)
+{
+	if (rc == RMOE_EPEER)
+		return rc;
+	int rank = 0, size = 1;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	int64_t mine[2] = {rc ? rank : size, value};
+	int64_t *both = malloc(sizeof(int64_t) * 2 * (size_t)size);
+	if (!both)
+		return rmoe_agree_first(w, comm, rmoe_error(RMOE_ENOMEM, "out of host memory"), what);
+	int mrc = rmoe_allgather_bounded(w, mine, both, 2, MPI_INT64_T, comm, what);
+	int first = size;
+	for (int r = 0; !mrc && r < size; r++) {
+		if (both[2 * r] < first)
+			first = (int)both[2 * r];
+		all[r] = both[2 * r + 1];
 	}
-	mrc = rmoe_bcast_bounded(w, &verdict, (int)sizeof(verdict), MPI_BYTE, first, comm, what);
+	free(both);
 	if (mrc)
 		return mrc;
-	verdict.msg[sizeof(verdict.msg) - 1] = '\0';
-	return rmoe_error(verdict.code, "rank %d: %s", first, verdict.msg);
+	return first == size ? 0 : first_verdict(w, comm, rank, first, rc, what);
 }
 
 int rmoe_agree_digest(struct rmoe_wait *w, MPI_Comm comm, uint64_t digest, const char *what)

@@ -69,6 +69,11 @@ int rmoe_agree(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what);
  * rank found is named on all of them. */
 int rmoe_agree_first(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what);
 
+/* As rmoe_agree_first, in one collective with every rank's value: all
+ * [ranks] holds them when every rank succeeded. */
+int rmoe_agree_first_gather(struct rmoe_wait *w, MPI_Comm comm, int rc, const char *what, int64_t value,
+                            int64_t *all);
+
 /* 1 when digest is the same on every rank, 0 when it is not, or a negative
  * RMOE_E* code: ranks that must hold the same value (a configuration, a
  * plan) compare a digest of it. */

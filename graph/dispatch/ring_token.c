@@ -20,7 +20,12 @@
  * Backward carries x, dy and the routing with the accumulators dx and dg;
  * each hop reconstructs its intermediates (§3.3) and the weight gradient of
  * the resident experts accumulates locally. Every rank's expert counts are
- * exchanged first, so the host knows each visiting partition's slice sizes. */
+ * exchanged first, so the host knows each visiting partition's slice sizes.
+ *
+ * Ranks may hold different token counts (rmoe_layer_set_tokens): every
+ * partition then travels with the rows of the largest (L->T_max), a
+ * smaller one padded (own_open), since a slot takes every partition in
+ * turn and StarPU-MPI receives a message only into a buffer of its size. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,10 +41,22 @@ struct token_ring {
 	starpu_data_handle_t *buf[NKINDS];  /* [nslots] per kind; NULL: a kind not relayed */
 };
 
+/* Elements per token of each kind, and their size: activations in the
+ * layer's element type, routing 4-byte. */
+static int64_t per_token(const struct rmoe_layer *L, int k)
+{
+	return k == ORDER || k == WEIGHTS || k == DG ? L->K : L->H;
+}
+
+static size_t elsize(const struct rmoe_layer *L, int k)
+{
+	return k == ORDER ? sizeof(int32_t) : k == WEIGHTS || k == DG ? sizeof(float) : L->act;
+}
+
 static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R, int backward)
 {
 	const int N = L->N;
-	const int64_t E = L->E, TH = L->T * L->H, TK = L->T * L->K;
+	const int64_t E = L->E;
 	memset(R, 0, sizeof(*R));
 	R->counts = calloc((size_t)(N * E), sizeof(int32_t));
 	R->offsets = calloc((size_t)(N * (E + 1)), sizeof(int64_t));
@@ -52,9 +69,6 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 		rmoe_counts_offsets(R->counts + (int64_t)q * E, E, R->offsets + (int64_t)q * (E + 1));
 	if (N == 1)
 		return 0;
-	const int64_t n[NKINDS] = {TH, TH, TK, TK, TH, TK};
-	/* Activations in the layer's element type; routing stays 4-byte. */
-	const size_t el[NKINDS] = {L->act, L->act, sizeof(int32_t), sizeof(float), L->act, sizeof(float)};
 	R->nslots = L->window < N ? L->window : N;
 	for (int k = 0; k < NKINDS; k++) {
 		if (!backward && (k == DY || k == DG))
@@ -63,9 +77,46 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 		if (!R->buf[k])
 			return rmoe_error(RMOE_ENOMEM, "out of host memory");
 		for (int b = 0; b < R->nslots; b++)
-			R->buf[k][b] = rmoe_temp_vector(pass, n[k], el[k]);
+			R->buf[k][b] = rmoe_temp_vector(pass, L->T_max * per_token(L, k), elsize(L, k));
 	}
 	return 0;
+}
+
+/* This rank's partition as the ring carries it (own), from its handles
+ * (user; NULL: a kind the pass does not carry): they themselves, or, with
+ * fewer tokens than the call's largest, copies of T_max rows, zero after
+ * this rank's; the accumulators' copies start as the handles (y and dx
+ * hold the shared expert's part), dg's at zero. */
+static int own_open(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *user, starpu_data_handle_t *own)
+{
+	int rc = 0;
+	for (int k = 0; k < NKINDS; k++) {
+		own[k] = user[k];
+		if (!user[k] || L->T == L->T_max)
+			continue;
+		const int64_t n = L->T_max * per_token(L, k);
+		own[k] = rmoe_temp_vector(pass, n, elsize(L, k));
+		struct rmoe_task_opts o = rmoe_opts(L, "pad-partition", rmoe_prio_hop(0, L->N));
+		if (!rc)
+			rc = k == DG ? rmoe_insert_zero(&o, n, own[k])
+			             : rmoe_insert_copy_pad(&o, L->T * per_token(L, k), user[k], n, own[k]);
+	}
+	return rc;
+}
+
+/* The padded accumulators' rows back into this rank's handles; the copies
+ * freed once their tasks end. */
+static int own_close(struct rmoe_layer *L, starpu_data_handle_t *user, starpu_data_handle_t *own, int rc)
+{
+	for (int k = 0; k < NKINDS; k++) {
+		if (own[k] == user[k])
+			continue;
+		struct rmoe_task_opts o = rmoe_opts(L, "unpad-partition", 0);
+		if (!rc && (k == ACC || k == DG))
+			rc = rmoe_insert_copy_pad(&o, L->T_max * per_token(L, k), own[k], L->T * per_token(L, k), user[k]);
+		starpu_data_unregister_submit(own[k]);
+	}
+	return rc;
 }
 
 static void ring_free(struct rmoe_pass *pass, struct token_ring *R)
@@ -190,7 +241,7 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 	int prio = rmoe_prio_hop(h, L->N), rc = 0;
 	/* Hop 0 adds into this rank's own y; later hops into a partial. */
 	starpu_data_handle_t acc = held[ACC];
-	const int64_t TH = L->T * L->H;
+	const int64_t TH = L->T_max * L->H;
 	if (h > 0 && n > 0) {
 		acc = rmoe_act_vector(pass, L, TH);
 		rc = rmoe_pass_zero(L, pass, acc, TH, prio, rmoe_task_name("zero-partial", h));
@@ -208,12 +259,19 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, star
 
 int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t y)
 {
+	/* No rank has a token: nothing travels. */
+	if (L->T_max == 0)
+		return 0;
 	struct token_ring R;
 	int rc = ring_init(L, pass, &R, 0);
-	starpu_data_handle_t own[NKINDS] = {L->h_x, NULL, L->h_pair_order, L->h_topk_w, y, NULL};
+	starpu_data_handle_t user[NKINDS] = {L->h_x, NULL, L->h_pair_order, L->h_topk_w, y, NULL}, own[NKINDS];
 	static const int inputs[] = {X, ORDER, WEIGHTS}, accs[] = {ACC};
+	int orc = own_open(L, pass, user, own);
+	if (!rc)
+		rc = orc;
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 3, accs, 1, forward_hop, NULL);
+	rc = own_close(L, user, own, rc);
 	ring_free(pass, &R);
 	return rc;
 }
@@ -232,7 +290,7 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 	/* Hop 0 adds into this rank's own dx and dg; later hops into partials. */
 	struct rmoe_routing part = *rt;
 	starpu_data_handle_t dx = held[ACC];
-	const int64_t TH = L->T * L->H, TK = L->T * L->K;
+	const int64_t TH = L->T_max * L->H, TK = L->T_max * L->K;
 	if (h > 0 && n > 0) {
 		dx = rmoe_act_vector(pass, L, TH);
 		part.dg = rmoe_temp_vector(pass, TK, sizeof(float));
@@ -262,16 +320,23 @@ static int backward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h, sta
 int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t dy,
                              starpu_data_handle_t dx)
 {
+	if (L->T_max == 0)
+		return rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
 	struct token_ring R;
 	int rc = ring_init(L, pass, &R, 1);
-	starpu_data_handle_t own[NKINDS] = {L->h_x, dy, L->h_pair_order, L->h_topk_w, dx, L->h_dg};
+	starpu_data_handle_t user[NKINDS] = {L->h_x, dy, L->h_pair_order, L->h_topk_w, dx, L->h_dg}, own[NKINDS];
 	static const int inputs[] = {X, DY, ORDER, WEIGHTS}, accs[] = {ACC, DG};
 	int dw_written = 0;
-	/* Partials add into dg (dx starts zeroed by the layer): clear it. */
-	if (!rc)
+	/* Partials add into dg (dx starts zeroed by the layer): clear it (a
+	 * padded copy starts at zero). */
+	if (!rc && L->T == L->T_max)
 		rc = rmoe_pass_zero(L, NULL, L->h_dg, L->T * L->K, rmoe_prio_hop(0, L->N), "zero-dg");
+	int orc = own_open(L, pass, user, own);
+	if (!rc)
+		rc = orc;
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
+	rc = own_close(L, user, own, rc);
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
 		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");

@@ -34,7 +34,11 @@ struct rmoe_layer {
 	 * graph (dispatch/table.c). */
 	const struct rmoe_dispatcher *traits;
 	const struct rmoe_dispatch_ops *ops;
-	int64_t H, F, E, K, T, Fs;
+	int64_t H, F, E, K, T, Fs;   /* T: this rank's tokens in the last (or current) forward */
+	int64_t cap;              /* tokens the kept [T, *] buffers have room for */
+	int64_t next_T;           /* the count the next forward takes (rmoe_layer_set_tokens) */
+	int64_t *rank_tokens;     /* [N] every rank's T in the last forward */
+	int64_t T_max;            /* the largest of them */
 	int N;                    /* ranks in the expert-parallel group */
 	int64_t e_local;          /* experts per partition (E / N) */
 	int64_t first_expert;     /* of the partition this rank owns */
@@ -92,6 +96,10 @@ struct rmoe_layer {
 /* Buffers the layer keeps (layer.c): allocated and freed here. */
 void *rmoe_layer_alloc(int64_t n, size_t elsize);
 void rmoe_layer_free_buffer(void *p, int64_t n, size_t elsize);
+
+/* The kept [T, *] buffers registered for T tokens, reallocated first when
+ * cap exceeds the room they have (layer.c); 0 or RMOE_ENOMEM. */
+int rmoe_layer_resize(struct rmoe_layer *L, int64_t T, int64_t cap);
 
 /* Copy between host memory and a registered buffer, waiting for the tasks
  * and transfers that use it (layer_io.c). */

@@ -74,9 +74,9 @@ starpu_data_handle_t rmoe_counts_handle(const struct rmoe_layer *L, int32_t **ho
 
 void rmoe_sim_rank_counts(const struct rmoe_layer *L, int rank, int32_t *out)
 {
-	rmoe_sim_expert_counts(L->T, L->K, L->E, rank, out);
+	rmoe_sim_expert_counts(L->rank_tokens[rank], L->K, L->E, rank, out);
 	if (rmoe_counts_width(L) > L->E)
-		rmoe_sim_peer_tokens(L->T, L->K, L->E, L->N, out, out + L->E);
+		rmoe_sim_peer_tokens(L->rank_tokens[rank], L->K, L->E, L->N, out, out + L->E);
 }
 
 void rmoe_counts_offsets(const int32_t *counts, int64_t n, int64_t *offsets)

@@ -8,7 +8,9 @@
  * MPI_Comm.
  *
  * Layout conventions (all row-major, float32 unless stated):
- *   x, y, dy, dx       [T, H]     T = tokens of this rank
+ *   x, y, dy, dx       [T, H]     T = tokens of this rank in this call
+ *                                 (rmoe_layer_set_tokens; at most the
+ *                                 capacity, rmoe_layer_config.tokens)
  *   w_router           [H, E]
  *   w_gate, w_up (e)   [H, F]     expert e
  *   w_down (e)         [F, H]
@@ -178,7 +180,11 @@ struct rmoe_layer_config {
 	int64_t ffn;         /* F, width of one routed expert */
 	int64_t experts;     /* E, divisible by the number of ranks */
 	int64_t topk;        /* K, 1 <= K <= E */
-	int64_t tokens;      /* T, tokens of this rank (same on every rank) */
+	int64_t tokens;      /* the capacity: the most tokens of one rank in one
+	                        call, what the layer allocates and the memory
+	                        model and mem_cap plan for (same on every rank).
+	                        Each rank's count may differ, from call to call
+	                        too: rmoe_layer_set_tokens */
 	int norm_topk;       /* divide the top-k probabilities by their sum (Qwen3: 1) */
 	int64_t shared_ffn;  /* width of the shared expert; 0 = none */
 	int shared_gated;    /* 1: the shared expert's output is scaled per token by
@@ -239,6 +245,20 @@ RMOE_API void rmoe_layer_config_init(struct rmoe_layer_config *cfg);
  * Every rank returns the same code. */
 RMOE_API int rmoe_layer_create(rmoe_layer **layer, rmoe_ctx *ctx, const struct rmoe_layer_config *cfg);
 RMOE_API int rmoe_layer_destroy(rmoe_layer *layer);
+
+/* This rank's token count T for the forwards that follow, 0 included (a
+ * rank with no tokens still serves its experts to the others). Not
+ * collective: ranks may pass different counts, and change them from call
+ * to call. Until it is called, T is the configuration's tokens. The
+ * forward shares every rank's count (it was collective already); a
+ * backward takes the count of the last forward. A count above the
+ * capacity grows it on every rank at that forward (the kept [T, *]
+ * buffers are reallocated), except under mem_cap, which was planned for
+ * the capacity: that forward fails on every rank with RMOE_EINVAL naming
+ * the rank and the count. RMOE_EINVAL here for a negative count. */
+RMOE_API int rmoe_layer_set_tokens(rmoe_layer *layer, int64_t tokens);
+/* The count the next forward takes (as last set), or -1 for NULL. */
+RMOE_API int64_t rmoe_layer_tokens(const rmoe_layer *layer);
 
 /* Routed experts this rank owns: [first, first + count). */
 RMOE_API int rmoe_layer_owned_experts(const rmoe_layer *layer, int64_t *first, int64_t *count);
