@@ -30,6 +30,14 @@ struct rmoe_mem_config {
 	const int64_t *block_tokens; /* a2a-deepep with blocks: the distinct tokens
 	                          of each block, same layout; NULL: those a uniform
 	                          router gives */
+	int64_t capacity;      /* tokens the layer's kept [T, *] buffers have room
+	                          for (rmoe_layer_config.tokens); 0: tokens */
+	const int64_t *rank_tokens; /* [nranks] each rank's tokens in the call
+	                          (rmoe_layer_set_tokens); NULL: every rank tokens.
+	                          The estimate is then the most any rank holds,
+	                          each rank with its own tokens, skew and blocks
+	                          as above (token routing carries every partition
+	                          at the largest count) */
 };
 
 /* Defaults: one rank, fp32, even routing, no ETP, no chunking. */

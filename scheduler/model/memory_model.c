@@ -10,7 +10,8 @@
  * the owned partition and its gradient (2W), the shared expert and its
  * gradient, the saved x (T*H), probabilities (T*E), routing weights and dg
  * (2P), top-k indices and pair order (2P int32), expert counts (E int32);
- * plus the caller's y (forward) or dy and dx (backward).
+ * plus the caller's y (forward) or dy and dx (backward). The kept [T, *]
+ * buffers have room for the capacity C >= T (Tc below), the caller's for T.
  *
  * Temporaries (StarPU-allocated, the graphs in graph/):
  * - ring expert routing: min(window, N-1) weight receive buffers (window 2
@@ -21,7 +22,9 @@
  *   into dx), gathered dy, work [r,4F].
  * - ring token routing: min(window, N-1) of each travelling buffer (x, routing, the
  *   output accumulator; backward also dy, dx and dg), the same hop rows, and
- *   one partial of the accumulators (the gate of window.c).
+ *   one partial of the accumulators (the gate of window.c), all for the
+ *   call's largest count Tm; a rank with fewer tokens also holds its own
+ *   partition padded to Tm (x, routing and y; backward also dy, dx, dg).
  * - a2a: chunks of at most a hop's rows pipelined per peer, a bounded
  *   number in flight (rmoe_a2a_depth per role; none received before its
  *   receive is posted, the receivers' credits), the ring's pair-weighted
@@ -76,7 +79,7 @@ static int check(const struct rmoe_mem_config *c)
 	const struct {
 		const char *name;
 		int64_t v;
-	} pos[] = {{"tokens", c->tokens}, {"hidden", c->hidden}, {"ffn", c->ffn},
+	} pos[] = {{"tokens", c->tokens > 0 || c->rank_tokens ? 1 : 0}, {"hidden", c->hidden}, {"ffn", c->ffn},
 	           {"experts", c->experts}, {"topk", c->topk}, {"nranks", c->nranks},
 	           {"etp", c->etp}};
 	for (unsigned i = 0; i < sizeof(pos) / sizeof(pos[0]); i++)
@@ -95,25 +98,43 @@ static int check(const struct rmoe_mem_config *c)
 	if (c->window < 0 || c->window == 1)
 		return rmoe_error(RMOE_EINVAL, "memory model: window = %lld, expected 0 (default) or at least 2",
 		                  (long long)c->window);
+	for (int64_t r = 0; c->rank_tokens && r < c->nranks; r++)
+		if (c->rank_tokens[r] < 0)
+			return rmoe_error(RMOE_EINVAL, "memory model: rank_tokens[%lld] = %lld, expected 0 or more",
+			                  (long long)r, (long long)c->rank_tokens[r]);
+	if (c->capacity < 0)
+		return rmoe_error(RMOE_EINVAL, "memory model: capacity = %lld, expected 0 or more", (long long)c->capacity);
 	if (c->chunk_rows < 0 || c->shared_ffn < 0 || c->partitions < 0)
 		return rmoe_error(RMOE_EINVAL, "memory model: chunk_rows, shared_ffn and partitions must not be negative");
 	return 0;
 }
 
-/* The terms of c every dispatcher's model is written in. */
-static struct rmoe_model_terms terms(const struct rmoe_mem_config *c)
+/* The rows of a hop (or chunk) of a partition of P pairs. */
+static int64_t hop_rows(const struct rmoe_mem_config *c, int64_t P)
+{
+	const int64_t parts = c->partitions > 1 ? c->partitions : 1;
+	int64_t r = (int64_t)ceil(c->skew * (double)P / (double)(c->nranks * parts));
+	if (c->nranks * parts == 1)
+		r = P;
+	if (c->chunk_rows > 0 && r > c->chunk_rows)
+		r = c->chunk_rows;
+	return r;
+}
+
+/* The terms of c every dispatcher's model is written in, for a rank of T
+ * tokens in a call whose largest count is Tm. */
+static struct rmoe_model_terms terms(const struct rmoe_mem_config *c, int64_t T, int64_t Tm)
 {
 	struct rmoe_model_terms t = {.c = c};
-	t.T = c->tokens, t.H = c->hidden, t.F = c->ffn / c->etp, t.E = c->experts, t.K = c->topk;
+	t.Tm = Tm;
+	t.Tc = rmoe_max2(c->capacity, Tm);
+	t.T = T, t.H = c->hidden, t.F = c->ffn / c->etp, t.E = c->experts, t.K = c->topk;
 	t.N = c->nranks, t.s = c->dtype_bytes, t.Fs = c->shared_ffn, t.P = t.T * t.K;
 	t.W = t.E / t.N * 3 * t.H * t.F, t.even = (t.P + t.N - 1) / t.N;
-	/* A hop's rows: the pairs of the busiest partition (of N*parts). */
-	const int64_t parts = c->partitions > 1 ? c->partitions : 1;
-	t.r = (int64_t)ceil(c->skew * (double)t.P / (double)(t.N * parts));
-	if (t.N * parts == 1)
-		t.r = t.P;
-	if (c->chunk_rows > 0 && t.r > c->chunk_rows)
-		t.r = c->chunk_rows;
+	/* A hop's rows: the pairs of the busiest partition (of N*parts), of
+	 * this rank's tokens and of the largest partition's. */
+	t.r = hop_rows(c, t.P);
+	t.rm = hop_rows(c, Tm * t.K);
 	t.M = (int64_t)ceil(c->skew * (double)t.P);
 	/* Ring slots per relayed kind (graph/pass/flow.c): hop h is received
 	 * into slot h mod window, and a neighbour sends it only once the slot
@@ -134,32 +155,30 @@ static struct rmoe_model_terms terms(const struct rmoe_mem_config *c)
 static void resident(const struct rmoe_dispatcher *row, const struct rmoe_model_terms *t,
                      struct rmoe_mem_estimate *o)
 {
-	const int64_t T = t->T, H = t->H, E = t->E, N = t->N, P = t->P, s = t->s, Fs = t->Fs, W = t->W;
+	const int64_t T = t->T, H = t->H, E = t->E, N = t->N, s = t->s, Fs = t->Fs, W = t->W;
+	/* The kept buffers for the capacity, the caller's for the call. */
+	const int64_t Tc = t->Tc, Pc = Tc * t->K;
 	/* The router and the gated shared expert's gate [H] (Qwen2-MoE), with
 	 * their gradients, are 4-byte. */
 	const int64_t gate = Fs > 0 && t->c->shared_gated ? 4 * H : 0;
 	/* A dispatcher that counts each peer's tokens keeps them beside the
 	 * expert counts (E + N). */
-	const int64_t routing = 4 * (H * E * 2 + T * E + 2 * P) + 4 * (2 * P + E) + 2 * gate +
+	const int64_t routing = 4 * (H * E * 2 + Tc * E + 2 * Pc) + 4 * (2 * Pc + E) + 2 * gate +
 	                        (row->peer_counts ? 4 * (E + N) : 0);
 	const int64_t weights = 2 * W * s + (Fs > 0 ? 6 * H * Fs * s : 0);
-	const int64_t all = routing + weights + T * H * s;
+	const int64_t all = routing + weights + Tc * H * s;
 	o->resident_forward = all + T * H * s;
 	o->resident_backward = all + 2 * T * H * s;
 	o->weights_and_inputs = 4 * H * E + gate + W * s + (Fs > 0 ? 3 * H * Fs * s : 0) + T * H * s;
 }
 
-int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
+/* One rank's estimate: T tokens in a call whose largest count is Tm. */
+static int model_rank(const struct rmoe_dispatcher *row, const struct rmoe_mem_config *c, int64_t T, int64_t Tm,
                       struct rmoe_mem_estimate *o)
 {
-	int rc = check(c);
-	if (rc)
-		return rc;
-	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(d);
-	if (!row || !row->model)
-		return rmoe_error(RMOE_EINVAL, "memory model: dispatch %d has no model", (int)d);
+	int rc;
 	memset(o, 0, sizeof(*o));
-	const struct rmoe_model_terms t = terms(c);
+	const struct rmoe_model_terms t = terms(c, T, Tm);
 	resident(row, &t, o);
 	struct rmoe_model_phase p = {0, 0, rmoe_max2(t.Fs > 0 ? t.T * 3 * t.Fs * t.s : 0, t.T * t.H * t.s)};
 	if ((rc = row->model(&t, &p, o)))
@@ -176,6 +195,38 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 	o->peak = rmoe_max2(o->peak_forward, o->peak_backward);
 	o->largest_buffer = p.largest;
 	return 0;
+}
+
+int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
+                      struct rmoe_mem_estimate *o)
+{
+	int rc = check(c);
+	if (rc)
+		return rc;
+	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(d);
+	if (!row || !row->model)
+		return rmoe_error(RMOE_EINVAL, "memory model: dispatch %d has no model", (int)d);
+	if (!c->rank_tokens)
+		return model_rank(row, c, c->tokens, c->tokens, o);
+	/* Every rank with its own count: the most any of them holds, pass by
+	 * pass (the forward's and the backward's peaks may be different
+	 * ranks'), the other figures those of the rank with the largest. */
+	int64_t Tm = 0;
+	for (int64_t r = 0; r < c->nranks; r++)
+		Tm = rmoe_max2(Tm, c->rank_tokens[r]);
+	int64_t fwd = 0, bwd = 0;
+	for (int64_t r = 0; r < c->nranks && !rc; r++) {
+		struct rmoe_mem_estimate e;
+		if ((rc = model_rank(row, c, c->rank_tokens[r], Tm, &e)))
+			break;
+		if (r == 0 || e.peak > o->peak)
+			*o = e;
+		fwd = rmoe_max2(fwd, e.peak_forward);
+		bwd = rmoe_max2(bwd, e.peak_backward);
+	}
+	o->peak_forward = fwd;
+	o->peak_backward = bwd;
+	return rc;
 }
 
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,

@@ -30,16 +30,19 @@ int rmoe_model_ring_expert(const struct rmoe_model_terms *t, struct rmoe_model_p
 /* Token routing: the travelling activations, routing and accumulators. */
 int rmoe_model_ring_token(const struct rmoe_model_terms *t, struct rmoe_model_phase *p, struct rmoe_mem_estimate *o)
 {
-	const int64_t N = t->N, T = t->T, P = t->P, s = t->s, r = t->r, H = t->H, F = t->F, window = t->window;
-	const int64_t shared = t->shared, shared_b = t->shared_b;
+	const int64_t N = t->N, T = t->Tm, P = t->Tm * t->K, s = t->s, r = t->rm, H = t->H, F = t->F;
+	const int64_t window = t->window, shared = t->shared, shared_b = t->shared_b;
 	int64_t fwd, bwd, largest = p->largest;
 	/* One set of travelling buffers with two ranks, two otherwise; from
 	 * hop 1 on a hop computes into partials (forward: outputs [T,H];
 	 * backward: dx [T,H] and dg [T,K]) added into the visiting
-	 * accumulators once they arrive. */
+	 * accumulators once they arrive. Every partition travels with the
+	 * call's largest count (T here); a rank with fewer tokens pads its own
+	 * to it, a copy of each kind it sends. */
 	int64_t sets = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
-	int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4);
-	int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4);
+	const int padded = N > 1 && t->T < T;
+	int64_t travel_f = (sets + padded) * (2 * T * H * s + 2 * P * 4);
+	int64_t travel_b = (sets + padded) * (3 * T * H * s + 3 * P * 4);
 	int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
 	fwd = rmoe_max2(shared, travel_f + part_f + r * (2 * H + 3 * F) * s);
 	bwd = rmoe_max2(shared_b, travel_b + part_b + r * (2 * H + 4 * F) * s);

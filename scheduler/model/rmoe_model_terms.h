@@ -13,10 +13,14 @@
 
 struct rmoe_model_terms {
 	const struct rmoe_mem_config *c;
-	int64_t T, H, F, E, K, N, s, Fs, P;
+	int64_t T, H, F, E, K, N, s, Fs, P;   /* T: this rank's tokens, P its pairs */
+	int64_t Tm;     /* the call's largest count, any rank's */
+	int64_t Tc;     /* the capacity the kept buffers have room for */
 	int64_t W;      /* elements of one partition's weights */
 	int64_t even;   /* a rank's pairs at even routing */
 	int64_t r;      /* rows of the busiest hop or block, or the chunk rows */
+	int64_t rm;     /* the same for a partition of the largest count (a
+	                   visiting one of token routing) */
 	int64_t M;      /* rows the busiest rank's experts compute (a2a-megatron) */
 	int64_t window; /* ring slots per relayed kind */
 	int64_t shared, shared_b; /* the shared expert's phase, forward and backward */

@@ -247,6 +247,48 @@ static void test_memory_model_partitions_by_hand(void **state)
  * gradients of hops 0..3 in min(window, 4). Window 3 adds a weight slot
  * forward, a weight and a gradient slot backward; a window of 8 one more
  * gradient slot (4 hops); a bad window is refused, naming it. */
+/* Token counts per rank (rmoe_layer_set_tokens), the tiny layer:
+ * - every rank at 4 tokens: the same estimate as without per-rank counts;
+ * - a capacity of 8: the kept buffers grow by 4 tokens of 56 bytes (T*E
+ *   probabilities, 2P routing floats and 2P int32: 48, x: 8), 224 bytes;
+ * - token routing with 2 and 4 tokens: rank 1 (4) holds the tiny layer's
+ *   992 and 1168. Rank 0 keeps the same buffers (capacity 4) but the
+ *   caller's y is 2 rows: 608 forward, and dy and dx 624 backward; every
+ *   partition travels at 4 tokens, its own padded to them too: two sets
+ *   of the travelling buffers where the tiny layer has one, forward
+ *   2 * 128 + 32 + 208 = 496, backward 2 * 192 + 64 + 256 = 704. The
+ *   estimate is the larger of each pass: 1104 and 1328, rank 0's;
+ * - expert routing with 0 and 4 tokens: rank 1's, the tiny layer's. */
+static void test_memory_model_uneven_counts_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	struct rmoe_mem_estimate plain = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
+	const int64_t same[2] = {4, 4}, uneven[2] = {2, 4}, empty[2] = {0, 4};
+	c.rank_tokens = same;
+	struct rmoe_mem_estimate e = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
+	assert_int_equal(e.peak_forward, plain.peak_forward);
+	assert_int_equal(e.peak_backward, plain.peak_backward);
+	c.capacity = 8;
+	e = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
+	assert_int_equal(e.resident_forward, 624 + 224);
+	assert_int_equal(e.peak_forward, plain.peak_forward + 224);
+	c.capacity = 0;
+	c.rank_tokens = uneven;
+	e = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
+	assert_int_equal(e.peak_forward, 608 + 496);
+	assert_int_equal(e.peak_backward, 624 + 704);
+	c.rank_tokens = empty;
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
+	struct rmoe_mem_config t = tiny();
+	plain = estimate(RMOE_DISPATCH_RING_EXPERT, &t);
+	assert_int_equal(e.peak_forward, plain.peak_forward);
+	assert_int_equal(e.peak_backward, plain.peak_backward);
+	const int64_t bad[2] = {-1, 4};
+	c.rank_tokens = bad;
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &c, &e), RMOE_EINVAL);
+}
+
 static void test_memory_model_window_counts_slots(void **state)
 {
 	(void)state;
@@ -320,4 +362,5 @@ RMOE_TEST_MAIN(NULL, NULL,
                cmocka_unit_test(test_memory_model_bf16_halves_the_tensors),
                cmocka_unit_test(test_memory_model_partitions_by_hand),
                cmocka_unit_test(test_memory_model_shared_expert_by_hand),
-               cmocka_unit_test(test_memory_model_window_counts_slots))
+               cmocka_unit_test(test_memory_model_window_counts_slots),
+               cmocka_unit_test(test_memory_model_uneven_counts_by_hand))
