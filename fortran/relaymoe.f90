@@ -18,6 +18,11 @@
 ! Every shape is checked against the layer's configuration: a mismatch
 ! returns RMOE_EINVAL naming the argument, its shape and the one expected,
 ! so an array in the C-shaped orientation is refused (unless it is square).
+! tokens is this rank's count: any number from 0, which may differ between
+! the ranks and change from call to call. cfg%tokens is the capacity, and
+! the count until rmoe_layer_set_tokens sets another; x and y have the count
+! set (layer%tokens), dy, dx, dprobs and the routing the last forward's
+! (layer%forward_tokens).
 ! Array dummies are contiguous: the compiler copies a non-contiguous section
 ! in (and out) around the call.
 !
@@ -132,9 +137,14 @@ module relaymoe
       trace(:) => null()
   end type
 
+  ! tokens: this rank's count for the next forward (rmoe_layer_set_tokens;
+  ! cfg%tokens until set); forward_tokens: its count in the last forward;
+  ! capacity: cfg%tokens, which the library grows when a forward brings
+  ! more on some rank. Read them; the functions below set them.
   type, public :: rmoe_layer
     type(c_ptr) :: ptr = c_null_ptr
     integer(c_int64_t) :: hidden = 0, ffn = 0, experts = 0, topk = 0, tokens = 0, shared_ffn = 0
+    integer(c_int64_t) :: forward_tokens = 0, capacity = 0
   end type
 
   public :: rmoe_strerror, rmoe_ctx_config_init, rmoe_ctx_create, rmoe_ctx_create_fcomm, rmoe_ctx_destroy, &
@@ -145,7 +155,7 @@ module relaymoe
     rmoe_layer_get_grad_expert, rmoe_layer_get_grad_shared, rmoe_layer_check_finite, rmoe_layer_get_routing, &
     rmoe_layer_get_stats, rmoe_dispatch_name, rmoe_dispatch_parse, rmoe_layer_forward_raw, &
     rmoe_layer_backward_raw, rmoe_layer_set_shared_expert_gate, rmoe_layer_get_shared_expert_gate, &
-    rmoe_layer_get_grad_shared_expert_gate
+    rmoe_layer_get_grad_shared_expert_gate, rmoe_layer_set_tokens, rmoe_layer_tokens
 
   ! The last error raised by a check of this module (0: none, defer to C).
   integer(c_int) :: f_code = 0
@@ -216,6 +226,17 @@ module relaymoe
       import :: c_ptr, c_int
       type(c_ptr), value :: layer
       integer(c_int) :: rc
+    end function
+    function c_layer_set_tokens(layer, tokens) bind(c, name='rmoe_layer_set_tokens') result(rc)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: tokens
+      integer(c_int) :: rc
+    end function
+    function c_layer_tokens(layer) bind(c, name='rmoe_layer_tokens') result(n)
+      import :: c_ptr, c_int64_t
+      type(c_ptr), value :: layer
+      integer(c_int64_t) :: n
     end function
     function c_layer_owned_experts(layer, first, count) bind(c, name='rmoe_layer_owned_experts') result(rc)
       import :: c_ptr, c_int, c_int64_t
@@ -625,6 +646,8 @@ contains
     layer%experts = cfg%experts
     layer%topk = cfg%topk
     layer%tokens = cfg%tokens
+    layer%forward_tokens = cfg%tokens
+    layer%capacity = cfg%tokens
     layer%shared_ffn = cfg%shared_ffn
   end function
 
@@ -636,6 +659,30 @@ contains
     if (.not. c_associated(layer%ptr)) return
     rc = from_c(c_layer_destroy(layer%ptr))
     layer%ptr = c_null_ptr
+  end function
+
+  !> This rank's token count for the forwards that follow, 0 included: x and
+  !> y of rmoe_layer_forward are then (hidden, tokens). Not collective: ranks
+  !> may set different counts, and change them from call to call. A count
+  !> above the capacity (cfg%tokens) grows it on every rank at that forward,
+  !> except under mem_cap (that forward fails with RMOE_EINVAL on every
+  !> rank). RMOE_EINVAL for a negative count.
+  function rmoe_layer_set_tokens(layer, tokens) result(rc)
+    type(rmoe_layer), intent(inout) :: layer
+    integer, intent(in) :: tokens
+    integer(c_int) :: rc
+    rc = check_layer(layer)
+    if (rc /= 0) return
+    rc = from_c(c_layer_set_tokens(layer%ptr, int(tokens, c_int64_t)))
+    if (rc == 0) layer%tokens = tokens
+  end function
+
+  !> The count the next forward takes (as last set), or -1 for a layer not
+  !> created or destroyed.
+  function rmoe_layer_tokens(layer) result(n)
+    type(rmoe_layer), intent(in) :: layer
+    integer(c_int64_t) :: n
+    n = c_layer_tokens(layer%ptr)
   end function
 
   !> The routed experts this rank owns: first .. first + count - 1 (0-based).
@@ -759,30 +806,46 @@ contains
     rc = shared_call(layer, w_gate, w_up, w_down, c_layer_set_shared)
   end function
 
-  !> y(hidden, tokens) for x(hidden, tokens). Collective. When this rank's
-  !> arguments are refused, it still enters the library's collective
-  !> argument check (with NULL), so every rank fails alike and none waits.
+  ! Enters the forward the other ranks are in with NULL arguments, which
+  ! fails the library's collective argument check on every rank. A rank set
+  ! to 0 tokens may pass NULL, so it refuses with a count of 1, then has
+  ! its own back.
+  subroutine refuse_forward(layer)
+    type(rmoe_layer), intent(in) :: layer
+    integer(c_int) :: ignored
+    ignored = c_layer_set_tokens(layer%ptr, max(layer%tokens, 1_c_int64_t))
+    ignored = c_layer_forward(layer%ptr, c_null_ptr, c_null_ptr)
+    ignored = c_layer_set_tokens(layer%ptr, layer%tokens)
+  end subroutine
+
+  !> y(hidden, tokens) for x(hidden, tokens), tokens this rank's count
+  !> (rmoe_layer_set_tokens). Collective; the ranks' counts may differ.
+  !> When this rank's arguments are refused, it still enters the library's
+  !> collective argument check (with NULL), so every rank fails alike and
+  !> none waits.
   function rmoe_layer_forward(layer, x, y) result(rc)
     type(rmoe_layer), intent(inout) :: layer
     real(c_float), intent(in), target, contiguous :: x(:, :)
     real(c_float), intent(out), target, contiguous :: y(:, :)
-    integer(c_int) :: rc, ignored
+    integer(c_int) :: rc
     rc = check_layer(layer)
     if (rc /= 0) return
     rc = check_shape('x', shape(x), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     if (rc == 0) rc = check_shape('y', shape(y), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     if (rc /= 0) then
-      ignored = c_layer_forward(layer%ptr, c_null_ptr, c_null_ptr)
+      call refuse_forward(layer)
       return
     end if
     rc = from_c(c_layer_forward(layer%ptr, c_loc(x), c_loc(y)))
+    if (rc == 0) layer%forward_tokens = layer%tokens
   end function
 
   !> The forward on buffers in the layer's element type (c_float, or bf16
   !> bits as 2-byte integers) given as addresses, in main memory or on the
   !> rank's CUDA device (where: RMOE_MEMORY_HOST or RMOE_MEMORY_DEVICE; a
   !> device address from cudaMalloc, e.g. c_devloc in CUDA Fortran).
-  !> Collective; the C library checks everything.
+  !> Collective; the C library checks everything. The count is the one set
+  !> (rmoe_layer_set_tokens).
   function rmoe_layer_forward_raw(layer, where, x, y) result(rc)
     type(rmoe_layer), intent(inout) :: layer
     integer(c_int), intent(in) :: where
@@ -790,10 +853,11 @@ contains
     integer(c_int) :: rc
     rc = check_layer(layer)
     if (rc == 0) rc = from_c(c_layer_forward_raw(layer%ptr, where, x, y))
+    if (rc == 0) layer%forward_tokens = layer%tokens
   end function
 
-  !> The backward likewise; dprobs (c_float, experts x tokens) may be
-  !> c_null_ptr.
+  !> The backward likewise, on the last forward's count; dprobs (c_float,
+  !> experts x tokens) may be c_null_ptr.
   function rmoe_layer_backward_raw(layer, where, dy, dx, dprobs) result(rc)
     type(rmoe_layer), intent(inout) :: layer
     integer(c_int), intent(in) :: where
@@ -805,8 +869,10 @@ contains
 
   !> dx(hidden, tokens) for dy(hidden, tokens) of the last forward, and
   !> dprobs(experts, tokens), a gradient on the router probabilities, when
-  !> present (rmoe_layer_backward_ex). Collective; refused arguments as in
-  !> forward.
+  !> present (rmoe_layer_backward_ex); tokens is that forward's count
+  !> (layer%forward_tokens). Collective; refused arguments as in forward
+  !> (but a rank that had no tokens in that forward passes the library's
+  !> check: only the others' backward goes on).
   function rmoe_layer_backward(layer, dy, dx, dprobs) result(rc)
     type(rmoe_layer), intent(inout) :: layer
     real(c_float), intent(in), target, contiguous :: dy(:, :)
@@ -816,11 +882,12 @@ contains
     type(c_ptr) :: pprobs
     rc = check_layer(layer)
     if (rc /= 0) return
-    rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
-    if (rc == 0) rc = check_shape('dx', shape(dx), layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+    rc = check_shape('dy', shape(dy), layer%hidden, 'hidden', layer%forward_tokens, 'tokens', '[T, H]')
+    if (rc == 0) rc = check_shape('dx', shape(dx), layer%hidden, 'hidden', layer%forward_tokens, 'tokens', &
+                                  '[T, H]')
     pprobs = c_null_ptr
     if (present(dprobs)) call take_present(rc, pprobs, 'dprobs', dprobs, &
-                                    layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
+                                    layer%experts, 'experts', layer%forward_tokens, 'tokens', '[T, E]')
     if (rc /= 0) then
       ignored = c_layer_backward_ex(layer%ptr, c_null_ptr, c_null_ptr, c_null_ptr)
       return
@@ -891,7 +958,8 @@ contains
   end function
 
   !> Collective: RMOE_ENONFINITE on every rank when a weight, or x or dy
-  !> (hidden, tokens) when present, holds NaN or infinity.
+  !> (hidden, tokens) when present, holds NaN or infinity. x is the next
+  !> forward's input (the count set), dy the last forward's gradient.
   function rmoe_layer_check_finite(layer, x, dy) result(rc)
     type(rmoe_layer), intent(inout) :: layer
     real(c_float), intent(in), target, contiguous, optional :: x(:, :), dy(:, :)
@@ -903,12 +971,13 @@ contains
                                     layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
     pdy = c_null_ptr
     if (present(dy)) call take_present(rc, pdy, 'dy', dy, &
-                                    layer%hidden, 'hidden', layer%tokens, 'tokens', '[T, H]')
+                                    layer%hidden, 'hidden', layer%forward_tokens, 'tokens', '[T, H]')
     if (rc == 0) rc = from_c(c_layer_check_finite(layer%ptr, px, pdy))
   end function
 
   !> Routing of the last forward, each optional: topk_idx(topk, tokens)
-  !> (0-based experts), topk_w(topk, tokens), probs(experts, tokens).
+  !> (0-based experts), topk_w(topk, tokens), probs(experts, tokens), tokens
+  !> that forward's count (layer%forward_tokens).
   function rmoe_layer_get_routing(layer, topk_idx, topk_w, probs) result(rc)
     type(rmoe_layer), intent(in) :: layer
     integer(c_int32_t), intent(out), target, contiguous, optional :: topk_idx(:, :)
@@ -918,15 +987,16 @@ contains
     pi = c_null_ptr
     rc = check_layer(layer)
     if (rc == 0 .and. present(topk_idx)) then
-      rc = check_shape('topk_idx', shape(topk_idx), layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
+      rc = check_shape('topk_idx', shape(topk_idx), layer%topk, 'topk', layer%forward_tokens, 'tokens', &
+                       '[T, K]')
       if (rc == 0) pi = c_loc(topk_idx)
     end if
     pw = c_null_ptr
     if (present(topk_w)) call take_present(rc, pw, 'topk_w', topk_w, &
-                                    layer%topk, 'topk', layer%tokens, 'tokens', '[T, K]')
+                                    layer%topk, 'topk', layer%forward_tokens, 'tokens', '[T, K]')
     pp = c_null_ptr
     if (present(probs)) call take_present(rc, pp, 'probs', probs, &
-                                    layer%experts, 'experts', layer%tokens, 'tokens', '[T, E]')
+                                    layer%experts, 'experts', layer%forward_tokens, 'tokens', '[T, E]')
     if (rc == 0) rc = from_c(c_layer_get_routing(layer%ptr, pi, pw, pp))
   end function
 

@@ -4,9 +4,9 @@ with the ring dispatch, through the installed C library (ctypes).
     from mpi4py import MPI            # optional: MPI with MPI_THREAD_MULTIPLE
     import numpy as np, relaymoe
     with relaymoe.Context(MPI.COMM_WORLD) as ctx:
-        layer = relaymoe.Layer(ctx, hidden=64, ffn=32, experts=8, topk=2, tokens=96)
+        layer = relaymoe.Layer(ctx, hidden=64, ffn=32, experts=8, topk=2, tokens=96)  # capacity
         layer.set_weights(w_router, w_gate, w_up, w_down)
-        y = layer.forward(x)           # float32 [T, H], C order
+        y = layer.forward(x)           # float32 [T, H], C order, any T rows (each rank its own)
         dx = layer.backward(dy)
 
 relaymoe.autograd (with PyTorch) wraps a layer as a torch.autograd.Function

@@ -207,6 +207,8 @@ def _prototypes(lib):
         "rmoe_layer_config_init": (None, [P(LayerConfig)]),
         "rmoe_layer_create": (c_int, [P(vp), vp, P(LayerConfig)]),
         "rmoe_layer_destroy": (c_int, [vp]),
+        "rmoe_layer_set_tokens": (c_int, [vp, c_int64]),
+        "rmoe_layer_tokens": (c_int64, [vp]),
         "rmoe_layer_owned_experts": (c_int, [vp, P(c_int64), P(c_int64)]),
         "rmoe_layer_dispatch": (c_int, [vp]),
         "rmoe_layer_dispatch_reason": (cp, [vp]),

@@ -2,10 +2,13 @@
 
 Arrays are float32 (int32 for routing indices), C order (row-major), with
 the shapes of include/relaymoe/relaymoe.h: x, y, dy, dx [T, H];
-w_router [H, E]; w_gate[e], w_up[e] [H, F]; w_down[e] [F, H]. Anything else
-is refused, never converted: a float64 array, a transposed view or a slice
-with strides raises TypeError or ValueError naming the argument, what it is
-and what was expected, before the library is called.
+w_router [H, E]; w_gate[e], w_up[e] [H, F]; w_down[e] [F, H]. T is this
+rank's token count in a forward, any number from 0 (a layer's tokens= is a
+capacity, not the count of every call): forward takes it from x's rows, and
+backward, routing and the _raw backward take the last forward's. Anything
+else is refused, never converted: a float64 array, a transposed view or a
+slice with strides raises TypeError or ValueError naming the argument, what
+it is and what was expected, before the library is called.
 
 Collective calls (Context(), Layer(), forward, backward, check_finite,
 Context.close) must be made by every rank of the context, in the same
@@ -52,15 +55,20 @@ def _closed(message):
 
 def _array(name, a, shape, labels, dtype=np.float32, writable=False):
     """a, unchanged, if it is an ndarray of dtype and shape, C-contiguous and
-    aligned (and writable for outputs); otherwise TypeError or ValueError."""
-    want = f"{np.dtype(dtype).name} [{', '.join(f'{l}={n}' for l, n in zip(labels, shape))}], C order"
+    aligned (and writable for outputs); otherwise TypeError or ValueError.
+    A None in shape takes any size (a forward's rows)."""
+    dims = ", ".join(l if n is None else f"{l}={n}" for l, n in zip(labels, shape))
+    want = f"{np.dtype(dtype).name} [{dims}], C order"
+    free = [l for l, n in zip(labels, shape) if n is None]
+    if free:
+        want += f" (any {', '.join(free)} >= 0)"
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name}: a numpy.ndarray of {want} is expected, not {type(a).__name__}")
     if a.dtype != np.dtype(dtype):
         raise TypeError(f"{name}: dtype {a.dtype.str if a.dtype.byteorder not in '=|' else a.dtype.name}, "
                         f"expected {np.dtype(dtype).name} in native byte order "
                         f"(convert explicitly, e.g. {name}.astype(np.{np.dtype(dtype).name}))")
-    if tuple(a.shape) != tuple(shape):
+    if a.ndim != len(shape) or any(n is not None and m != n for m, n in zip(a.shape, shape)):
         raise ValueError(f"{name}: shape {tuple(a.shape)}, expected {want}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name}: not C-contiguous (strides {a.strides} for shape {tuple(a.shape)}); "
@@ -285,6 +293,14 @@ class Layer:
     dispatch: a token sent once per destination rank) or 'auto'. dtype: 'f32', or 'bf16' (bf16 storage of
     weights, activations and transfers, fp32 accumulation): arrays stay
     float32 at this interface either way, as the C API's are.
+
+    tokens is the capacity: the most tokens one rank is expected to bring to
+    one forward, what the layer allocates and mem_cap plans for, the same on
+    every rank. Each forward takes any count from 0 (forward: x's rows;
+    forward_raw: tokens=, or set_tokens), different on each rank and from
+    call to call. A count above the capacity grows it on every rank at that
+    forward, except under mem_cap (RelayMoEError RMOE_EINVAL on every rank).
+    The layer serves any mix of counts: one layer per MoE layer of a model.
     """
 
     _FLAG_FIELDS = ("norm_topk", "shared_gated", "overlap", "deterministic", "check_finite")
@@ -321,8 +337,12 @@ class Layer:
         self._ctx = ctx
         self.config = {name: getattr(cfg, name) for name, _ in _capi.LayerConfig._fields_}
         c = self.config
-        self.hidden, self.ffn, self.experts, self.topk, self.tokens, self.shared_ffn = (
-            c["hidden"], c["ffn"], c["experts"], c["topk"], c["tokens"], c["shared_ffn"])
+        self.hidden, self.ffn, self.experts, self.topk, self.shared_ffn = (
+            c["hidden"], c["ffn"], c["experts"], c["topk"], c["shared_ffn"])
+        # The library's counts, kept here too (readable once the layer is
+        # closed): the next forward's, and the last forward's, which the
+        # backward's arrays have. Both are the capacity until set.
+        self._tokens = self._forward_tokens = c["tokens"]
         self.shared_gated = bool(c["shared_gated"])
         first, count = ctypes.c_int64(), ctypes.c_int64()
         _check(L.rmoe_layer_owned_experts(handle, ctypes.byref(first), ctypes.byref(count)))
@@ -380,7 +400,8 @@ class Layer:
         if self._h is None:
             return "<relaymoe.Layer closed>"
         return (f"<relaymoe.Layer {self.dispatch} H={self.hidden} F={self.ffn} E={self.experts} "
-                f"K={self.topk} T={self.tokens} experts {self.owned_experts.start}.."
+                f"K={self.topk} T={self.tokens} (capacity {self.config['tokens']}) "
+                f"experts {self.owned_experts.start}.."
                 f"{self.owned_experts.stop - 1} here>")
 
     @property
@@ -393,10 +414,35 @@ class Layer:
     def dispatch_reason(self):
         return lib().rmoe_layer_dispatch_reason(self._handle()).decode()
 
+    # -- token counts -------------------------------------------------------------
+
+    @property
+    def tokens(self):
+        """This rank's count for the next forward (rmoe_layer_tokens): as last
+        set (set_tokens, forward, forward_raw's tokens=), the capacity until then."""
+        return self._tokens
+
+    @property
+    def forward_tokens(self):
+        """This rank's count in the last forward: the rows of dy, dx, dprobs and
+        routing() (the capacity before any forward)."""
+        return self._forward_tokens
+
+    def set_tokens(self, tokens):
+        """This rank's count for the forwards that follow (forward sets it
+        from x's rows itself; forward_raw from its tokens=). Not collective:
+        ranks may set different counts. A count above the capacity grows it
+        at the next forward (under mem_cap that forward fails on every
+        rank); a negative one raises RelayMoEError RMOE_EINVAL."""
+        h = self._handle()
+        tokens = _int("tokens", tokens)
+        _check(lib().rmoe_layer_set_tokens(h, tokens))
+        self._tokens = tokens
+
     # -- shapes -----------------------------------------------------------------
 
-    def _tokens_shape(self):
-        return (self.tokens, self.hidden), ("T", "H")
+    def _tokens_shape(self, tokens):
+        return (tokens, self.hidden), ("T", "H")
 
     def _expert_shapes(self, ffn):
         return ((self.hidden, ffn), ("H", "F")), ((self.hidden, ffn), ("H", "F")), ((ffn, self.hidden),
@@ -471,39 +517,61 @@ class Layer:
 
     def _refuse_forward(self):
         # The other ranks are entering the same collective call: NULL
-        # arguments fail the library's argument check on every rank.
-        lib().rmoe_layer_forward(self._h, None, None)
+        # arguments fail the library's argument check on every rank. A rank
+        # set to 0 tokens may pass NULL, so the refusal is made with 1, and
+        # the count set before is restored.
+        L = lib()
+        L.rmoe_layer_set_tokens(self._h, max(self._tokens, 1))
+        L.rmoe_layer_forward(self._h, None, None)
+        L.rmoe_layer_set_tokens(self._h, self._tokens)
 
     def _refuse_backward(self):
+        # As for the forward; but the count is the last forward's, so a rank
+        # that had no tokens there passes the library's check (it has no
+        # arrays to give) and only the others' backward goes on.
         lib().rmoe_layer_backward_ex(self._h, None, None, None)
 
+    def _count_or_refuse(self, tokens):
+        """set_tokens(tokens) before a forward; a refused count refuses the
+        forward on every rank too."""
+        try:
+            self.set_tokens(tokens)
+        except (TypeError, RelayMoEError):
+            self._refuse_forward()
+            raise
+
     def forward(self, x, out=None):
-        """y [T, H] for x [T, H]. Collective. The layer keeps a copy of x and
+        """y [T, H] for x [T, H], T = x's rows, any number from 0 (the
+        layer's tokens= is the capacity; a larger T grows it). Collective;
+        ranks may bring different counts. The layer keeps a copy of x and
         the routing for backward."""
         h = self._handle()
-        shape, labels = self._tokens_shape()
         L = lib()
         try:
-            x = _array("x", x, shape, labels)
+            x = _array("x", x, (None, self.hidden), ("T", "H"))
+            shape, labels = self._tokens_shape(x.shape[0])
             y = _out("out", out, shape, labels)
         except (TypeError, ValueError):
             self._refuse_forward()
             raise
+        self._count_or_refuse(x.shape[0])
         _check(L.rmoe_layer_forward(h, _ptr(x), _ptr(y)))
+        self._forward_tokens = x.shape[0]
         self.forwards += 1
         return y
 
     def backward(self, dy, dprobs=None, out=None):
-        """dx [T, H] for dy [T, H] of the last forward (and dprobs [T, E], a
-        gradient on the router probabilities, when given). Collective.
-        Weight gradients stay in the layer: grad_router(), grad_expert()."""
+        """dx [T, H] for dy [T, H] of the last forward, T its count
+        (forward_tokens), and dprobs [T, E], a gradient on the router
+        probabilities, when given. Collective. Weight gradients stay in the
+        layer: grad_router(), grad_expert()."""
         h = self._handle()
-        shape, labels = self._tokens_shape()
+        shape, labels = self._tokens_shape(self._forward_tokens)
         L = lib()
         try:
             dy = _array("dy", dy, shape, labels)
             if dprobs is not None:
-                dprobs = _array("dprobs", dprobs, (self.tokens, self.experts), ("T", "E"))
+                dprobs = _array("dprobs", dprobs, (self._forward_tokens, self.experts), ("T", "E"))
             dx = _out("out", out, shape, labels)
         except (TypeError, ValueError):
             self._refuse_backward()
@@ -511,30 +579,51 @@ class Layer:
         _check(L.rmoe_layer_backward_ex(h, _ptr(dy), _ptr(dprobs), _ptr(dx)))
         return dx
 
-    def forward_raw(self, x_ptr, y_ptr, device=True):
+    def forward_raw(self, x_ptr, y_ptr, device=True, tokens=None):
         """The forward on buffers given by address, in the layer's element type
         ([T, H] float32, or bf16 such as a torch.bfloat16 tensor's data_ptr()),
         on the rank's CUDA device (device=True) or in main memory: nothing is
-        converted or copied through the host. Collective."""
+        converted or copied through the host. Collective. T is tokens when
+        given (set_tokens(tokens) first), else the count last set (by
+        set_tokens, a forward, an earlier tokens=): the capacity until then,
+        so callers that always bring the capacity need not say it."""
+        h = self._handle()
         where = _capi.RMOE_MEMORY_DEVICE if device else _capi.RMOE_MEMORY_HOST
-        _check(lib().rmoe_layer_forward_raw(self._handle(), where, _address("x_ptr", x_ptr),
-                                            _address("y_ptr", y_ptr)))
+        try:
+            x_ptr, y_ptr = _address("x_ptr", x_ptr), _address("y_ptr", y_ptr)
+        except TypeError:
+            self._refuse_forward()
+            raise
+        if tokens is not None:
+            self._count_or_refuse(tokens)
+        _check(lib().rmoe_layer_forward_raw(h, where, x_ptr, y_ptr))
+        self._forward_tokens = self._tokens
         self.forwards += 1
 
     def backward_raw(self, dy_ptr, dx_ptr, dprobs_ptr=None, device=True):
-        """The backward likewise; dprobs_ptr ([T, E] float32) may be None."""
+        """The backward likewise, on the last forward's T tokens
+        (forward_tokens); dprobs_ptr ([T, E] float32) may be None."""
+        h = self._handle()
         where = _capi.RMOE_MEMORY_DEVICE if device else _capi.RMOE_MEMORY_HOST
-        _check(lib().rmoe_layer_backward_raw(self._handle(), where, _address("dy_ptr", dy_ptr),
-                                             None if dprobs_ptr is None else _address("dprobs_ptr", dprobs_ptr),
-                                             _address("dx_ptr", dx_ptr)))
+        try:
+            dy_ptr, dx_ptr = _address("dy_ptr", dy_ptr), _address("dx_ptr", dx_ptr)
+            dprobs_ptr = None if dprobs_ptr is None else _address("dprobs_ptr", dprobs_ptr)
+        except TypeError:
+            self._refuse_backward()
+            raise
+        _check(lib().rmoe_layer_backward_raw(h, where, dy_ptr, dprobs_ptr, dx_ptr))
 
     def check_finite(self, x=None, dy=None):
         """Collective: RelayMoEError RMOE_ENONFINITE on every rank when a
-        weight, x or dy holds NaN or infinity."""
+        weight, x or dy holds NaN or infinity. x is the next forward's input
+        (any T rows: its count is set, as forward would), dy the last
+        forward's gradient [forward_tokens, H]."""
         h = self._handle()
-        shape, labels = self._tokens_shape()
-        x = None if x is None else _array("x", x, shape, labels)
+        x = None if x is None else _array("x", x, (None, self.hidden), ("T", "H"))
+        shape, labels = self._tokens_shape(self._forward_tokens)
         dy = None if dy is None else _array("dy", dy, shape, labels)
+        if x is not None:
+            self.set_tokens(x.shape[0])
         _check(lib().rmoe_layer_check_finite(h, _ptr(x), _ptr(dy)))
 
     # -- gradients and routing ----------------------------------------------------
@@ -584,9 +673,10 @@ class Layer:
                 "dw_down": np.stack([p[2] for p in per]) if per else np.empty((0, F, H), np.float32)}
 
     def routing(self):
-        """Routing of the last forward: (indices [T, K] int32, weights [T, K], probs [T, E])."""
+        """Routing of the last forward, T its count (forward_tokens):
+        (indices [T, K] int32, weights [T, K], probs [T, E])."""
         h = self._handle()
-        T, K, E = self.tokens, self.topk, self.experts
+        T, K, E = self._forward_tokens, self.topk, self.experts
         idx, w, p = np.empty((T, K), np.int32), np.empty((T, K), np.float32), np.empty((T, E), np.float32)
         _check(lib().rmoe_layer_get_routing(h, _ptr(idx), _ptr(w), _ptr(p)))
         return idx, w, p

@@ -35,11 +35,13 @@ def _numpy(name, t, layer):
 class LayerFunction(torch.autograd.Function):
     """y = LayerFunction.apply(layer, x, w_router, w_gate, w_up, w_down)
 
-    x [T, H]; w_router [H, E]; w_gate, w_up [n, H, F] and w_down [n, F, H]:
-    the n experts this rank owns, in the order of layer.owned_experts.
-    Collective, forward and backward. A layer keeps the state of its last
-    forward only: backward refuses to run after another forward of the
-    same layer.
+    x [T, H], T this rank's tokens in this call: any number from 0,
+    different on each rank and from call to call (the layer's tokens= is
+    its capacity, grown when a call brings more); w_router [H, E];
+    w_gate, w_up [n, H, F] and w_down [n, F, H]: the n experts this rank
+    owns, in the order of layer.owned_experts. Collective, forward and
+    backward. A layer keeps the state of its last forward only: backward
+    refuses to run after another forward of the same layer.
     """
 
     @staticmethod
@@ -104,7 +106,9 @@ class MoE(torch.nn.Module):
 
     w_router [H, E] is replicated (sum its gradient over ranks);
     w_gate, w_up [n, H, F] and w_down [n, F, H] are the n experts this rank
-    owns (self.layer.owned_experts). Keywords after tokens go to Layer.
+    owns (self.layer.owned_experts). tokens is the layer's capacity: the
+    most tokens of one rank in one call (forward takes any x [T, H], T from
+    0; more than the capacity grows it). Keywords after tokens go to Layer.
     Parameters start from reset_parameters(generator): drawn for the whole
     layer and sliced, so a generator seeded alike on every rank gives every
     rank the same router and the experts of one layer.

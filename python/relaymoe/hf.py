@@ -43,13 +43,16 @@ until every rank is (transformers' synced_gpus, as for ZeRO-3).
 Tensors are CPU float32: a block whose parameters are of another dtype or
 on another device is refused at the swap (Layer's dtype='bf16' stores the
 layer's weights and activations in bf16 while the model stays float32).
-Every rank calls the blocks in the same order with the same number of
-tokens (the layer is collective); one relaymoe layer is made per block and
-token count.
+Every rank calls the blocks in the same order (the layer is collective),
+each with its own number of tokens, 0 included, which may change from call
+to call (batches of different lengths, a short last batch, generation's
+prompt then one token per step). A block runs one relaymoe layer, made at
+its first forward with that call's largest count over the ranks as its
+capacity (or the option tokens=); a later call that brings more grows it.
 
 copy.deepcopy of a swapped model (an EMA or an evaluation copy) gives blocks
 that share the context, hold copies of the parameters and make their own
-layers on their first forward; pickling one (torch.save of the whole model)
+layer on their first forward; pickling one (torch.save of the whole model)
 raises: save its state_dict and load that into a model swapped afresh.
 """
 import copy
@@ -181,7 +184,7 @@ class _BlockFunction(torch.autograd.Function):
             raise RuntimeError("relaymoe.hf: backward of an earlier forward of this block; the layer keeps "
                                "only its last forward (run backward before the block's next forward)")
         if dy is None:
-            dy = torch.zeros(layer.tokens, layer.hidden)
+            dy = torch.zeros(layer.forward_tokens, layer.hidden)
         dprobs = None
         if dlogits is not None:
             # A gradient on the logits that came through a softmax (the
@@ -240,13 +243,18 @@ class RelayMoEBlock(torch.nn.Module):
         self._options = dict(options, dispatch=dispatch)
         if self._options.get("wait_timeout") is None:
             self._options["wait_timeout"] = config_default("wait_timeout") or WAIT_TIMEOUT
-        self._layers = {}
+        self._layer = None
+
+    @property
+    def layer(self):
+        """The block's relaymoe.Layer, made at its first forward (None before)."""
+        return self._layer
 
     def __deepcopy__(self, memo):
         """A copy for an EMA or an evaluation model: copies of the parameters
         (and of every other module and attribute), the same context, and no
         layer: the copy makes its own on its first forward, collectively, as
-        the original did. Sharing the original's layers would tie the two
+        the original did. Sharing the original's layer would tie the two
         together, as a layer keeps the state of its last forward for its
         backward: a forward of the copy between the original's forward and
         backward (a teacher's, in distillation) would make that backward
@@ -255,12 +263,12 @@ class RelayMoEBlock(torch.nn.Module):
         memo[id(self)] = new
         # _ctx comes back as itself (Context.__deepcopy__)
         for name, value in self.__dict__.items():
-            new.__dict__[name] = {} if name == "_layers" else copy.deepcopy(value, memo)
+            new.__dict__[name] = None if name == "_layer" else copy.deepcopy(value, memo)
         return new
 
     def __reduce_ex__(self, protocol):
         raise TypeError("a RelayMoEBlock cannot be pickled or shallow-copied: it holds a relaymoe.Context (this "
-                        "process's MPI and StarPU) and its layers. Save model.state_dict() instead and load it "
+                        "process's MPI and StarPU) and its layer. Save model.state_dict() instead and load it "
                         "into a model swapped afresh with relaymoe.hf.replace_moe_blocks (copy.deepcopy works "
                         "within the process)")
 
@@ -280,13 +288,25 @@ class RelayMoEBlock(torch.nn.Module):
     # -- relaymoe side --------------------------------------------------------------
 
     def _layer_for(self, tokens):
-        layer = self._layers.get(tokens)
-        if layer is None:
-            layer = Layer(self._ctx, hidden=self.hidden, ffn=self.ffn, experts=self.num_experts, topk=self.top_k,
-                          tokens=tokens, norm_topk=self.norm_topk_prob, shared_ffn=self.shared_ffn,
-                          shared_gated=self.shared_expert_gate is not None, **self._options)
-            self._layers[tokens] = layer
-        return layer
+        """The block's one layer, for a call of tokens rows on this rank (the
+        forward sets the count). Made at the first call, collectively as
+        every rank's first call of the block is: the configuration must be
+        the same on every rank, so its capacity is the option tokens= or the
+        largest of the ranks' counts in that call (at least 1)."""
+        if self._layer is None:
+            options = dict(self._options)
+            capacity = options.pop("tokens", None)
+            if capacity is None:
+                capacity = tokens
+                comm = _comm(self._ctx)
+                if comm is not None:
+                    from mpi4py import MPI
+                    capacity = comm.allreduce(tokens, op=MPI.MAX)
+            self._layer = Layer(self._ctx, hidden=self.hidden, ffn=self.ffn, experts=self.num_experts,
+                                topk=self.top_k, tokens=max(capacity, 1), norm_topk=self.norm_topk_prob,
+                                shared_ffn=self.shared_ffn, shared_gated=self.shared_expert_gate is not None,
+                                **options)
+        return self._layer
 
     def _params(self):
         """The autograd inputs: router, per owned expert gate, up, down, then
@@ -360,9 +380,10 @@ class RelayMoEBlock(torch.nn.Module):
         return y.reshape(shape), logits
 
     def close(self):
-        for layer in self._layers.values():
-            layer.close()
-        self._layers.clear()
+        """Closes the block's layer; a later forward makes a new one."""
+        if self._layer is not None:
+            self._layer.close()
+            self._layer = None
 
 
 def _check_tensors(block):
@@ -436,9 +457,8 @@ def generate(model, ctx, *args, **kwargs):
     whose vote goes over torch.distributed; when no default process group is
     initialised, generate makes a gloo one of ctx's ranks (rank 0 holds the
     store: 127.0.0.1 when every rank is on its host, else MASTER_ADDR or rank
-    0's host name). Every rank passes the same batch size and prompt length
-    (pad the prompts on the left and pass their attention_mask): the blocks
-    take one token count per call on every rank."""
+    0's host name). Ranks may pass different batch sizes and prompt lengths:
+    each block call takes every rank's own count."""
     if ctx.size > 1:
         if kwargs.get("synced_gpus") is False:
             raise ValueError("relaymoe.hf.generate: synced_gpus=False on several ranks would leave the ranks "

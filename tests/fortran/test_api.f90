@@ -4,8 +4,10 @@
 ! refused, naming it, on every rank alike, and the layer still usable), a
 ! non-contiguous section copied in by the compiler, the library's own error
 ! messages, a non-finite input, a shared expert, a destroyed layer and
-! context, ring order, routing, stats and dispatch names. Prints one line per
-! failed check; exit 1 on any.
+! context, ring order, routing, stats and dispatch names, token counts that
+! differ between the ranks and change per call (none on rank 0, more than
+! the capacity on the last rank). Prints one line per failed check; exit 1
+! on any.
 program test_api
   use, intrinsic :: iso_c_binding
   use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
@@ -25,6 +27,9 @@ program test_api
   real(c_float) :: sgate(nh), sgate_back(nh), sgate_bad(5)
   integer(c_int32_t) :: idx(nk, nt)
   integer(c_int), allocatable :: order(:)
+  real(c_float), allocatable :: xs(:, :), ys(:, :), dxs(:, :), dys(:, :)
+  integer(c_int32_t), allocatable :: idxs(:, :)
+  integer :: n, step
 
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -106,6 +111,49 @@ program test_api
   rc = rmoe_dispatch_parse('token', d)
   call expect(rc == 0 .and. d == RMOE_DISPATCH_RING_TOKEN, 'rmoe_dispatch_parse', rc)
   call expect_error(rmoe_dispatch_parse('rings', d), RMOE_EINVAL, 'dispatch ''rings''', 'unknown dispatch')
+
+  ! Token counts. Until set, the count is cfg%tokens.
+  call expect(rmoe_layer_tokens(layer) == nt .and. layer%tokens == nt .and. layer%capacity == nt, &
+              'rmoe_layer_tokens: the capacity until set', 0)
+  call expect_error(rmoe_layer_set_tokens(layer, -1), RMOE_EINVAL, 'tokens = -1', 'a negative count')
+  call expect(rmoe_layer_tokens(layer) == nt, 'a refused count leaves the count', 0)
+  rc = rmoe_layer_set_tokens(layer, 5)
+  call expect(rc == 0 .and. rmoe_layer_tokens(layer) == 5 .and. layer%tokens == 5, 'rmoe_layer_set_tokens', rc)
+  call expect_error(rmoe_layer_forward(layer, x, y), RMOE_EINVAL, 'x is (64, 96): expected (hidden=64, tokens=5)', &
+                    'x of the capacity once 5 tokens are set')
+  ! Per call, each rank's count: the first n columns of x, whose outputs
+  ! are y's first n columns (a token's output is its own). None on rank 0,
+  ! then more than the capacity on the last rank (grown on every rank),
+  ! then the capacity again.
+  do step = 1, 3
+    select case (step)
+    case (1)
+      n = merge(0, 17 + rank, rank == 0)
+    case (2)
+      n = merge(nt + 7, 40 - rank, rank == nranks - 1)
+    case default
+      n = nt
+    end select
+    ! dys has a column more than the count: refused as dy on every rank.
+    allocate(xs(nh, n), ys(nh, n), dxs(nh, n), dys(nh, n + 1), idxs(nk, n))
+    call fill(xs, 4.1, 1.0)
+    if (n <= nt) xs = x(:, 1:n)
+    rc = rmoe_layer_set_tokens(layer, n)
+    if (rc == 0) rc = rmoe_layer_forward(layer, xs, ys)
+    call expect(rc == 0 .and. layer%forward_tokens == n, 'forward of this rank''s count', rc)
+    if (n > 0 .and. n <= nt) call expect(maxval(abs(ys - y(:, 1:n))) <= 1e-5 * maxval(abs(y)), &
+                                         'a count''s y: the first columns of the full y', 0)
+    call fill(dys, 5.3, 1.0)
+    call expect_error(rmoe_layer_backward(layer, dys, dxs), RMOE_EINVAL, 'expected (hidden=64, tokens=' // &
+                      itoa(n) // ')', 'dy of another count than the forward''s')
+    rc = rmoe_layer_backward(layer, dys(:, 1:n), dxs)
+    call expect(rc == 0 .and. (n == 0 .or. sum(abs(dxs)) > 0), 'backward of this rank''s count', rc)
+    rc = rmoe_layer_get_routing(layer, topk_idx=idxs)
+    call expect(rc == 0 .and. all(idxs >= 0 .and. idxs < ne), 'routing of this rank''s count', rc)
+    deallocate(xs, ys, dxs, dys, idxs)
+  end do
+  rc = rmoe_layer_set_tokens(layer, nt)
+  call expect(rc == 0, 'back to the capacity', rc)
 
   ! C's indices [t, h] in the library's message: x(6, 4) is x[3, 5].
   x_nan = x
@@ -203,6 +251,14 @@ contains
       end do
     end do
   end subroutine
+
+  function itoa(i) result(s)
+    integer, intent(in) :: i
+    character(len=:), allocatable :: s
+    character(len=12) :: buf
+    write(buf, '(i0)') i
+    s = trim(buf)
+  end function
 
   ! The shared expert's weights, the same in the ungated and the gated layer.
   subroutine fill_shared(gate, up, down)

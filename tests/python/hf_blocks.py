@@ -10,7 +10,9 @@ tokens; the original's gradients are averaged over the ranks, as the
 swapped block's are (reduction 'mean'). A swapped model deep-copies (an EMA
 or evaluation copy with its own parameters and layers), refuses pickling
 naming the state_dict route, which works; a float64 or bf16 model is refused
-at the swap."""
+at the swap. Token counts that change per call and differ between the
+ranks (16, 2, 2, 2, 7, then 21 tokens; none on one rank, on every dispatch)
+match the originals with one relaymoe layer per block."""
 import copy
 import pickle
 
@@ -20,6 +22,7 @@ import torch
 
 import relaymoe
 import relaymoe.hf
+from hf_common import tiny_qwen2_moe
 
 # fp32 against fp32 summed in another order: the relative norm difference of
 # each output and gradient.
@@ -144,8 +147,9 @@ def test_deepcopy_of_a_swapped_model(ctx, comm):
     ema = copy.deepcopy(model)
     copies = [m.mlp for m in ema.layers]
     for b, c in zip(blocks, copies):
-        # the same context; the original's layers stay its own
-        assert isinstance(c, relaymoe.hf.RelayMoEBlock) and c._ctx is ctx and b._layers and not c._layers
+        # the same context; the original's layer stays its own
+        assert isinstance(c, relaymoe.hf.RelayMoEBlock) and c._ctx is ctx and b.layer is not None
+        assert c.layer is None
         assert c.owned_experts == b.owned_experts
     params = dict(model.named_parameters())
     for name, p in ema.named_parameters():
@@ -160,8 +164,7 @@ def test_deepcopy_of_a_swapped_model(ctx, comm):
     out.last_hidden_state.square().mean().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
     assert all(p.grad is None for p in ema.parameters())
-    assert all(set(c._layers) == set(b._layers) and all(c._layers[t] is not b._layers[t] for t in b._layers)
-               for b, c in zip(blocks, copies))
+    assert all(c.layer is not None and c.layer is not b.layer for b, c in zip(blocks, copies))
     # A step of the original leaves the copy's parameters as they were.
     before = {n: p.detach().clone() for n, p in ema.named_parameters()}
     torch.optim.SGD(model.parameters(), lr=0.1).step()
@@ -200,3 +203,79 @@ def test_swap_refuses_other_dtypes(ctx, dtype):
     assert not any(isinstance(m, relaymoe.hf.RelayMoEBlock) for m in model.modules())
     with pytest.raises(TypeError, match=f"parameter gate.weight is {dtype}"):
         relaymoe.hf.RelayMoEBlock.from_hf(make_block("mixtral").to(dtype), ctx)
+
+
+def test_one_layer_per_block_for_any_token_count(ctx, comm):
+    # A model called with batches of 16, 2, 2, 2, 7 and then 21 tokens (the
+    # lengths turned by one per rank: counts differ between the ranks, and
+    # the last call is above the capacity on some rank), each call against
+    # the unswapped model; one relaymoe layer per block serves them all.
+    from transformers import Qwen2MoeForCausalLM
+    rank, size = comm.Get_rank(), comm.Get_size()
+    lengths = [16, 2, 2, 2, 7, 21]
+    mine = lengths[rank % len(lengths):] + lengths[:rank % len(lengths)]
+    torch.manual_seed(8)
+    original = Qwen2MoeForCausalLM(tiny_qwen2_moe(output_router_logits=True)).eval()
+    model = copy.deepcopy(original)
+    before = set(ctx._layers)
+    blocks = relaymoe.hf.replace_moe_blocks(model, ctx)
+    g = torch.Generator().manual_seed(30 + rank)
+    for call, n in enumerate(mine):
+        ids = torch.randint(0, 64, (1, n), generator=g)
+        with torch.no_grad():
+            a, b = original(input_ids=ids), model(input_ids=ids)
+        errors = [rel(b.logits, a.logits)] + [rel(y, x) for x, y in zip(a.router_logits, b.router_logits)]
+        assert max(errors) <= TOL, (call, n, errors)
+    made = set(ctx._layers) - before
+    assert len(made) == len(blocks) == 2 and made == {blk.layer for blk in blocks}
+    first = max(lengths[r % len(lengths)] for r in range(size))
+    for blk in blocks:
+        # Made at the first call for its largest count over the ranks; every
+        # call went through it.
+        assert blk.layer.config["tokens"] == first and blk.layer.forwards == len(lengths)
+        assert blk.layer.forward_tokens == mine[-1]
+    close_all(model)
+    assert all(blk.layer is None for blk in blocks)
+
+
+def zero_sum_loss(y, logits, dy, c):
+    """A loss on the output and, through a softmax as the load-balancing
+    loss's is, on the router logits: defined for no tokens too (the
+    load-balancing loss averages over the tokens)."""
+    return (y * dy).sum() + (torch.softmax(logits, dim=-1) * c).sum()
+
+
+@pytest.mark.parametrize("dispatch", ["ring", "token", "a2a", "a2a-megatron", "a2a-deepep"])
+def test_block_with_no_tokens_on_a_rank(ctx, comm, dispatch):
+    # Rank 0 brings no tokens, then the most (above the capacity the first
+    # call set); each call against the original block, the parameters'
+    # gradients against the original's averaged over the ranks.
+    rank, size = comm.Get_rank(), comm.Get_size()
+    block = make_block("qwen2_moe")
+    original = copy.deepcopy(block)
+    swapped = relaymoe.hf.RelayMoEBlock.from_hf(block, ctx, dispatch=dispatch)
+    g = torch.Generator().manual_seed(50 + rank)
+    for call, n in enumerate([0 if rank == 0 else 5 + rank, 11 if rank == 0 else 3]):
+        x = torch.rand(1, n, H, generator=g) * 2 - 1
+        dy = torch.rand(1, n, H, generator=g) * 2 - 1
+        c = torch.rand(n, E, generator=g)
+        got, want = {}, {}
+        for name, blk, out in (("swapped", swapped, got), ("original", original, want)):
+            blk.zero_grad(set_to_none=True)
+            xg = x.clone().requires_grad_(True)
+            y, logits = blk(xg)
+            zero_sum_loss(y, logits, dy, c).backward()
+            out.update(y=y.detach(), logits=logits.detach(), dx=xg.grad)
+            for pname, p in blk.named_parameters():
+                # A parameter no token reached has no gradient: zero.
+                out["d " + pname] = p.grad if p.grad is not None else torch.zeros_like(p)
+        for pname, p in original.named_parameters():
+            total = np.empty(p.shape, np.float32)
+            comm.Allreduce(np.ascontiguousarray(want["d " + pname].numpy()), total)
+            want["d " + pname] = torch.from_numpy(total / size)
+        assert got["y"].shape == (1, n, H) and got["dx"].shape == (1, n, H)
+        errors = {k: rel(v, want[k]) for k, v in got.items() if want[k].norm() > 0}
+        assert max(errors.values(), default=0.0) <= TOL, (call, n, {k: v for k, v in errors.items() if v > TOL})
+        assert all(v.norm() == 0 for k, v in got.items() if want[k].norm() == 0), call
+    assert swapped.layer.forwards == 2
+    swapped.close()

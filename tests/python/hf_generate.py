@@ -5,7 +5,9 @@ tokens must equal those the unswapped model generates for the same prompts
 on that rank alone, when the ranks stop at different steps:
   1. a different max_new_tokens on each rank (4, 9, 14, ...);
   2. EOS: rank 0's end-of-sequence token is one its greedy output reaches
-     at the third new token, the others' one they never reach.
+     at the third new token, the others' one they never reach;
+  3. a different batch size and prompt length on each rank too: every
+     block call brings each rank's own token count to one layer per block.
 The ranks' output lengths are checked to differ, so the case did happen.
 Also: the blocks' layers wait WAIT_TIMEOUT seconds by default (not forever),
 an explicit wait_timeout is kept, and synced_gpus=False is refused.
@@ -78,8 +80,17 @@ check(f"eos {eos}: {got.shape[1] - PROMPT} tokens, as the unswapped model's",
 lengths = comm.allgather(got.shape[1])
 check(f"rank 0 ended first by EOS {lengths}", size == 1 or lengths[0] < min(lengths[1:]))
 
+# 3. Batch 1 or 2, prompts of 8, 11, 14, ... tokens, 3 + 2 r new ones.
+ids = torch.randint(0, VOCAB, (1 + rank % 2, PROMPT + 3 * rank), generator=torch.Generator().manual_seed(30 + rank))
+want = greedy(reference, ids, max_new_tokens=3 + 2 * rank, eos_token_id=None)
+got = run(model, ids, max_new_tokens=3 + 2 * rank, eos_token_id=None)
+check(f"batch {ids.shape[0]}, prompt {ids.shape[1]}: {got.shape[1] - ids.shape[1]} tokens, as the unswapped "
+      f"model's", got.shape == want.shape and torch.equal(got, want))
+# The context's open layers: the blocks' one each, after every call above.
+check("one layer per block", None not in {b.layer for b in blocks} and set(ctx._layers) == {b.layer for b in blocks})
+
 # The blocks' waits: WAIT_TIMEOUT by default (RMOE_WAIT_TIMEOUT unset here), or as given.
-waits = sorted({layer.config["wait_timeout"] for b in blocks for layer in b._layers.values()})
+waits = sorted({b.layer.config["wait_timeout"] for b in blocks})
 default = relaymoe.hf.WAIT_TIMEOUT if "RMOE_WAIT_TIMEOUT" not in os.environ else waits[0]
 check(f"blocks' layers wait {waits} s by default", waits == [default] and default > 0)
 try:

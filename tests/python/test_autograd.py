@@ -154,3 +154,31 @@ def test_bad_tensors(ctx, comm):
     moe.close()
     with pytest.raises(Exception, match="the layer is closed"):
         moe(xt)
+
+
+def test_any_token_count(ctx, comm):
+    # The module's layer takes each call's rows: counts that change per call
+    # and rank, none on one rank, more than the capacity (tokens=).
+    from test_tokens import counts_of, make_call, reference, rows_of
+    rank, size = comm.Get_rank(), comm.Get_size()
+    moe, w = loaded_moe(ctx, 45)
+    own = slice(moe.layer.owned_experts.start, moe.layer.owned_experts.stop)
+    for call in (1, 2, 3):
+        counts = counts_of(call, size)
+        x_all, dy_all, dp_all, at = make_call(500 + call, counts, SHAPE["hidden"], SHAPE["experts"])
+        x, dy = rows_of(rank, at, x_all, dy_all)
+        for p in moe.parameters():
+            p.grad = None
+        xt = torch.from_numpy(x).requires_grad_()
+        y = moe(xt)
+        (y * torch.from_numpy(dy)).sum().backward()
+        want_y, want_dx, want_router, _, whole = reference(w, SHAPE["topk"], x_all, dy_all, 0 * dp_all, at, rank)
+        errors = {
+            "y": ref.relative_error(y.detach().numpy(), want_y),
+            "x.grad": ref.relative_error(xt.grad.numpy(), want_dx),
+            "w_router.grad (this rank's part)": ref.relative_error(moe.w_router.grad.numpy(), want_router),
+            "w_gate.grad": ref.relative_error(moe.w_gate.grad.numpy(), whole["w_gate"][own]),
+            "w_down.grad": ref.relative_error(moe.w_down.grad.numpy(), whole["w_down"][own]),
+        }
+        assert y.shape == (counts[rank], SHAPE["hidden"]) and max(errors.values()) <= TOL, (counts, errors)
+    moe.close()
