@@ -17,6 +17,14 @@ static struct rmoe_router_shape router_shape(const struct rmoe_layer *L)
 static int submit_router_fwd(struct rmoe_layer *L)
 {
 	const int top = starpu_sched_get_max_priority();
+	/* No tokens here: no task touches a buffer of no element (a device
+	 * allocates none), the counts are zero. */
+	if (L->T == 0) {
+		int rc = rmoe_pass_zero(L, NULL, L->h_counts, L->E, top, "zero-counts");
+		if (!rc && L->traits->peer_counts)
+			rc = rmoe_pass_zero(L, NULL, L->h_peer_counts, L->E + L->N, top, "zero-counts");
+		return rc;
+	}
 	struct rmoe_router_shape s = router_shape(L);
 	struct rmoe_task_opts o = rmoe_opts(L, "router-fwd", top);
 	int rc = rmoe_insert_router_fwd(&o, &s, L->h_x, L->h_w_router, L->h_probs, L->h_topk_idx, L->h_topk_w);
@@ -33,6 +41,9 @@ static int submit_router_bwd(struct rmoe_layer *L, starpu_data_handle_t dx, star
 {
 	struct rmoe_router_shape s = router_shape(L);
 	struct rmoe_task_opts o = rmoe_opts(L, "router-bwd", 0);
+	/* No tokens here: this rank's part of the router's gradient is zero. */
+	if (L->T == 0)
+		return rmoe_pass_zero(L, NULL, L->h_dw_router, L->H * L->E, 0, "zero-grad");
 	return rmoe_insert_router_bwd(&o, &s, L->h_x, L->h_w_router, L->h_probs, L->h_topk_idx, L->h_topk_w, L->h_dg,
 	                              dprobs, dx, L->h_dw_router);
 }

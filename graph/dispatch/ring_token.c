@@ -98,8 +98,8 @@ static int own_open(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		own[k] = rmoe_temp_vector(pass, n, elsize(L, k));
 		struct rmoe_task_opts o = rmoe_opts(L, "pad-partition", rmoe_prio_hop(0, L->N));
 		if (!rc)
-			rc = k == DG ? rmoe_insert_zero(&o, n, own[k])
-			             : rmoe_insert_copy_pad(&o, L->T * per_token(L, k), user[k], n, own[k]);
+			rc = k == DG || L->T == 0 ? rmoe_insert_zero(&o, n, own[k])
+			                          : rmoe_insert_copy_pad(&o, L->T * per_token(L, k), user[k], n, own[k]);
 	}
 	return rc;
 }
@@ -112,7 +112,7 @@ static int own_close(struct rmoe_layer *L, starpu_data_handle_t *user, starpu_da
 		if (own[k] == user[k])
 			continue;
 		struct rmoe_task_opts o = rmoe_opts(L, "unpad-partition", 0);
-		if (!rc && (k == ACC || k == DG))
+		if (!rc && (k == ACC || k == DG) && L->T > 0)
 			rc = rmoe_insert_copy_pad(&o, L->T_max * per_token(L, k), own[k], L->T * per_token(L, k), user[k]);
 		starpu_data_unregister_submit(own[k]);
 	}

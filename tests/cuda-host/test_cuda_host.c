@@ -1010,6 +1010,28 @@ static void test_cuda_host_accumulate_zero(void **state)
 	}
 }
 
+/* A partition padded to more rows and brought back: the first elements
+ * copied, the rest zero, bit for bit as the CPU kernel (which works on the
+ * fp32 copies of bf16 buffers, so bf16 is compared through them). */
+static void test_cuda_host_copy_pad(void **state)
+{
+	(void)state;
+	const int64_t small = 300, large = 1000;
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		for (int grow = 0; grow < 2; grow++) {
+			set_variant("bf16=%d grow=%d", bf16, grow);
+			const int64_t ns = grow ? small : large, nd = grow ? large : small;
+			struct tbuf src = tb_new(ns, bf16, 1.0), dst = tb_new(nd, bf16, 1.0), want = tb_new(nd, bf16, 1.0);
+			rmoe_kernel_copy_pad(ns, nd, src.f, want.f);
+			tb_sync(&want);
+			expect_rc(rmoe_cuda_copy_pad(NULL, elsize(bf16), ns, nd, src.d, dst.d), "copy-pad");
+			expect_same_bits(dst.d, want.d, (size_t)nd * elsize(bf16), "dst = src, padded");
+			tb_free(&src);
+			tb_free(&dst);
+			tb_free(&want);
+		}
+}
+
 /* Three peers, the second without rows (NULL), four local experts. */
 static void test_cuda_host_sort_chunks(void **state)
 {
@@ -1219,6 +1241,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cuda_host_gemm_ways, setup, way_teardown),
 		cmocka_unit_test_setup_teardown(test_cuda_host_expert_many, setup, way_teardown),
 		cmocka_unit_test_setup(test_cuda_host_accumulate_zero, setup),
+		cmocka_unit_test_setup(test_cuda_host_copy_pad, setup),
 		cmocka_unit_test_setup(test_cuda_host_sort_chunks, setup),
 		cmocka_unit_test_setup(test_cuda_host_errors, setup),
 		cmocka_unit_test_setup(test_cuda_host_gemm_shapes, setup),
