@@ -126,10 +126,11 @@ int rmoe_a2a_plan_get(struct rmoe_layer *L, const struct rmoe_a2a_plan **p)
 }
 
 /* Chunks of one block: at most the pairs of a rank, in chunks of the
- * layer's chunk rows (a block is one chunk without). */
+ * layer's chunk rows (a block is one chunk without). The call's largest
+ * count, not this rank's: every rank numbers its tags alike. */
 static int64_t max_chunks(const struct rmoe_layer *L)
 {
-	const int64_t P = L->T * L->K, c = L->cfg.chunk_rows;
+	const int64_t P = L->T_max * L->K, c = L->cfg.chunk_rows;
 	return c > 0 && c < P ? (P + c - 1) / c : 1;
 }
 

@@ -206,7 +206,7 @@ static int64_t count_of(int c, int r, int nranks)
 	}
 }
 
-static void run_case(rmoe_ctx *ctx, enum rmoe_dispatch d, enum rmoe_dtype dt, int64_t Fs)
+static void run_case(rmoe_ctx *ctx, enum rmoe_dispatch d, enum rmoe_dtype dt, int64_t Fs, int64_t chunk)
 {
 	int nranks, rank;
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -217,6 +217,7 @@ static void run_case(rmoe_ctx *ctx, enum rmoe_dispatch d, enum rmoe_dtype dt, in
 	cfg.dispatch = d;
 	cfg.dtype = dt;
 	cfg.shared_ffn = Fs;
+	cfg.chunk_rows = chunk;
 	struct weights w;
 	rmoe_layer *layer = NULL;
 	int rc = rmoe_app_agree(weights_init(&w, H, F, E, K, Fs, dt));
@@ -240,16 +241,17 @@ static void run_case(rmoe_ctx *ctx, enum rmoe_dispatch d, enum rmoe_dtype dt, in
 		if (!rc)
 			rc = rmoe_layer_backward(layer, T ? dy : NULL, T ? dx : NULL);
 		rc = rmoe_app_agree(rc);
-		snprintf(what, sizeof(what), "%s %s shared %lld call %d: layer calls (%s)", rmoe_dispatch_name(d),
-		         dt == RMOE_DTYPE_BF16 ? "bf16" : "f32", (long long)Fs, c, rc ? rmoe_strerror(rc) : "ok");
+		snprintf(what, sizeof(what), "%s %s shared %lld chunks %lld call %d: layer calls (%s)", rmoe_dispatch_name(d),
+		         dt == RMOE_DTYPE_BF16 ? "bf16" : "f32", (long long)Fs, (long long)chunk, c,
+		         rc ? rmoe_strerror(rc) : "ok");
 		expect(rc == 0, what, 0);
 		if (!rc) {
 			double err = check_call(layer, &w, counts, nranks, rank, x, dy, y, dx);
-			snprintf(what, sizeof(what), "%s %s shared %lld call %d vs reference", rmoe_dispatch_name(d),
-			         dt == RMOE_DTYPE_BF16 ? "bf16" : "f32", (long long)Fs, c);
+			snprintf(what, sizeof(what), "%s %s shared %lld chunks %lld call %d vs reference", rmoe_dispatch_name(d),
+			         dt == RMOE_DTYPE_BF16 ? "bf16" : "f32", (long long)Fs, (long long)chunk, c);
 			expect(err <= (dt == RMOE_DTYPE_BF16 ? TOL_BF16 : TOL_F32), what, err);
-			rmoe_app_say("  %-12s %-4s shared %-2lld call %d: rel err %.2e\n", rmoe_dispatch_name(d),
-			             dt == RMOE_DTYPE_BF16 ? "bf16" : "f32", (long long)Fs, c, err);
+			rmoe_app_say("  %-12s %-4s shared %-2lld chunks %lld call %d: rel err %.2e\n", rmoe_dispatch_name(d),
+			             dt == RMOE_DTYPE_BF16 ? "bf16" : "f32", (long long)Fs, (long long)chunk, c, err);
 		}
 		free(x), free(dy), free(y), free(dx);
 	}
@@ -301,9 +303,15 @@ int main(int argc, char **argv)
 	rmoe_app_say("test_tokens on %d rank(s)\n", nranks);
 	const enum rmoe_dispatch ds[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
 	                                 RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
-	for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++)
+	for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++) {
 		for (int dt = 0; dt < 2; dt++)
-			run_case(ctx, ds[i], dt ? RMOE_DTYPE_BF16 : RMOE_DTYPE_F32, dt ? 0 : 8);
+			run_case(ctx, ds[i], dt ? RMOE_DTYPE_BF16 : RMOE_DTYPE_F32, dt ? 0 : 8, 0);
+		/* Chunked blocks and hops: the all-to-alls number their chunks'
+		 * tags from the call's largest count, on every rank alike
+		 * (DeepEP's whole blocks take no chunks). */
+		if (ds[i] != RMOE_DISPATCH_ALLTOALL_DEEPEP)
+			run_case(ctx, ds[i], RMOE_DTYPE_F32, 0, 3);
+	}
 	run_refusals(ctx);
 	return rmoe_test_end(ctx, "test_tokens", failures);
 }
