@@ -26,6 +26,7 @@ struct run_opts {
 	int64_t chunk_rows, seed, repeat, partitions;
 	int64_t blas_threads;           /* 0: the context's automatic count */
 	const char *dispatch, *load, *dump, *csv, *io, *routing;
+	const char *tokens_per_rank;    /* NULL: --tokens on every rank */
 	const char *trace, *sched;      /* traces and scheduler experiments */
 	int no_prio;
 	int check, norm_topk, no_norm_topk, shared_gated, no_overlap, quiet, verbose;
@@ -56,7 +57,8 @@ static const char *usage_head =
 
 static const char *usage_tail =
 	"\n"
-	".npy layout (float32, C order): x.npy, dy.npy [N*T, H] (rank r: rows r*T..);\n"
+	".npy layout (float32, C order): x.npy, dy.npy [N*T, H] (rank r: rows r*T..; with\n"
+	"--tokens-per-rank, [T0+..+T(N-1), H], rank r's rows after those of ranks below it);\n"
 	"w_router.npy [H, E]; w_gate.npy, w_up.npy [E, H, F]; w_down.npy [E, F, H];\n"
 	"with --shared-ffn FS w_shared_gate.npy, w_shared_up.npy [H, FS], w_shared_down.npy\n"
 	"[FS, H], and with --shared-gated w_shared_expert_gate.npy [H];\n"
@@ -67,7 +69,11 @@ static const char *usage_tail =
 /* The options of relaymoe run, set by set, into r: as rmoe_app_options. */
 static int parse_options(struct run_opts *r, int argc, char **argv, int first, char *msg, size_t len)
 {
-	const struct rmoe_opt shape[] = {RMOE_PRESET_OPTIONS(&r->preset), RMOE_SHAPE_OPTIONS(&r->shape)};
+	const struct rmoe_opt shape[] = {
+		RMOE_PRESET_OPTIONS(&r->preset),
+		RMOE_SHAPE_OPTIONS(&r->shape),
+		{"tokens-per-rank", RMOE_OPT_STRING, &r->tokens_per_rank, 0, 0, "T0,T1,...", "instead of --tokens, each rank's own count, one per rank, each >= 0 (the layer is sized for the largest)", NULL},
+	};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
@@ -146,7 +152,10 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 static void model_peaks(const struct rmoe_problem *p, struct rmoe_run_outcome *o, const int64_t *blocks)
 {
 	struct rmoe_mem_config mc;
+	/* Each rank with its own count, the kept buffers at the capacity. */
 	rmoe_mem_config_from_layer(&mc, &p->cfg, p->nranks);
+	mc.rank_tokens = p->rank_tokens;
+	mc.capacity = p->cfg.tokens;
 	mc.chunk_rows = o->chunk_rows;
 	mc.skew = o->skew;
 	mc.blocks = blocks;
@@ -422,12 +431,21 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
  * fails here on every rank alike); 0, 1 after --help, or a negative
  * RMOE_E* code with msg. */
 static int configure(struct run_opts *r, int argc, char **argv, int first, struct rmoe_layer_config *cfg,
-                     enum rmoe_dispatch *which, int *ndisp, char *msg, size_t len)
+                     int64_t *rank_tokens, enum rmoe_dispatch *which, int *ndisp, char *msg, size_t len)
 {
+	int nranks;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	int prc = parse_options(r, argc, argv, first, msg, len);
 	if (prc)
 		return prc;
 	prc = make_config(r, cfg, msg, len);
+	if (!prc && r->tokens_per_rank && r->shape.g_tokens) {
+		snprintf(msg, len, "--tokens and --tokens-per-rank both given: expected one way to say tokens per rank");
+		prc = RMOE_EINVAL;
+	}
+	/* The layer is sized for the largest count, its capacity. */
+	if (!prc && r->tokens_per_rank)
+		prc = rmoe_app_rank_tokens(r->tokens_per_rank, nranks, rank_tokens, &cfg->tokens, msg, len);
 	if (!prc && !(*ndisp = rmoe_app_dispatch_list(r->dispatch, which, msg, len)))
 		prc = RMOE_EINVAL;
 	/* Beside others, whole blocks run whole while the others are chunked
@@ -445,22 +463,40 @@ static int configure(struct run_opts *r, int argc, char **argv, int first, struc
 		prc = RMOE_EINVAL;
 	}
 #endif
-	int nranks;
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	if (!prc && (prc = rmoe_config_check(cfg, nranks)))
 		snprintf(msg, len, "%s", rmoe_strerror(prc));
 	return prc;
 }
 
+/* The tokens of the header line: "3072 tokens per rank", or with
+ * --tokens-per-rank each rank's, "tokens per rank 0,100,3072". */
+static void tokens_text(const struct run_opts *r, const struct rmoe_problem *p, char *text, size_t len)
+{
+	if (!r->tokens_per_rank) {
+		snprintf(text, len, "%lld tokens per rank", (long long)p->cfg.tokens);
+		return;
+	}
+	size_t used = (size_t)snprintf(text, len, "tokens per rank");
+	for (int i = 0; i < p->nranks && used < len; i++)
+		used += (size_t)snprintf(text + used, len - used, "%c%lld", i ? ',' : ' ', (long long)p->rank_tokens[i]);
+}
+
 /* What the run is: the layer, its routing, the machine it runs on. */
-static void print_header(const struct run_opts *r, const struct rmoe_layer_config *cfg, int nranks, rmoe_ctx *ctx,
+static void print_header(const struct run_opts *r, const struct rmoe_problem *p, rmoe_ctx *ctx,
                          const struct rmoe_run_info *info)
 {
-	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %lld tokens per rank%s%s, seed %lld, "
+	const struct rmoe_layer_config *cfg = &p->cfg;
+	/* room for every rank's count */
+	const size_t len = 32 + 21 * (size_t)p->nranks;
+	char *tokens = malloc(len);
+	if (tokens)
+		tokens_text(r, p, tokens, len);
+	rmoe_app_say("relaymoe run: %d rank(s), H=%lld F=%lld E=%lld K=%lld, %s%s%s, seed %lld, "
 	             "%lld timed repetition(s)\n",
-	             nranks, (long long)cfg->hidden, (long long)cfg->ffn, (long long)cfg->experts, (long long)cfg->topk,
-	             (long long)cfg->tokens, r->preset.preset ? ", preset " : "", r->preset.preset ? r->preset.preset : "",
-	             (long long)r->seed, (long long)r->repeat);
+	             p->nranks, (long long)cfg->hidden, (long long)cfg->ffn, (long long)cfg->experts,
+	             (long long)cfg->topk, tokens ? tokens : "tokens per rank", r->preset.preset ? ", preset " : "",
+	             r->preset.preset ? r->preset.preset : "", (long long)r->seed, (long long)r->repeat);
+	free(tokens);
 	char routing[160];
 	rmoe_app_routing_line(cfg, routing, sizeof(routing));
 	rmoe_app_say("  routing: %s\n", routing);
@@ -478,29 +514,39 @@ int rmoe_cmd_run(int argc, char **argv, int first)
 	                     .repeat = 3, .partitions = 1, .dispatch = "baselines", .io = "host"};
 	struct rmoe_layer_config cfg;
 	enum rmoe_dispatch which[MAX_DISPATCHERS];
-	int ndisp = 0;
+	int ndisp = 0, nranks;
 	char msg[1024];
-	int prc = configure(&r, argc, argv, first, &cfg, which, &ndisp, msg, sizeof(msg));
-	if (prc == 1)
-		return 0;
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	int64_t *rank_tokens = calloc((size_t)nranks, sizeof(int64_t));
+	if (rmoe_app_agree(rank_tokens ? 0 : RMOE_ENOMEM)) {
+		rmoe_app_error("out of host memory");
+		free(rank_tokens);
+		return 1;
+	}
+	int prc = configure(&r, argc, argv, first, &cfg, rank_tokens, which, &ndisp, msg, sizeof(msg));
 	if (prc) {
+		free(rank_tokens);
+		if (prc == 1)
+			return 0;
 		rmoe_app_say("relaymoe run: %s\n", msg);
 		return 2;
 	}
-	int nranks;
-	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	rmoe_ctx *ctx = NULL;
-	if (make_context(&r, &ctx))
+	if (make_context(&r, &ctx)) {
+		free(rank_tokens);
 		return 1;
+	}
 	struct rmoe_run_info info = {.sched = rmoe_ctx_sched_policy(ctx), .starpu = rmoe_starpu_build()};
 	rmoe_ctx_workers(ctx, &info.cpu_workers, &info.cuda_workers);
 	struct rmoe_problem prob;
-	if (rmoe_problem_init(&prob, &cfg, (uint64_t)r.seed, r.load)) {
+	int irc = rmoe_problem_init_tokens(&prob, &cfg, r.tokens_per_rank ? rank_tokens : NULL, (uint64_t)r.seed, r.load);
+	free(rank_tokens);
+	if (irc) {
 		rmoe_problem_free(&prob);
 		rmoe_ctx_destroy(ctx);
 		return 1;
 	}
-	print_header(&r, &cfg, nranks, ctx, &info);
+	print_header(&r, &prob, ctx, &info);
 
 	struct rmoe_results res[MAX_DISPATCHERS];
 	struct rmoe_run_outcome out[MAX_DISPATCHERS];

@@ -14,7 +14,8 @@
 struct rmoe_device_io {
 	rmoe_ctx *ctx;
 	int64_t n;                   /* T*H elements */
-	size_t bytes;
+	size_t bytes;                /* of n elements */
+	size_t alloc;                /* of each buffer: bytes, at least one element */
 	void *x, *dy, *y, *dx;
 };
 int rmoe_device_io_open(rmoe_ctx *ctx, const struct rmoe_problem *p, struct rmoe_device_io *io);

@@ -1,5 +1,7 @@
 /* What the subcommands do with the option sets they share (options.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "messages.h"
@@ -65,6 +67,44 @@ int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_confi
 	}
 	cfg->mem_cap = o->mem_cap;
 	cfg->window = (int)o->window;
+	return 0;
+}
+
+int rmoe_app_rank_tokens(const char *list, int nranks, int64_t *counts, int64_t *most, char *msg, size_t len)
+{
+	int n = 0;
+	*most = 0;
+	for (const char *p = list;; p++) {
+		const size_t w = strcspn(p, ",");
+		char word[24] = "", *end = NULL;
+		if (w > 0 && w < sizeof(word))
+			memcpy(word, p, w);
+		errno = 0;
+		const long long v = strtoll(word, &end, 10);
+		if (!word[0] || strspn(word, "0123456789") != w || *end || errno || v > RMOE_OPT_MAX_TOKENS) {
+			snprintf(msg, len, "--tokens-per-rank '%s': '%.*s' is not a token count: expected a whole number "
+			         "from 0 to %.0f for each of the %d rank(s)", list, (int)(w < 40 ? w : 40), p,
+			         RMOE_OPT_MAX_TOKENS, nranks);
+			return RMOE_EINVAL;
+		}
+		if (n < nranks)
+			counts[n] = v;
+		n++;
+		*most = v > *most ? v : *most;
+		p += w;
+		if (*p != ',')
+			break;
+	}
+	if (n != nranks) {
+		snprintf(msg, len, "--tokens-per-rank '%s': %d count(s) for %d rank(s): expected one count per rank", list,
+		         n, nranks);
+		return RMOE_EINVAL;
+	}
+	if (*most == 0) {
+		snprintf(msg, len, "--tokens-per-rank '%s': every count is 0: expected tokens on at least one of the %d "
+		         "rank(s)", list, nranks);
+		return RMOE_EINVAL;
+	}
 	return 0;
 }
 

@@ -98,6 +98,12 @@ int rmoe_app_shape_config(const struct rmoe_preset_opts *p, const struct rmoe_sh
  * 0 or RMOE_EINVAL with msg naming the value. */
 int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_config *cfg, char *msg, size_t len);
 
+/* --tokens-per-rank: list, comma-separated whole counts >= 0 (at most
+ * RMOE_OPT_MAX_TOKENS), exactly one per rank of nranks, not all 0, into
+ * counts[nranks]; their largest into *most. 0, or RMOE_EINVAL with msg
+ * naming the value and the number of ranks. */
+int rmoe_app_rank_tokens(const char *list, int nranks, int64_t *counts, int64_t *most, char *msg, size_t len);
+
 /* The dispatchers a --dispatch value names into which (room for every
  * dispatcher), ring first, since ratios are against it: a name, both (ring
  * and a2a), baselines (ring and every all-to-all), all, or a comma list of

@@ -68,13 +68,13 @@ struct tensor {
 #define PROBLEM_TENSORS 10
 static int tensors(struct rmoe_problem *p, struct tensor *t, int all)
 {
-	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->cfg.tokens,
-	              Fs = p->cfg.shared_ffn, N = p->nranks, el = p->e_local, HF = H * F;
+	const int64_t H = p->cfg.hidden, F = p->cfg.ffn, E = p->cfg.experts, T = p->tokens, TT = p->total_tokens,
+	              Fs = p->cfg.shared_ffn, el = p->e_local, HF = H * F;
 	const float sh = 1.0f / sqrtf((float)H), sf = 1.0f / sqrtf((float)F), ss = Fs > 0 ? 1.0f / sqrtf((float)Fs) : 0;
-	const int64_t own = p->rank * T * H, first = p->first_expert;
+	const int64_t own = p->token0 * H, first = p->first_expert;
 	int n = 0;
-	t[n++] = (struct tensor){&p->x, T * H, RMOE_STREAM_X, own, 1.0f, "x.npy", 2, {N * T, H}, p->rank * T, T};
-	t[n++] = (struct tensor){&p->dy, T * H, RMOE_STREAM_DY, own, 1.0f, "dy.npy", 2, {N * T, H}, p->rank * T, T};
+	t[n++] = (struct tensor){&p->x, T * H, RMOE_STREAM_X, own, 1.0f, "x.npy", 2, {TT, H}, p->token0, T};
+	t[n++] = (struct tensor){&p->dy, T * H, RMOE_STREAM_DY, own, 1.0f, "dy.npy", 2, {TT, H}, p->token0, T};
 	t[n++] = (struct tensor){&p->w_router, H * E, RMOE_STREAM_W_ROUTER, 0, sh, "w_router.npy", 2, {H, E}, 0, -1};
 	t[n++] = (struct tensor){&p->w_gate, el * HF, RMOE_STREAM_W_GATE, first * HF, sh, "w_gate.npy", 3, {E, H, F},
 	                         first, el};
@@ -104,7 +104,7 @@ static int problem_alloc(struct rmoe_problem *p)
 			rc = RMOE_ENOMEM;
 	if (rc)
 		rmoe_app_error("out of host memory for the layer's tensors (tokens=%lld hidden=%lld)",
-		               (long long)p->cfg.tokens, (long long)p->cfg.hidden);
+		               (long long)p->tokens, (long long)p->cfg.hidden);
 	return rmoe_app_agree(rc);
 }
 
@@ -132,12 +132,38 @@ static int problem_load(struct rmoe_problem *p, const char *load_dir)
 		int r = load_one(load_dir, t[i].file, t[i].ndim, t[i].shape, t[i].row0, t[i].nrows, *t[i].ptr);
 		if (r < 0)
 			rc = r;
+		/* x and dy are the first two: their rows are every rank's tokens */
+		if (r == RMOE_EFORMAT && i < 2)
+			rmoe_app_error("%s holds every rank's tokens as rows: expected %lld (this rank's %lld from row %lld)",
+			               t[i].file, (long long)p->total_tokens, (long long)p->tokens, (long long)p->token0);
 	}
 	return rmoe_app_agree(rc);
 }
 
+/* Every rank's count (rank_tokens, or cfg's tokens each), this rank's rows
+ * of the global token tensors; 0 or RMOE_ENOMEM (not agreed). */
+static int problem_tokens(struct rmoe_problem *p, const int64_t *rank_tokens)
+{
+	if (!(p->rank_tokens = malloc((size_t)p->nranks * sizeof(int64_t))))
+		return RMOE_ENOMEM;
+	for (int r = 0; r < p->nranks; r++) {
+		p->rank_tokens[r] = rank_tokens ? rank_tokens[r] : p->cfg.tokens;
+		if (r < p->rank)
+			p->token0 += p->rank_tokens[r];
+		p->total_tokens += p->rank_tokens[r];
+	}
+	p->tokens = p->rank_tokens[p->rank];
+	return 0;
+}
+
 int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,
                       const char *load_dir)
+{
+	return rmoe_problem_init_tokens(p, cfg, NULL, seed, load_dir);
+}
+
+int rmoe_problem_init_tokens(struct rmoe_problem *p, const struct rmoe_layer_config *cfg,
+                             const int64_t *rank_tokens, uint64_t seed, const char *load_dir)
 {
 	memset(p, 0, sizeof(*p));
 	p->cfg = *cfg;
@@ -146,7 +172,12 @@ int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cf
 	p->e_local = cfg->experts / p->nranks;
 	p->first_expert = p->rank * p->e_local;
 	p->kept = calloc(1, sizeof(*p->kept));
-	int rc = problem_alloc(p);
+	int rc = problem_tokens(p, rank_tokens);
+	if (rc)
+		rmoe_app_error("out of host memory for the problem");
+	if ((rc = rmoe_app_agree(rc)))
+		return rc;
+	rc = problem_alloc(p);
 	if (!rc && !p->kept)
 		rmoe_app_error("out of host memory for the problem");
 	if (!rc)
@@ -171,13 +202,16 @@ void rmoe_problem_free(struct rmoe_problem *p)
 	if (p->kept && p->kept->release)
 		p->kept->release(p->kept->data);
 	free(p->kept);
+	free(p->rank_tokens);
 	memset(p, 0, sizeof(*p));
 }
 
 int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer)
 {
 	const int64_t HF = p->cfg.hidden * p->cfg.ffn;
-	int rc = rmoe_layer_set_router(layer, p->w_router);
+	int rc = rmoe_layer_set_tokens(layer, p->tokens);
+	if (!rc)
+		rc = rmoe_layer_set_router(layer, p->w_router);
 	for (int64_t e = 0; e < p->e_local && !rc; e++)
 		rc = rmoe_layer_set_expert(layer, p->first_expert + e, p->w_gate + e * HF, p->w_up + e * HF,
 		                           p->w_down + e * HF);
@@ -189,29 +223,40 @@ int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer)
 }
 
 /* Routing skew as the memory model takes it, from every rank's top-k
- * choices: rows[r][q] = pairs of rank r's tokens routed to partition q. */
+ * choices: all[r * Q + q] = pairs of rank r's tokens routed to partition q.
+ * The busiest ring hop (one rank's pairs for one partition) against the
+ * even share of the largest count (with equal counts, the even share), and
+ * the most pairs a rank receives (the all-to-all's) against the mean. */
 void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring,
                          double *a2a)
 {
 	/* The ring's hops visit N*parts partitions (parts per rank, --partitions). */
 	const int N = p->nranks, parts = p->cfg.partitions > 1 ? (int)p->cfg.partitions : 1, Q = N * parts;
-	const int64_t P = p->cfg.tokens * p->cfg.topk, per = p->e_local / parts;
+	const int64_t K = p->cfg.topk, P = p->tokens * K, per = p->e_local / parts;
 	int64_t *mine = calloc((size_t)Q, sizeof(int64_t)), *all = calloc((size_t)N * Q, sizeof(int64_t));
 	for (int64_t i = 0; i < P; i++)
 		mine[topk_idx[i] / per]++;
 	MPI_Allgather(mine, Q, MPI_INT64_T, all, Q, MPI_INT64_T, MPI_COMM_WORLD);
-	int64_t hop = 0, rank = 0;
+	/* Against the largest count's share: the model gives the rank of that
+	 * count the busiest hop's rows and block (rmoe_mem_config.rank_tokens),
+	 * a smaller one its part; equal counts are the even share. */
+	int64_t rank = 0, most = 0, busiest = 0;
+	for (int r = 0; r < N; r++) {
+		most = p->rank_tokens[r] > most ? p->rank_tokens[r] : most;
+		for (int g = 0; g < Q; g++)
+			busiest = all[r * Q + g] > busiest ? all[r * Q + g] : busiest;
+	}
+	const double hop = most > 0 ? (double)busiest * Q / (double)(most * K) : 1.0;
 	for (int q = 0; q < N; q++) {
 		int64_t col = 0;
 		for (int r = 0; r < N; r++)
-			for (int g = q * parts; g < (q + 1) * parts; g++) {
-				hop = all[r * Q + g] > hop ? all[r * Q + g] : hop;
+			for (int g = q * parts; g < (q + 1) * parts; g++)
 				col += all[r * Q + g];
-			}
 		rank = col > rank ? col : rank;
 	}
-	*ring = fmin((double)Q, fmax(1.0, (double)hop * Q / (double)P));
-	*a2a = fmax(1.0, (double)rank / (double)P);
+	const double mean = (double)(p->total_tokens * K) / N;
+	*ring = fmin((double)Q, fmax(1.0, hop));
+	*a2a = mean > 0 ? fmax(1.0, (double)rank / mean) : 1.0;
 	free(mine);
 	free(all);
 }
@@ -219,7 +264,7 @@ void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk
 int64_t *rmoe_problem_a2a_blocks(const struct rmoe_problem *p, const int32_t *topk_idx)
 {
 	const int N = p->nranks;
-	const int64_t P = p->cfg.tokens * p->cfg.topk;
+	const int64_t P = p->tokens * p->cfg.topk;
 	const int64_t K = p->cfg.topk;
 	int64_t *mine = calloc((size_t)(2 * N), sizeof(int64_t)), *all = calloc((size_t)(2 * N * N), sizeof(int64_t));
 	int64_t *gathered = calloc((size_t)(2 * N * N), sizeof(int64_t));

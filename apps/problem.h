@@ -23,11 +23,18 @@ static inline void rmoe_app_layer_shape(struct rmoe_layer_config *cfg, int64_t h
 }
 
 /* The tensors of one layer problem on this rank: its tokens, its output
- * gradient, the replicated router (and shared expert) and its own experts. */
+ * gradient, the replicated router (and shared expert) and its own experts.
+ * Ranks may hold different token counts: cfg.tokens is the layer's
+ * capacity, tokens this rank's count T; the tensors split by tokens (x, dy,
+ * and the outputs) are, over the ranks, one global [total_tokens, H] tensor
+ * of which this rank holds rows [token0, token0 + T). */
 struct rmoe_problem {
 	struct rmoe_layer_config cfg;
 	int rank, nranks;
 	int64_t first_expert, e_local;
+	int64_t tokens;              /* T, this rank's */
+	int64_t *rank_tokens;        /* [nranks] every rank's T */
+	int64_t token0, total_tokens;
 	float *x, *dy;               /* [T, H] */
 	float *w_router;             /* [H, E] */
 	float *w_gate, *w_up;        /* [e_local, H, F] */
@@ -49,18 +56,27 @@ struct rmoe_problem {
 float *rmoe_app_falloc(int64_t n);
 
 /* Draws every tensor from seed, then replaces those with a file in load_dir
- * (may be NULL). Collective; 0 or an RMOE_E* code (message printed). */
+ * (may be NULL). Every rank holds cfg->tokens tokens. Collective; 0 or an
+ * RMOE_E* code (message printed). */
 int rmoe_problem_init(struct rmoe_problem *p, const struct rmoe_layer_config *cfg, uint64_t seed,
                       const char *load_dir);
+/* The same with rank r holding rank_tokens[r] >= 0 tokens (every rank
+ * passes the same array; NULL: cfg->tokens each). With equal counts the
+ * tensors are those of rmoe_problem_init: a rank draws its rows of the
+ * same global tensors at any split. */
+int rmoe_problem_init_tokens(struct rmoe_problem *p, const struct rmoe_layer_config *cfg,
+                             const int64_t *rank_tokens, uint64_t seed, const char *load_dir);
 void rmoe_problem_free(struct rmoe_problem *p);
-/* Hands p's router, experts and shared expert to layer; 0 or the layer's
- * RMOE_E* code. */
+/* Hands p's router, experts and shared expert to layer, and this rank's
+ * token count; 0 or the layer's RMOE_E* code. */
 int rmoe_problem_apply(const struct rmoe_problem *p, rmoe_layer *layer);
 
 /* Routing skew as the memory model takes it (rmoe_mem_config.skew), from
  * every rank's top-k choices topk_idx [T, K]: the busiest ring hop's pairs
- * over the even share into *ring, the busiest rank's (all-to-all) into
- * *a2a. Collective over MPI_COMM_WORLD. */
+ * over its sending rank's even share (that rank's pairs over the hops;
+ * ranks without tokens send none) into *ring, the busiest rank's received
+ * pairs over the mean (all-to-all) into *a2a. Collective over
+ * MPI_COMM_WORLD. */
 void rmoe_problem_routing_skew(const struct rmoe_problem *p, const int32_t *topk_idx, double *ring, double *a2a);
 /* The pairs every rank routes to every rank (a2a's blocks, the model's
  * rmoe_mem_config.blocks): [s * nranks + q], from topk_idx (collective);

@@ -48,14 +48,16 @@ static void reference_destroy(void *data)
 int rmoe_results_alloc(struct rmoe_results *r, const struct rmoe_problem *p)
 {
 	memset(r, 0, sizeof(*r));
-	const int64_t H = p->cfg.hidden, T = p->cfg.tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+	const int64_t H = p->cfg.hidden, T = p->tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
 	r->y = rmoe_app_falloc(T * H);
 	r->dx = rmoe_app_falloc(T * H);
 	r->dw_router = rmoe_app_falloc(H * p->cfg.experts);
 	r->dw_gate = rmoe_app_falloc(p->e_local * HF);
 	r->dw_up = rmoe_app_falloc(p->e_local * HF);
 	r->dw_down = rmoe_app_falloc(p->e_local * HF);
-	r->topk_idx = malloc((size_t)(T * p->cfg.topk) * sizeof(int32_t));
+	/* at least one element: malloc(0) may give NULL, which reads as out of
+	 * memory, on a rank without tokens */
+	r->topk_idx = malloc((size_t)(T > 0 ? T * p->cfg.topk : 1) * sizeof(int32_t));
 	if (Fs > 0) {
 		r->dws_gate = rmoe_app_falloc(H * Fs);
 		r->dws_up = rmoe_app_falloc(H * Fs);
@@ -133,7 +135,7 @@ struct tensor_view {
 
 static int views(const struct rmoe_results *r, const struct rmoe_problem *p, struct tensor_view *v)
 {
-	const int64_t H = p->cfg.hidden, T = p->cfg.tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
+	const int64_t H = p->cfg.hidden, T = p->tokens, HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
 	int n = 0;
 	v[n++] = (struct tensor_view){"y", r->y, T * H};
 	v[n++] = (struct tensor_view){"dx", r->dx, T * H};
@@ -184,6 +186,31 @@ static void gather(const float *src, int64_t count, float *dst)
 	MPI_Gather(src, (int)count, MPI_FLOAT, dst, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
 }
 
+/* Gathers every rank's token rows of width elements of type t (its
+ * p->rank_tokens[r] rows) into root's dst, in rank order: the global
+ * [total_tokens, width] tensor. Counted in rows, so the offsets stay
+ * within an int up to 2^31 tokens over all ranks. 0 or RMOE_ENOMEM, on
+ * every rank. */
+static int gather_rows(const struct rmoe_problem *p, const void *src, int64_t width, MPI_Datatype t, void *dst)
+{
+	int *counts = malloc((size_t)p->nranks * sizeof(int)), *displs = malloc((size_t)p->nranks * sizeof(int));
+	int rc = rmoe_app_agree(counts && displs ? 0 : RMOE_ENOMEM);
+	if (!rc) {
+		for (int r = 0; r < p->nranks; r++) {
+			counts[r] = (int)p->rank_tokens[r];
+			displs[r] = r ? displs[r - 1] + counts[r - 1] : 0;
+		}
+		MPI_Datatype row;
+		MPI_Type_contiguous((int)width, t, &row);
+		MPI_Type_commit(&row);
+		MPI_Gatherv(src, (int)p->tokens, row, dst, counts, displs, row, 0, MPI_COMM_WORLD);
+		MPI_Type_free(&row);
+	}
+	free(counts);
+	free(displs);
+	return rc;
+}
+
 /* Everything the reference needs, on rank 0. */
 struct global {
 	float *x, *dy, *y, *dx, *w_gate, *w_up, *w_down, *dw_gate, *dw_up, *dw_down, *dw_router;
@@ -203,14 +230,14 @@ static void global_free(struct global *g)
 static int global_gather(const struct rmoe_results *r, const struct rmoe_problem *p, struct global *g)
 {
 	memset(g, 0, sizeof(*g));
-	const int64_t N = p->nranks, T = p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-	              K = p->cfg.topk, HF = H * p->cfg.ffn, el = p->e_local;
+	const int64_t TT = p->total_tokens, H = p->cfg.hidden, E = p->cfg.experts, K = p->cfg.topk,
+	              HF = H * p->cfg.ffn, el = p->e_local;
 	int root = p->rank == 0, rc = 0;
 	if (root) {
-		g->x = rmoe_app_falloc(N * T * H);
-		g->dy = rmoe_app_falloc(N * T * H);
-		g->y = rmoe_app_falloc(N * T * H);
-		g->dx = rmoe_app_falloc(N * T * H);
+		g->x = rmoe_app_falloc(TT * H);
+		g->dy = rmoe_app_falloc(TT * H);
+		g->y = rmoe_app_falloc(TT * H);
+		g->dx = rmoe_app_falloc(TT * H);
 		g->w_gate = rmoe_app_falloc(E * HF);
 		g->w_up = rmoe_app_falloc(E * HF);
 		g->w_down = rmoe_app_falloc(E * HF);
@@ -218,7 +245,7 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 		g->dw_up = rmoe_app_falloc(E * HF);
 		g->dw_down = rmoe_app_falloc(E * HF);
 		g->dw_router = rmoe_app_falloc(H * E);
-		g->idx = malloc((size_t)(N * T * K) * sizeof(int32_t));
+		g->idx = malloc((size_t)(TT > 0 ? TT * K : 1) * sizeof(int32_t));
 		for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
 			if (!(g->dws[i] = rmoe_app_falloc(H * p->cfg.shared_ffn)))
 				rc = RMOE_ENOMEM;
@@ -232,10 +259,16 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 		global_free(g);
 		return rc;
 	}
-	gather(p->x, T * H, g->x);
-	gather(p->dy, T * H, g->dy);
-	gather(r->y, T * H, g->y);
-	gather(r->dx, T * H, g->dx);
+	const void *rows_src[] = {p->x, p->dy, r->y, r->dx};
+	void *rows_dst[] = {g->x, g->dy, g->y, g->dx};
+	for (int i = 0; i < 4 && !rc; i++)
+		rc = gather_rows(p, rows_src[i], H, MPI_FLOAT, rows_dst[i]);
+	if (!rc)
+		rc = gather_rows(p, r->topk_idx, K, MPI_INT32_T, g->idx);
+	if (rc) {
+		global_free(g);
+		return rc;
+	}
 	gather(p->w_gate, el * HF, g->w_gate);
 	gather(p->w_up, el * HF, g->w_up);
 	gather(p->w_down, el * HF, g->w_down);
@@ -243,8 +276,6 @@ static int global_gather(const struct rmoe_results *r, const struct rmoe_problem
 	gather(r->dw_up, el * HF, g->dw_up);
 	gather(r->dw_down, el * HF, g->dw_down);
 	MPI_Reduce(r->dw_router, g->dw_router, (int)(H * E), MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-	MPI_Gather(r->topk_idx, (int)(T * K), MPI_INT32_T, g->idx, (int)(T * K), MPI_INT32_T, 0,
-	           MPI_COMM_WORLD);
 	const float *dws[3] = {r->dws_gate, r->dws_up, r->dws_down};
 	for (int i = 0; i < 3 && p->cfg.shared_ffn > 0; i++)
 		MPI_Reduce(dws[i], g->dws[i], (int)(H * p->cfg.shared_ffn), MPI_FLOAT, MPI_SUM, 0,
@@ -267,7 +298,7 @@ static uint64_t digest(uint64_t h, const float *v, int64_t n)
  * layer's element type), from the cache when p and the routing match. */
 static const struct reference *reference_for(const struct rmoe_problem *p, struct global *g)
 {
-	const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts, K = p->cfg.topk,
+	const int64_t TT = p->total_tokens, H = p->cfg.hidden, E = p->cfg.experts, K = p->cfg.topk,
 	              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
 	/* The reference of a bf16 layer is the layer's definition on the
 	 * values it stores: inputs and expert weights rounded to bf16 (the
@@ -346,7 +377,7 @@ double rmoe_results_check(const struct rmoe_results *r, const struct rmoe_proble
 		return INFINITY;
 	double maxerr = 0;
 	if (p->rank == 0) {
-		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
+		const int64_t TT = p->total_tokens, H = p->cfg.hidden, E = p->cfg.experts,
 		              HF = H * p->cfg.ffn, Fs = p->cfg.shared_ffn;
 		const struct reference *ref = reference_for(p, &g);
 		const struct rmoe_ref_grads *rg = &ref->rg;
@@ -410,8 +441,7 @@ int rmoe_results_dump(const struct rmoe_results *r, const struct rmoe_problem *p
 	if ((rc = global_gather(r, p, &g)))
 		return rc;
 	if (p->rank == 0) {
-		const int64_t TT = p->nranks * p->cfg.tokens, H = p->cfg.hidden, E = p->cfg.experts,
-		              F = p->cfg.ffn;
+		const int64_t TT = p->total_tokens, H = p->cfg.hidden, E = p->cfg.experts, F = p->cfg.ffn;
 		int64_t sx[2] = {TT, H}, sr[2] = {H, E}, sg[3] = {E, H, F}, sd[3] = {E, F, H};
 		int64_t ssg[2] = {H, p->cfg.shared_ffn}, ssd[2] = {p->cfg.shared_ffn, H}, sgate[1] = {H};
 		struct {

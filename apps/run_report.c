@@ -101,7 +101,7 @@ static int write_csv(const struct rmoe_run_report *rep)
  * a temporary name and renamed: no partial file. */
 static int write_routing(const char *path, const struct rmoe_problem *p, const int32_t *topk_idx)
 {
-	const int64_t E = p->cfg.experts, P = p->cfg.tokens * p->cfg.topk;
+	const int64_t E = p->cfg.experts, P = p->tokens * p->cfg.topk;
 	int64_t *mine = calloc((size_t)E, sizeof(int64_t));
 	int64_t *all = p->rank == 0 ? calloc((size_t)(E * p->nranks), sizeof(int64_t)) : NULL;
 	int rc = mine && (p->rank != 0 || all) ? 0 : RMOE_ENOMEM;

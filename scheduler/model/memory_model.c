@@ -135,7 +135,15 @@ static struct rmoe_model_terms terms(const struct rmoe_mem_config *c, int64_t T,
 	 * this rank's tokens and of the largest partition's. */
 	t.r = hop_rows(c, t.P);
 	t.rm = hop_rows(c, Tm * t.K);
-	t.M = (int64_t)ceil(c->skew * (double)t.P);
+	/* The rows a rank's experts compute: the skew over the mean of the
+	 * ranks' pairs (with equal counts, a rank's own). */
+	double mean = (double)t.P;
+	if (c->rank_tokens) {
+		mean = 0;
+		for (int64_t r = 0; r < c->nranks; r++)
+			mean += (double)(c->rank_tokens[r] * t.K) / (double)c->nranks;
+	}
+	t.M = (int64_t)ceil(c->skew * mean);
 	/* Ring slots per relayed kind (graph/pass/flow.c): hop h is received
 	 * into slot h mod window, and a neighbour sends it only once the slot
 	 * is free, so no message waits outside them. */

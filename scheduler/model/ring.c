@@ -38,14 +38,20 @@ int rmoe_model_ring_token(const struct rmoe_model_terms *t, struct rmoe_model_ph
 	 * backward: dx [T,H] and dg [T,K]) added into the visiting
 	 * accumulators once they arrive. Every partition travels with the
 	 * call's largest count (T here); a rank with fewer tokens pads its own
-	 * to it, a copy of each kind it sends. */
+	 * to it, a copy of each kind it sends: the accumulators' live to the
+	 * end, the inputs' until they have left at hop 0, which the network
+	 * may have done before the peak (later hops'): they are the rows
+	 * leaving, as a2a's. */
 	int64_t sets = N > 1 ? (window < N - 1 ? window : N - 1) : 0;
 	const int padded = N > 1 && t->T < T;
-	int64_t travel_f = (sets + padded) * (2 * T * H * s + 2 * P * 4);
-	int64_t travel_b = (sets + padded) * (3 * T * H * s + 3 * P * 4);
+	const int64_t in_f = padded ? T * H * s + 2 * P * 4 : 0, in_b = padded ? 2 * T * H * s + 2 * P * 4 : 0;
+	int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4) + (padded ? T * H * s : 0) + in_f;
+	int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4) + (padded ? T * H * s + P * 4 : 0) + in_b;
 	int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
 	fwd = rmoe_max2(shared, travel_f + part_f + r * (2 * H + 3 * F) * s);
 	bwd = rmoe_max2(shared_b, travel_b + part_b + r * (2 * H + 4 * F) * s);
+	o->leaving_forward = fwd > shared ? in_f : 0;
+	o->leaving_backward = bwd > shared_b ? in_b : 0;
 	o->fixed_backward = o->resident_backward + travel_b + part_b;
 	o->per_row_backward = (2 * H + 4 * F) * s;
 	largest = rmoe_max2(largest, r * rmoe_max2(H, 4 * F) * s);

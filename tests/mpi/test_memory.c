@@ -73,6 +73,8 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	rmoe_problem_routing_skew(prob, res.topk_idx, &hop, &rank);
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, &cfg, prob->nranks);
+	mc.rank_tokens = prob->rank_tokens;
+	mc.capacity = cfg.tokens;
 	mc.chunk_rows = st.chunk_rows;
 	mc.skew = cfg.dispatch == RMOE_DISPATCH_ALLTOALL_MEGATRON ? rank : hop;
 	/* a2a: each rank's own blocks (the model's rmoe_mem_config.blocks) */
@@ -90,10 +92,17 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 		return rc;
 	}
 	/* The peaks less the model's resident part of each pass (the caller's y
-	 * forward, dy and dx backward, as counted by the layer). */
-	const double fwd = max_ranks((double)st.peak_forward_bytes) - (double)e.resident_forward;
-	const double bwd = max_ranks((double)st.peak_backward_bytes) - (double)e.resident_backward;
-	const double model[2] = {(double)e.dynamic_forward, (double)e.dynamic_backward};
+	 * forward, dy and dx backward, as counted by the layer). With counts
+	 * that differ, the ranks' resident parts differ too: the total peaks,
+	 * the largest rank's against the model's largest. */
+	int uneven = 0;
+	for (int r = 1; r < prob->nranks; r++)
+		uneven |= prob->rank_tokens[r] != prob->rank_tokens[0];
+	const double base[2] = {uneven ? 0 : (double)e.resident_forward, uneven ? 0 : (double)e.resident_backward};
+	const double fwd = max_ranks((double)st.peak_forward_bytes) - base[0];
+	const double bwd = max_ranks((double)st.peak_backward_bytes) - base[1];
+	const double model[2] = {(double)(uneven ? e.peak_forward : e.dynamic_forward),
+	                         (double)(uneven ? e.peak_backward : e.dynamic_backward)};
 	const double got[2] = {fwd, bwd};
 	/* a2a: the rows still to leave for their experts may have left before
 	 * the peak (the network's timing); the rest of the model is what the
@@ -102,16 +111,16 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	for (int p = 0; p < 2; p++) {
 		const char *pass = p ? "backward" : "forward";
 		if (leaving[p] > 0) {
-			snprintf(what, sizeof(what), "%s %s: measured dynamic peak at most the model (+%.0f%%)", label, pass,
-			         100 * MODEL_SLACK);
+			snprintf(what, sizeof(what), "%s %s: measured %s peak at most the model (+%.0f%%)", label, pass,
+			         uneven ? "total" : "dynamic", 100 * MODEL_SLACK);
 			expect(got[p] <= (1 + MODEL_SLACK) * model[p], what, got[p], model[p]);
 			snprintf(what, sizeof(what), "%s %s: at least the model less the rows leaving (-%.0f%%)", label, pass,
 			         100 * MODEL_SLACK);
 			expect(got[p] >= (1 - MODEL_SLACK) * (model[p] - leaving[p]), what, got[p], model[p] - leaving[p]);
 			continue;
 		}
-		snprintf(what, sizeof(what), "%s %s: measured dynamic peak within %.0f%% of the model", label, pass,
-		         100 * MODEL_SLACK);
+		snprintf(what, sizeof(what), "%s %s: measured %s peak within %.0f%% of the model", label, pass,
+		         uneven ? "total" : "dynamic", 100 * MODEL_SLACK);
 		expect(fabs(got[p] - model[p]) <= MODEL_SLACK * model[p], what, got[p], model[p]);
 	}
 	m->exec = fmax(fwd, bwd);
@@ -119,6 +128,36 @@ static int run(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rmoe_pr
 	m->chunk_rows = (double)st.chunk_rows;
 	rmoe_results_free(&res);
 	return 0;
+}
+
+/* Ranks with different token counts (rmoe_layer_set_tokens), rank 0 with
+ * none, the layer's capacity the largest: every dispatcher's total peak
+ * against the model with every rank's count (a2a's between the model less
+ * its rows leaving and the model, as above). */
+static void run_uneven(rmoe_ctx *ctx, int nranks)
+{
+	int64_t counts[64];
+	for (int r = 0; r < nranks; r++)
+		counts[r] = r == 0 ? 0 : 700 - 200 * (r - 1);
+	struct rmoe_layer_config cfg;
+	rmoe_app_layer_shape(&cfg, 64, 16, 8 * nranks, 4, 700);
+	struct rmoe_problem prob;
+	if (rmoe_problem_init_tokens(&prob, &cfg, counts, 5, NULL)) {
+		failures++;
+		return;
+	}
+	rmoe_app_say("uneven counts (0, 700, 500, ...):\n");
+	const enum rmoe_dispatch all[] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN, RMOE_DISPATCH_ALLTOALL,
+	                                  RMOE_DISPATCH_ALLTOALL_MEGATRON, RMOE_DISPATCH_ALLTOALL_DEEPEP};
+	struct measured m;
+	for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		char label[64];
+		snprintf(label, sizeof(label), "uneven %s", rmoe_dispatch_name(all[i]));
+		cfg.dispatch = all[i];
+		if (run(ctx, cfg, &prob, label, &m))
+			break;
+	}
+	rmoe_problem_free(&prob);
 }
 
 int main(int argc, char **argv)
@@ -167,5 +206,6 @@ int main(int argc, char **argv)
 	expect(chunked.largest <= fmax(chunk_bound, weights), "ring, 64-row chunks: largest buffer <= max(chunk, partition)",
 	       chunked.largest, fmax(chunk_bound, weights));
 	rmoe_problem_free(&prob);
+	run_uneven(ctx, nranks);
 	return rmoe_test_end(ctx, "test_memory", failures);
 }

@@ -254,10 +254,12 @@ static void test_memory_model_partitions_by_hand(void **state)
  * - token routing with 2 and 4 tokens: rank 1 (4) holds the tiny layer's
  *   992 and 1168. Rank 0 keeps the same buffers (capacity 4) but the
  *   caller's y is 2 rows: 608 forward, and dy and dx 624 backward; every
- *   partition travels at 4 tokens, its own padded to them too: two sets
- *   of the travelling buffers where the tiny layer has one, forward
- *   2 * 128 + 32 + 208 = 496, backward 2 * 192 + 64 + 256 = 704. The
- *   estimate is the larger of each pass: 1104 and 1328, rank 0's;
+ *   partition travels at 4 tokens, its own padded to them too: the
+ *   accumulators (forward y 32; backward dx 32 and dg 32) and the inputs
+ *   (forward x 32 and routing 64, backward also dy: 128), which may have
+ *   left before the peak (leaving): forward 128 + 32 + 96 + 32 + 208 =
+ *   496, backward 192 + 64 + 128 + 64 + 256 = 704. The estimate is the
+ *   larger of each pass: 1104 and 1328, rank 0's, 96 and 128 leaving;
  * - expert routing with 0 and 4 tokens: rank 1's, the tiny layer's. */
 static void test_memory_model_uneven_counts_by_hand(void **state)
 {
@@ -278,6 +280,8 @@ static void test_memory_model_uneven_counts_by_hand(void **state)
 	e = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
 	assert_int_equal(e.peak_forward, 608 + 496);
 	assert_int_equal(e.peak_backward, 624 + 704);
+	assert_int_equal(e.leaving_forward, 96);
+	assert_int_equal(e.leaving_backward, 128);
 	c.rank_tokens = empty;
 	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
 	struct rmoe_mem_config t = tiny();
