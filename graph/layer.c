@@ -289,6 +289,15 @@ static int plan_layer(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_laye
 		return rc;
 	}
 	struct rmoe_plan_request req = {.layer = cfg, .devices = devices, .rank_order = ctx->ring_rank_order};
+	/* The runtime's structures, which a cap holds beside the data: the
+	 * largest any rank measured, so that every rank plans alike. */
+	int64_t units[5], most[5];
+	rmoe_bookkeeping_units(&units[0], &units[1], &units[2], &units[3], &units[4]);
+	if ((rc = rmoe_allreduce_bounded(w, units, most, 5, MPI_INT64_T, MPI_MAX, ctx->comm, "the runtime's structures"))) {
+		free(devices);
+		return rc;
+	}
+	req.runtime = (struct rmoe_runtime_units){most[0], most[1], most[2], most[3], most[4]};
 	rc = rmoe_agree_first(w, ctx->comm, rmoe_plan_make(&req, &ctx->topo, plan), "planning the layer");
 	free(devices);
 	if (rc)

@@ -12,17 +12,24 @@
 /* The cap's refusal reads "a memory cap applies to the ring dispatchers
  * and a2a; <name> <no_cap>". */
 const struct rmoe_dispatcher rmoe_dispatchers[RMOE_NDISPATCHERS] = {
+	/* A chunk: gathered rows, workspace and outputs (three handles);
+	 * gather, expert, scatter-add forward, the recompute's four tasks
+	 * backward (graph/pass/chunk_tasks.c); the data they name and their
+	 * arguments as counted (codelets/probe/bookkeeping.c) at 1024 and 256
+	 * rows a chunk, the difference over the chunks'. */
 	{.kind = RMOE_DISPATCH_RING_EXPERT, .name = "ring", .family = RMOE_FAMILY_RING, .mode = "expert",
 	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_expert,
-	 .traffic = rmoe_traffic_ring_expert},
+	 .traffic = rmoe_traffic_ring_expert, .runtime_fwd = {3, 3, 11, 248, 0, 0}, .runtime_bwd = {3, 4, 18, 368, 0, 0}},
 	{.kind = RMOE_DISPATCH_RING_TOKEN, .name = "token", .family = RMOE_FAMILY_RING, .mode = "token",
 	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_token,
-	 .traffic = rmoe_traffic_ring_token},
+	 .traffic = rmoe_traffic_ring_token, .runtime_fwd = {3, 3, 11, 248, 0, 0}, .runtime_bwd = {3, 4, 18, 368, 0, 0},
+	 .chunk_rows_of = RMOE_CHUNKS_COMPUTED},
 	/* Its blocks are one rank's pairs for one partition, as a ring hop's
 	 * rows: the skew of a hop. */
 	{.kind = RMOE_DISPATCH_ALLTOALL, .name = "a2a", .family = RMOE_FAMILY_ALLTOALL, .capped = 1,
 	 .chunked = "exchanged blocks", .routing_blocks = 1, .model = rmoe_model_alltoall,
-	 .traffic = rmoe_traffic_alltoall},
+	 .traffic = rmoe_traffic_alltoall, .runtime_fwd = {5, 7.5, 16.5, 248, 1.5, 1.5},
+	 .runtime_bwd = {9.5, 12.5, 37.5, 584, 3, 3}, .chunk_rows_of = RMOE_CHUNKS_BOTH},
 	{.kind = RMOE_DISPATCH_ALLTOALL_MEGATRON, .name = "a2a-megatron", .family = RMOE_FAMILY_ALLTOALL,
 	 .no_cap = "builds its top-k-expanded buffers whole", .rank_rows = 1, .model = rmoe_model_alltoall_megatron,
 	 .traffic = rmoe_traffic_alltoall_megatron},

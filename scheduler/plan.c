@@ -202,6 +202,7 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	struct rmoe_mem_config mc;
 	rmoe_mem_config_from_layer(&mc, cfg, t->nranks);
 	mc.etp = p.etp;
+	mc.runtime = req->runtime;
 	out->have_layer = 1;
 	plan_dispatch(cfg, &p, t, out);
 	plan_cap(cfg, &mc, out);

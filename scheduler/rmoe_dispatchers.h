@@ -40,6 +40,24 @@ typedef int (*rmoe_model_fn)(const struct rmoe_model_terms *t, struct rmoe_model
  * sends them (scheduler/time_bound.c, rmoe_time_bound.h). */
 typedef void (*rmoe_traffic_fn)(const struct rmoe_routing_problem *p, double bytes[2]);
 
+/* The runtime's structures a graph makes per chunk of a hop or block (and,
+ * the model takes it so, about as many per hop): StarPU handles and tasks,
+ * the tasks' argument bytes, StarPU-MPI sends and receives. Counted
+ * (codelets/probe/bookkeeping.c) at 2 ranks for 8 to 32 chunks a pass:
+ * what one more chunk adds; an all-to-all's chunk of this rank's pairs
+ * counts both roles (sender and owner of experts) and the half of the
+ * blocks that stayed home, so its requests are rounded up to every block
+ * crossing. */
+struct rmoe_chunk_structs {
+	double handles, tasks, task_buffers, arg_bytes, sends, recvs;
+};
+
+/* Which rows a pass's chunks cut: this rank's pairs (expert routing: its
+ * tokens meet every partition), the pairs its experts compute (token
+ * routing: the visiting partitions'), or both (an all-to-all: its blocks
+ * out and its experts' blocks in). */
+enum rmoe_chunked_rows { RMOE_CHUNKS_OWN = 0, RMOE_CHUNKS_COMPUTED, RMOE_CHUNKS_BOTH };
+
 struct rmoe_dispatcher {
 	enum rmoe_dispatch kind;
 	const char *name;              /* as --dispatch and the configuration name it */
@@ -56,6 +74,9 @@ struct rmoe_dispatcher {
 	unsigned routing_blocks : 1;   /* its model reads the routing's per-rank blocks where known */
 	rmoe_model_fn model;           /* NULL for auto: the model of what it chooses */
 	rmoe_traffic_fn traffic;       /* NULL for auto: the traffic of what it chooses */
+	struct rmoe_chunk_structs runtime_fwd, runtime_bwd; /* per chunk; zeros where
+	                                  no cap chunks it */
+	enum rmoe_chunked_rows chunk_rows_of; /* the rows a pass cuts into chunks */
 };
 
 /* Every dispatcher, in the order the programs list them: the rings, the

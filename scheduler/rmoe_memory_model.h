@@ -10,6 +10,15 @@
 
 #include "relaymoe/relaymoe.h"
 
+/* The runtime's structures a pass's graph holds beside its data, bytes of
+ * one in this StarPU (codelets/probe/bookkeeping.c measures them where a
+ * context starts): a handle, a task, each data a task names, a StarPU-MPI
+ * send and receive. Zeros:
+ * not counted (a plan made without a context). */
+struct rmoe_runtime_units {
+	int64_t handle, task, task_buffer, send, recv;
+};
+
 struct rmoe_mem_config {
 	int64_t tokens;        /* local tokens per rank, B*S/(SP*CP) */
 	int64_t hidden, ffn, experts, topk;
@@ -30,6 +39,8 @@ struct rmoe_mem_config {
 	const int64_t *block_tokens; /* a2a-deepep with blocks: the distinct tokens
 	                          of each block, same layout; NULL: those a uniform
 	                          router gives */
+	struct rmoe_runtime_units runtime; /* the structures' bytes (zeros: not
+	                          counted): the estimate's runtime_* and the cap */
 	int64_t capacity;      /* tokens the layer's kept [T, *] buffers have room
 	                          for (rmoe_layer_config.tokens); 0: tokens */
 	const int64_t *rank_tokens; /* [nranks] each rank's tokens in the call
@@ -63,6 +74,14 @@ struct rmoe_mem_estimate {
 	                               before the peak: the peak lies between
 	                               dynamic - leaving and dynamic; 0 elsewhere */
 	int64_t leaving_backward;
+	int64_t runtime_forward;    /* the runtime's structures the pass's graph
+	                               holds (c->runtime's units): per chunk of
+	                               a hop or block and per hop, the handles,
+	                               tasks and requests the dispatcher's graph
+	                               makes (its row's runtime_*); 0 without
+	                               units. The heap holds them beside the
+	                               data: a cap holds peak + runtime */
+	int64_t runtime_backward;
 };
 
 /* a2a-deepep's blocks under a uniform router (K of E experts, el of them
@@ -82,10 +101,11 @@ int rmoe_memory_model(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
                       struct rmoe_mem_estimate *out);
 
 /* Memory cap (ring dispatch and a2a): the largest chunk (rows per chunk of a hop)
- * whose modelled peak stays within cap bytes less 1/RMOE_CAP_HEADROOM of
- * them (memory_model.c says why). 0, or RMOE_EINVAL when even one row does
- * not fit, naming what the layer needs at least. */
-#define RMOE_CAP_HEADROOM 64
+ * whose modelled peak, with the runtime's structures of its chunks, stays
+ * within cap bytes less 1/RMOE_CAP_HEADROOM of them (memory_model.c says
+ * why). Smaller chunks hold fewer rows but more structures: 0, or
+ * RMOE_EINVAL when no chunk fits, naming what the layer needs at least. */
+#define RMOE_CAP_HEADROOM 32
 int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c, int64_t cap,
                           int64_t *chunk_rows);
 

@@ -282,6 +282,10 @@ struct rmoe_plan_request {
 	/* 1: the ring in rank order, not the planned one: the baseline that the
 	 * planned order is measured against (relaymoe run --ring-order rank). */
 	int rank_order;
+	/* The runtime's structures' bytes in this StarPU, which a memory cap
+	 * holds beside the data (zeros: not counted, a plan without a
+	 * context). */
+	struct rmoe_runtime_units runtime;
 };
 
 /* The memory model at the planned configuration (scheduler/model/). The

@@ -170,7 +170,7 @@ static void test_memory_model_alltoall_by_hand(void **state)
 	/* a cap fits it: the chunk rows that fit a cap a little above the
 	 * 2-row chunks' peak are 2 */
 	int64_t rows = 0;
-	assert_int_equal(rmoe_memory_cap_chunk(RMOE_DISPATCH_ALLTOALL, &c, e.peak + e.peak / 32, &rows), 0);
+	assert_int_equal(rmoe_memory_cap_chunk(RMOE_DISPATCH_ALLTOALL, &c, e.peak + e.peak / 16, &rows), 0);
 	assert_int_equal(rows, 2);
 }
 
