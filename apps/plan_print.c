@@ -203,6 +203,14 @@ static const char *paced_by(const struct rmoe_time_bound *b)
 	return l >= 0 ? rmoe_link_name((enum rmoe_link_class)l) : "-";
 }
 
+static void text_bound_row(struct rmoe_text *o, const char *name, const struct rmoe_time_bound *b)
+{
+	rmoe_text_put(o, "  %-12s %9.1f %9.1f %9.3f %9.3f %10.3f %9.3f %9.3f  %-9s %6s %4s\n", name,
+	              b->pass[0].bytes / 1e6, b->pass[1].bytes / 1e6, b->pass[0].wire_s * 1e3, b->pass[1].wire_s * 1e3,
+	              b->compute_s * 1e3, b->bound_s * 1e3, b->serial_s * 1e3, paced_by(b), verdict(b->fits_device),
+	              verdict(b->fits_cap));
+}
+
 /* Every dispatcher's time bound (scheduler/rmoe_time_bound.h), with whether
  * its peak fits the device and the cap. */
 static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
@@ -215,12 +223,14 @@ static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
 	}
 	rmoe_text_put(o, "  %-12s %9s %9s %9s %9s %10s %9s %9s  %-9s %6s %4s\n", "mode", "fwd MB", "bwd MB", "wire fwd",
 	              "wire bwd", "compute", "bound", "serial", "over", "device", "cap");
-	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-		const struct rmoe_time_bound *b = &tb->est[i];
-		rmoe_text_put(o, "  %-12s %9.1f %9.1f %9.3f %9.3f %10.3f %9.3f %9.3f  %-9s %6s %4s\n",
-		              rmoe_dispatch_name(rmoe_dispatchers[i].kind), b->pass[0].bytes / 1e6, b->pass[1].bytes / 1e6,
-		              b->pass[0].wire_s * 1e3, b->pass[1].wire_s * 1e3, b->compute_s * 1e3, b->bound_s * 1e3,
-		              b->serial_s * 1e3, paced_by(b), verdict(b->fits_device), verdict(b->fits_cap));
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++)
+		text_bound_row(o, rmoe_dispatch_name(rmoe_dispatchers[i].kind), &tb->est[i]);
+	if (tb->stripes > 1) {
+		char name[32];
+		for (int k = 0; k < 2; k++) {
+			snprintf(name, sizeof(name), "%s/%d", k ? "token" : "ring", tb->stripes);
+			text_bound_row(o, name, &tb->striped[k]);
+		}
 	}
 	rmoe_text_put(o, "  (MB: what the busiest rank sends per pass; times in ms. wire: those bytes over the link\n"
 	                 "  they cross (over: the ring's slowest edge, or an all-to-all rank's adapter or pair link),\n"
@@ -228,6 +238,11 @@ static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
 	                 "  bound = max(compute, wire fwd + bwd), serial = their sum. device, cap: whether the\n"
 	                 "  memory model's peak fits the device and --mem-cap)\n",
 	              tb->device_tflops);
+	if (tb->stripes > 1)
+		rmoe_text_put(o, "  ring/%d, token/%d: the rings with each node-crossing hop striped over %d network adapters\n"
+		                 "  (relayed over the GPU links at both ends): planned, not yet built; their memory is not\n"
+		                 "  modelled\n",
+		              tb->stripes, tb->stripes, tb->stripes);
 }
 
 static void text_attention(struct rmoe_text *o, const struct rmoe_plan_attention *at)
@@ -494,6 +509,21 @@ static void json_pass_bound(struct rmoe_json *j, const char *pass, const struct 
 	rmoe_json_end_object(j);
 }
 
+static void json_bound(struct rmoe_json *j, const char *name, const struct rmoe_time_bound *b)
+{
+	rmoe_json_key(j, name);
+	rmoe_json_begin_object(j);
+	json_pass_bound(j, "forward", &b->pass[0]);
+	json_pass_bound(j, "backward", &b->pass[1]);
+	rmoe_json_key_real(j, "compute_ms", b->compute_s * 1e3);
+	rmoe_json_key_real(j, "wire_ms", b->wire_s * 1e3);
+	rmoe_json_key_real(j, "bound_ms", b->bound_s * 1e3);
+	rmoe_json_key_real(j, "serial_ms", b->serial_s * 1e3);
+	json_fits(j, "fits_device", b->fits_device);
+	json_fits(j, "fits_mem_cap", b->fits_cap);
+	rmoe_json_end_object(j);
+}
+
 /* Every dispatcher's time bound, one a line, and its fit. */
 static void json_time(struct rmoe_json *j, const struct rmoe_plan_view *v)
 {
@@ -506,20 +536,16 @@ static void json_time(struct rmoe_json *j, const struct rmoe_plan_view *v)
 	rmoe_json_key(j, "dispatchers");
 	rmoe_json_begin_object(j);
 	rmoe_json_lines(j, 4, 2);
-	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && !tb->rc; i++) {
-		const struct rmoe_time_bound *b = &tb->est[i];
-		rmoe_json_key(j, rmoe_dispatch_name(rmoe_dispatchers[i].kind));
-		rmoe_json_begin_object(j);
-		json_pass_bound(j, "forward", &b->pass[0]);
-		json_pass_bound(j, "backward", &b->pass[1]);
-		rmoe_json_key_real(j, "compute_ms", b->compute_s * 1e3);
-		rmoe_json_key_real(j, "wire_ms", b->wire_s * 1e3);
-		rmoe_json_key_real(j, "bound_ms", b->bound_s * 1e3);
-		rmoe_json_key_real(j, "serial_ms", b->serial_s * 1e3);
-		json_fits(j, "fits_device", b->fits_device);
-		json_fits(j, "fits_mem_cap", b->fits_cap);
-		rmoe_json_end_object(j);
-	}
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && !tb->rc; i++)
+		json_bound(j, rmoe_dispatch_name(rmoe_dispatchers[i].kind), &tb->est[i]);
+	rmoe_json_end_object(j);
+	/* The striped rings (planned, not built): keyed by routing mode. */
+	rmoe_json_key_int(j, "stripes", tb->stripes);
+	rmoe_json_key(j, "striped");
+	rmoe_json_begin_object(j);
+	rmoe_json_lines(j, 4, 2);
+	for (int k = 0; k < 2 && !tb->rc && tb->stripes > 1; k++)
+		json_bound(j, k ? "token" : "ring", &tb->striped[k]);
 	rmoe_json_end_object(j);
 	rmoe_json_end_object(j);
 }

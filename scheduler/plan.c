@@ -160,6 +160,34 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 	rmoe_memory_model(out->dispatch, &run, &m->run);
 }
 
+/* The rings' bounds with their crossing hops striped as planned. */
+static int plan_striped(const struct rmoe_bound_input *flat, const int *order, struct rmoe_plan_time *tb)
+{
+	const int n = flat->t->nranks;
+	int *count = malloc(sizeof(int) * (size_t)n);
+	struct rmoe_stripe *stripes = malloc(sizeof(*stripes) * (size_t)n * RMOE_STRIPES_MAX);
+	struct rmoe_ring_edge *edges = malloc(sizeof(*edges) * (size_t)n);
+	int rc = count && stripes && edges ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory striping the ring");
+	if (!rc)
+		rc = rmoe_ring_stripes(flat->t, order, 0, count, stripes);
+	tb->stripes = 1;
+	for (int i = 0; !rc && i < n; i++)
+		tb->stripes = count[i] > tb->stripes ? count[i] : tb->stripes;
+	if (!rc) {
+		memcpy(edges, flat->edges, sizeof(*edges) * (size_t)n);
+		rmoe_ring_edges_striped(flat->t, count, edges);
+		struct rmoe_bound_input in = *flat;
+		in.edges = edges;
+		const enum rmoe_dispatch rings[2] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN};
+		for (int k = 0; k < 2 && !rc; k++)
+			rc = rmoe_time_bound(rmoe_dispatcher_of(rings[k]), &in, &tb->striped[k]);
+	}
+	free(count);
+	free(stripes);
+	free(edges);
+	return rc;
+}
+
 /* Every dispatcher's time bound over the planned ring (printed beside the
  * memory model's peaks; nothing chooses by it yet), and whether each one's
  * peak fits the device and the layer's cap (rmoe_time_bound.fits_*). */
@@ -180,6 +208,8 @@ static void plan_time(const struct rmoe_layer_config *cfg, const struct rmoe_rou
 		if (cfg->mem_cap > 0)
 			e->fits_cap = m->cap_rc[i] == 0 || (m->cap_rc[i] == RMOE_ENOTSUP && peak <= cfg->mem_cap);
 	}
+	if (!tb->rc)
+		tb->rc = plan_striped(&in, out->order, tb);
 	if (tb->rc)
 		memset(tb->est, 0, sizeof(tb->est));
 }

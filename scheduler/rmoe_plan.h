@@ -176,6 +176,34 @@ double rmoe_edge_seconds(const struct rmoe_ring_edge *e, double bytes);
 /* The edge that takes longest for a message of bytes (the hop's pace). */
 int rmoe_ring_slowest_edge(const struct rmoe_ring_edge *edges, int n, double bytes);
 
+/* ---- striped crossing hops (scheduler/stripes.c) --------------------------------- */
+
+/* One stripe of a ring edge: the rank that sends it over the network (out)
+ * and the rank on the next node that receives it (in). Stripe 0 is the
+ * edge's own (out = from, in = to); stripe j > 0 goes from -> out over the
+ * GPU link, out -> in over the network, in -> to over the GPU link. */
+#define RMOE_STRIPES_MAX 16
+struct rmoe_stripe {
+	int out, in;
+};
+
+/* The stripes of the ring of order: count[i] for edge i, and
+ * stripes[i * RMOE_STRIPES_MAX + j] for j < count[i]. An edge inside a node
+ * has one; one that joins two nodes as many as requested (1: the flat
+ * ring; 0: as planned), at most the adapters of either node
+ * (nics_per_node, else one per rank), the ranks of either node and
+ * RMOE_STRIPES_MAX. The relays are each node's ranks in ring order from
+ * the edge's end. 0, or RMOE_EINVAL naming a bad request. Pure. */
+int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int requested, int *count,
+                      struct rmoe_stripe *stripes);
+
+/* The edges (rmoe_ring_edges') as the striped ring sees them, for the
+ * bound: an edge of S stripes moves S times as fast as the slower of its
+ * network share and the GPU link, no faster than its node's adapters
+ * shared among the node's crossing edges, with two GPU-link latencies
+ * more for the relayed legs. */
+void rmoe_ring_edges_striped(const struct rmoe_topology *t, const int *count, struct rmoe_ring_edge *edges);
+
 /* ---- routing mode (§3.2, Table 2) ----------------------------------------------- */
 
 struct rmoe_routing_problem {
@@ -312,6 +340,13 @@ struct rmoe_plan_memory {
  * with whether its memory model's peak fits the device and the cap. */
 struct rmoe_plan_time {
 	struct rmoe_time_bound est[RMOE_PLAN_NDISPATCHERS];
+	/* The rings, expert [0] and token [1] routing, with their crossing
+	 * hops striped over the nodes' adapters as planned (scheduler/stripes.c;
+	 * a bound for planning: the graphs do not stripe yet, and the memory
+	 * model does not hold the relays' stripes, so fits_* are -1). stripes:
+	 * the most any edge takes; 1: nothing to stripe (one node). */
+	struct rmoe_time_bound striped[2];
+	int stripes;
 	double device_tflops;      /* the rate its compute is taken at */
 	int rc;                    /* 0, or why no bound could be made (est then zeros) */
 };

@@ -266,7 +266,93 @@ static void test_planner_bound_in_the_plan(void **state)
 	}
 }
 
+/* Striped crossing hops (scheduler/stripes.c). Without nics_per_node each
+ * rank has an adapter: the crossing edges 1->2 and 3->0 get a stripe per
+ * rank of a node, 2, relayed by each node's ranks in ring order from the
+ * edge's ends: 1->2 by {1,2} (its own) and {0,3}; 3->0 by {3,0} and {2,1}.
+ * The edges inside a node keep one. */
+static void test_planner_bound_stripes(void **state)
+{
+	struct bound_fixture *f = *state;
+	const int order[4] = {0, 1, 2, 3};
+	int count[4];
+	struct rmoe_stripe s[4 * RMOE_STRIPES_MAX];
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, 0, count, s), 0);
+	const int want[4] = {1, 2, 1, 2};
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(count[i], want[i]);
+		assert_int_equal(s[i * RMOE_STRIPES_MAX].out, order[i]);
+		assert_int_equal(s[i * RMOE_STRIPES_MAX].in, order[(i + 1) % 4]);
+	}
+	assert_int_equal(s[1 * RMOE_STRIPES_MAX + 1].out, 0);
+	assert_int_equal(s[1 * RMOE_STRIPES_MAX + 1].in, 3);
+	assert_int_equal(s[3 * RMOE_STRIPES_MAX + 1].out, 2);
+	assert_int_equal(s[3 * RMOE_STRIPES_MAX + 1].in, 1);
+	/* 1: the flat ring; more than a node's ranks: as many as it has. */
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, 1, count, s), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(count[i], 1);
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, 8, count, s), 0);
+	assert_int_equal(count[1], 2);
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, RMOE_STRIPES_MAX + 1, count, s), RMOE_EINVAL);
+	assert_non_null(strstr(rmoe_last_error_message(), "stripes = 17"));
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, -1, count, s), RMOE_EINVAL);
+}
+
+/* The striped ring's bound: a crossing edge of 2 stripes moves at 2 *
+ * min(25, 50) = 50 GB/s (the node's 2 adapters, 50 GB/s, allow it), with
+ * 2 + 2 * 3 = 8 us of latency; it is still the slowest (PCIe: 3 us at 50
+ * GB/s). Forward 73728 B / 50 GB/s = 1.47456 us + 3 hops * 8 = 25.47456
+ * us; backward 172032 / 50e3 = 3.44064 + 24 = 27.44064 us: slower than
+ * the flat ring on so small a layer, where latency rules. The plan holds
+ * the same; with one adapter a node nothing is striped. */
+static void test_planner_bound_striped_ring(void **state)
+{
+	struct bound_fixture *f = *state;
+	const int order[4] = {0, 1, 2, 3};
+	int count[4];
+	struct rmoe_stripe s[4 * RMOE_STRIPES_MAX];
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, 0, count, s), 0);
+	struct rmoe_ring_edge edges[4];
+	memcpy(edges, f->edges, sizeof(edges));
+	rmoe_ring_edges_striped(&f->t, count, edges);
+	assert_close(edges[1].bandwidth_gbs, 50.0);
+	assert_close(edges[1].latency_us, 8.0);
+	assert_close(edges[0].bandwidth_gbs, f->edges[0].bandwidth_gbs);
+	struct rmoe_bound_input in = f->in;
+	in.edges = edges;
+	struct rmoe_time_bound b;
+	assert_int_equal(rmoe_time_bound(rmoe_dispatcher_of(RMOE_DISPATCH_RING_EXPERT), &in, &b), 0);
+	assert_wire(&b, 25.47456, 27.44064, RMOE_LINK_NETWORK);
+
+	struct rmoe_layer_config cfg;
+	rmoe_layer_config_init(&cfg);
+	cfg.hidden = 64, cfg.ffn = 32, cfg.experts = 8, cfg.topk = 2, cfg.tokens = 448;
+	cfg.dtype = RMOE_DTYPE_BF16;
+	struct rmoe_plan_request req = {.layer = &cfg};
+	struct rmoe_plan plan;
+	assert_int_equal(rmoe_plan_make(&req, &f->t, &plan), 0);
+	assert_int_equal(plan.time.stripes, 2);
+	assert_close(plan.time.striped[0].bound_s, b.bound_s);
+	assert_int_equal(plan.time.striped[0].fits_device, -1);
+	rmoe_plan_free(&plan);
+}
+
+static void test_planner_bound_one_adapter_no_stripes(void **state)
+{
+	struct bound_fixture *f = *state;
+	const int order[4] = {0, 1, 2, 3};
+	int count[4];
+	struct rmoe_stripe s[4 * RMOE_STRIPES_MAX];
+	assert_int_equal(rmoe_ring_stripes(&f->t, order, 0, count, s), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(count[i], 1);
+}
+
 RMOE_TEST_MAIN(NULL, NULL, cmocka_unit_test_setup_teardown(test_planner_bound_ring_expert, setup_four, teardown),
+               cmocka_unit_test_setup_teardown(test_planner_bound_stripes, setup_four, teardown),
+               cmocka_unit_test_setup_teardown(test_planner_bound_striped_ring, setup_four, teardown),
+               cmocka_unit_test_setup_teardown(test_planner_bound_one_adapter_no_stripes, setup_one_nic, teardown),
                cmocka_unit_test_setup_teardown(test_planner_bound_ring_token, setup_four, teardown),
                cmocka_unit_test_setup_teardown(test_planner_bound_alltoall, setup_four, teardown),
                cmocka_unit_test_setup_teardown(test_planner_bound_alltoall_megatron, setup_four, teardown),
