@@ -25,6 +25,8 @@ struct run_opts {
 	struct rmoe_ring_opts ring;
 	int64_t chunk_rows, seed, repeat, partitions;
 	int64_t blas_threads;           /* 0: the context's automatic count */
+	int64_t stripes;                /* ring: per node-crossing hop; 0: as planned */
+	int64_t ranks_per_node;         /* emulated nodes; 0: by host */
 	const char *dispatch, *load, *dump, *csv, *io, *routing;
 	const char *tokens_per_rank;    /* NULL: --tokens on every rank */
 	const char *trace, *sched;      /* traces and scheduler experiments */
@@ -78,6 +80,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 		RMOE_RING_OPTIONS(&r->ring),
 		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
+		{"stripes", RMOE_OPT_INT, &r->stripes, 0, RMOE_STRIPES_MAX, "S", "ring: each node-crossing hop in S stripes, one per network adapter, relayed over the GPU links (0: as planned, the node's adapters; 1: the flat ring)", NULL},
 		{"norm-topk", RMOE_OPT_FLAG, &r->norm_topk, 0, 0, NULL, "renormalise the top-k probabilities (the default, unless the preset's model does not)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"shared-gated", RMOE_OPT_FLAG, &r->shared_gated, 0, 0, NULL, "scale the shared expert by sigmoid(x w_shared_expert_gate), as Qwen2-MoE (default: ungated, DeepSeek-style)", NULL},
@@ -96,6 +99,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 	const struct rmoe_opt starpu[] = {
 		{"sched", RMOE_OPT_STRING, &r->sched, 0, 0, "POLICY", "StarPU scheduling policy (lws, prio, ws, dmdas, eager, ...)", NULL},
 		{"no-prio", RMOE_OPT_FLAG, &r->no_prio, 0, 0, NULL, "give every task and transfer the same priority", NULL},
+		{"ranks-per-node", RMOE_OPT_INT, &r->ranks_per_node, 0, 1e6, "R", "group consecutive ranks, R at a time, into nodes whatever their hosts (several nodes on one machine; 0: by host)", NULL},
 		{"blas-threads", RMOE_OPT_INT, &r->blas_threads, 0, 4096, "N", "OpenBLAS threads per call (0: automatic, the cores the workers leave)", NULL},
 		{"trace", RMOE_OPT_STRING, &r->trace, 0, 0, "DIR", "record an FxT trace of every rank, converted into DIR", NULL},
 	};
@@ -141,6 +145,7 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	cfg->check_finite = r->check_finite;
 	cfg->deterministic = r->deterministic;
 	cfg->partitions = r->partitions;
+	cfg->stripes = (int)r->stripes;
 	if (strcmp(r->io, "host") && strcmp(r->io, "device")) {
 		snprintf(msg, len, "--io '%s': expected host or device", r->io);
 		return RMOE_EINVAL;
@@ -209,6 +214,8 @@ static int contender_open(rmoe_ctx *ctx, const struct rmoe_problem *prob, enum r
 		cfg.partitions = 1;
 	if (!row->capped)
 		cfg.mem_cap = 0;
+	if (!row->striped)
+		cfg.stripes = 0;
 	if (row->whole_blocks)
 		cfg.chunk_rows = 0;
 	int rc = rmoe_layer_create(&c->layer, ctx, &cfg);
@@ -387,6 +394,7 @@ static int make_context(const struct run_opts *r, rmoe_ctx **ctx)
 	ccfg.verbose = r->verbose;
 	ccfg.ring_order = strcmp(r->ring.ring_order, "rank") ? RMOE_RING_PLANNED : RMOE_RING_RANK;
 	ccfg.blas_threads = (int)r->blas_threads;
+	ccfg.ranks_per_node = (int)r->ranks_per_node;
 	if (r->sched) {
 		/* STARPU_SCHED would win over the configuration's policy. */
 		setenv("STARPU_SCHED", r->sched, 1);

@@ -66,6 +66,7 @@ module relaymoe
     type(c_ptr) :: trace
     integer(c_int) :: ring_order
     integer(c_int) :: blas_threads
+    integer(c_int) :: ranks_per_node
   end type
 
   type, bind(c), public :: rmoe_layer_config
@@ -87,6 +88,7 @@ module relaymoe
     real(c_double) :: wait_timeout
     integer(c_int64_t) :: partitions
     integer(c_int) :: window
+    integer(c_int) :: stripes
   end type
 
   type, bind(c), public :: rmoe_layer_stats

@@ -311,6 +311,9 @@ static int pass_begin(struct rmoe_layer *L, struct rmoe_pass *pass, int rc, cons
 	int64_t tags = block;
 	if (L->ops->tags && L->ops->tags(L) > tags)
 		tags = (L->ops->tags(L) + block - 1) / block * block;
+	/* A striped ring's pieces take a block per leg (stripes.c). */
+	if (L->striped && tags < RMOE_STRIPE_LEGS * block)
+		tags = RMOE_STRIPE_LEGS * block;
 	return rmoe_tags_reserve(L->ctx, tags, &pass->tag_base);
 }
 

@@ -145,6 +145,8 @@ static void layer_free(struct rmoe_layer *L)
 	free(L->rank_tokens);
 	rmoe_a2a_plan_free(L->a2a);
 	free(L->ring);
+	free(L->stripe_count);
+	free(L->stripes);
 	free(L);
 }
 
@@ -165,9 +167,11 @@ static int layer_buffers(struct rmoe_layer *L)
 	struct kept k[20];
 	int n = kept_list(L, k), fail = 0;
 	L->ring = malloc(sizeof(int) * (size_t)L->N);
+	L->stripe_count = malloc(sizeof(int) * (size_t)L->N);
+	L->stripes = malloc(sizeof(*L->stripes) * (size_t)L->N * RMOE_STRIPES_MAX);
 	L->expert_offsets = calloc((size_t)L->E + 1, sizeof(int64_t));
 	L->rank_tokens = calloc((size_t)L->N, sizeof(int64_t));
-	fail = !L->ring || !L->expert_offsets || !L->rank_tokens;
+	fail = !L->ring || !L->stripe_count || !L->stripes || !L->expert_offsets || !L->rank_tokens;
 	for (int i = 0; i < n; i++)
 		fail |= kept_alloc(L, &k[i]) != 0;
 	if (fail)
@@ -401,6 +405,10 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	}
 	/* Neighbours come from the plan, not from rank +- 1. */
 	memcpy(L->ring, plan.order, sizeof(int) * (size_t)L->N);
+	memcpy(L->stripe_count, plan.stripe_count, sizeof(int) * (size_t)L->N);
+	memcpy(L->stripes, plan.stripes, sizeof(*L->stripes) * (size_t)L->N * RMOE_STRIPES_MAX);
+	for (int i = 0; i < L->N; i++)
+		L->striped |= L->stripe_count[i] > 1;
 	rmoe_plan_free(&plan);
 	for (int i = 0; i < L->N; i++)
 		if (L->ring[i] == ctx->rank)

@@ -248,6 +248,14 @@ const char *rmoe_layer_dispatch_reason(const rmoe_layer *L)
 	return L ? L->dispatch_reason : "";
 }
 
+int rmoe_layer_stripes(const rmoe_layer *L)
+{
+	int most = L ? 1 : 0;
+	for (int i = 0; L && i < L->N; i++)
+		most = L->stripe_count[i] > most ? L->stripe_count[i] : most;
+	return most;
+}
+
 /* ---- finite checks ------------------------------------------------------------ */
 
 /* The first NaN or infinity of a rows x cols tensor, named with its index. */

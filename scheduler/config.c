@@ -32,6 +32,7 @@ void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg)
 	cfg->check_finite = 0;
 	cfg->wait_timeout = 0;
 	cfg->window = 0;
+	cfg->stripes = 0;
 }
 
 int rmoe_config_window(const struct rmoe_layer_config *cfg)
@@ -114,6 +115,12 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 		                  "window = %d: expected 0 (default %d) or at least 2 receive buffers per relayed "
 		                  "kind (a ring relays hop h from one buffer while hop h+1 arrives in another)",
 		                  c->window, RMOE_WINDOW_DEFAULT);
+	if (c->stripes < 0 || c->stripes > RMOE_STRIPES_MAX)
+		return rmoe_error(RMOE_EINVAL, "stripes = %d: expected 0 (as planned) or 1 to %d stripes per node-crossing hop",
+		                  c->stripes, RMOE_STRIPES_MAX);
+	if (c->stripes > 1 && row && !row->striped)
+		return rmoe_error(RMOE_ENOTSUP, "stripes = %d: striped hops are built for ring expert routing (ring); "
+		                  "%s takes 0 or 1", c->stripes, row ? row->name : "this dispatch");
 	if (c->norm_topk != 0 && c->norm_topk != 1)
 		return rmoe_error(RMOE_EINVAL, "norm_topk = %d: expected 0 or 1", c->norm_topk);
 	if (c->overlap != 0 && c->overlap != 1)
@@ -186,6 +193,7 @@ uint64_t rmoe_config_hash(const struct rmoe_layer_config *c)
 	h = rmoe_hash_i64(h, c->chunk_rows);
 	h = rmoe_hash_i64(h, c->partitions > 1 ? c->partitions : 1);
 	h = rmoe_hash_i64(h, rmoe_config_window(c));
+	h = rmoe_hash_i64(h, c->stripes);
 	h = rmoe_hash_i64(h, c->overlap);
 	h = rmoe_hash_i64(h, c->deterministic);
 	h = rmoe_hash_i64(h, c->mem_cap);

@@ -19,7 +19,8 @@ const struct rmoe_dispatcher rmoe_dispatchers[RMOE_NDISPATCHERS] = {
 	 * rows a chunk, the difference over the chunks'. */
 	{.kind = RMOE_DISPATCH_RING_EXPERT, .name = "ring", .family = RMOE_FAMILY_RING, .mode = "expert",
 	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_expert,
-	 .traffic = rmoe_traffic_ring_expert, .runtime_fwd = {3, 3, 11, 248, 0, 0}, .runtime_bwd = {3, 4, 18, 368, 0, 0}},
+	 .traffic = rmoe_traffic_ring_expert, .runtime_fwd = {3, 3, 11, 248, 0, 0}, .runtime_bwd = {3, 4, 18, 368, 0, 0},
+	 .striped = 1},
 	{.kind = RMOE_DISPATCH_RING_TOKEN, .name = "token", .family = RMOE_FAMILY_RING, .mode = "token",
 	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_token,
 	 .traffic = rmoe_traffic_ring_token, .runtime_fwd = {3, 3, 11, 248, 0, 0}, .runtime_bwd = {3, 4, 18, 368, 0, 0},

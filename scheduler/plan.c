@@ -240,7 +240,19 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	plan_memory(req, &mc, out);
 	plan_time(cfg, &p, t, out);
 	plan_fit(req, out);
-	return 0;
+	/* The graph's stripes: only ring expert routing stripes its hops. */
+	const int n = t->nranks;
+	out->stripe_count = malloc(sizeof(int) * (size_t)n);
+	out->stripes = malloc(sizeof(*out->stripes) * (size_t)n * RMOE_STRIPES_MAX);
+	if (!out->stripe_count || !out->stripes) {
+		rmoe_plan_free(out);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the plan's stripes");
+	}
+	int rc2 = rmoe_ring_stripes(t, out->order, rmoe_dispatcher_of(out->dispatch)->striped ? cfg->stripes : 1,
+	                            out->stripe_count, out->stripes);
+	if (rc2)
+		rmoe_plan_free(out);
+	return rc2;
 }
 
 void rmoe_plan_free(struct rmoe_plan *plan)
@@ -249,8 +261,12 @@ void rmoe_plan_free(struct rmoe_plan *plan)
 		return;
 	free(plan->order);
 	free(plan->edges);
+	free(plan->stripe_count);
+	free(plan->stripes);
 	plan->order = NULL;
 	plan->edges = NULL;
+	plan->stripe_count = NULL;
+	plan->stripes = NULL;
 	plan->nranks = 0;
 }
 
@@ -265,5 +281,7 @@ uint64_t rmoe_plan_digest(const struct rmoe_plan *plan)
 	h = rmoe_hash_i64(h, plan->chunk_rows);
 	h = rmoe_hash_i64(h, plan->cap_rc);
 	h = rmoe_hash_i64(h, plan->fit_rc);
+	for (int i = 0; plan->stripe_count && i < plan->nranks; i++)
+		h = rmoe_hash_i64(h, plan->stripe_count[i]);
 	return h;
 }

@@ -77,6 +77,8 @@ struct rmoe_dispatcher {
 	struct rmoe_chunk_structs runtime_fwd, runtime_bwd; /* per chunk; zeros where
 	                                  no cap chunks it */
 	enum rmoe_chunked_rows chunk_rows_of; /* the rows a pass cuts into chunks */
+	int striped;                   /* its node-crossing hops go in stripes
+	                                  (stripes.c; rmoe_layer_config.stripes) */
 };
 
 /* Every dispatcher, in the order the programs list them: the rings, the

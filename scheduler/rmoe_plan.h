@@ -182,7 +182,6 @@ int rmoe_ring_slowest_edge(const struct rmoe_ring_edge *edges, int n, double byt
  * and the rank on the next node that receives it (in). Stripe 0 is the
  * edge's own (out = from, in = to); stripe j > 0 goes from -> out over the
  * GPU link, out -> in over the network, in -> to over the GPU link. */
-#define RMOE_STRIPES_MAX 16
 struct rmoe_stripe {
 	int out, in;
 };
@@ -192,7 +191,8 @@ struct rmoe_stripe {
  * has one; one that joins two nodes as many as requested (1: the flat
  * ring; 0: as planned), at most the adapters of either node
  * (nics_per_node, else one per rank), the ranks of either node and
- * RMOE_STRIPES_MAX. The relays are each node's ranks in ring order from
+ * RMOE_STRIPES_MAX, and only where the two nodes have no other crossing
+ * edge out and in. The relays are each node's ranks in ring order from
  * the edge's end. 0, or RMOE_EINVAL naming a bad request. Pure. */
 int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int requested, int *count,
                       struct rmoe_stripe *stripes);
@@ -381,6 +381,11 @@ struct rmoe_plan {
 	struct rmoe_plan_device device;
 	int fit_rc;                /* 0, or RMOE_ENOMEM: the layer does not fit (fit_msg) */
 	char fit_msg[512];
+	/* The stripes of each ring edge the layer's graph sends over
+	 * (rmoe_ring_stripes; all 1 but for ring expert routing's crossing
+	 * edges): stripe_count[nranks], stripes[nranks * RMOE_STRIPES_MAX]. */
+	int *stripe_count;
+	struct rmoe_stripe *stripes;
 };
 
 /* The plan of req on t. Pure: no MPI, no StarPU, no I/O. 0, or an RMOE_E*

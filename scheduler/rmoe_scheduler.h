@@ -38,6 +38,9 @@ void rmoe_layer_config_defaults(struct rmoe_layer_config *cfg);
  * RMOE_ENOTSUP with a message naming the value and what was expected. */
 int rmoe_config_check(const struct rmoe_layer_config *cfg, int nranks);
 
+/* Stripes of a node-crossing ring hop, at most (scheduler/stripes.c). */
+#define RMOE_STRIPES_MAX 16
+
 /* The ring's receive buffers per relayed kind: cfg->window, 0 giving
  * RMOE_WINDOW_DEFAULT (double buffering). */
 #define RMOE_WINDOW_DEFAULT 2

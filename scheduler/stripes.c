@@ -9,6 +9,7 @@
  * straight to the receiver. The crossing then takes about 1/S of its
  * time. These are the plan's decisions: which ranks relay which stripe,
  * and what the edge becomes for the bound. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_plan.h"
@@ -51,12 +52,28 @@ int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int reque
 		return rmoe_error(RMOE_EINVAL, "stripes = %d: expected 0 (as planned) or 1 to %d", requested,
 		                  RMOE_STRIPES_MAX);
 	const int n = t->nranks;
+	/* Only where a node has one crossing edge out and one in (the planned
+	 * order; rank order over interleaved ranks has more): each of its
+	 * ranks then relays at most one stripe each way per hop, and its
+	 * adapters serve that edge alone. */
+	int *out_edges = calloc((size_t)t->nnodes, sizeof(int)), *in_edges = calloc((size_t)t->nnodes, sizeof(int));
+	if (!out_edges || !in_edges) {
+		free(out_edges);
+		free(in_edges);
+		return rmoe_error(RMOE_ENOMEM, "out of host memory striping the ring");
+	}
+	for (int i = 0; i < n; i++)
+		if (t->node[order[i]] != t->node[order[(i + 1) % n]]) {
+			out_edges[t->node[order[i]]]++;
+			in_edges[t->node[order[(i + 1) % n]]]++;
+		}
 	for (int i = 0; i < n; i++) {
 		const int from = order[i], to = order[(i + 1) % n];
 		struct rmoe_stripe *s = stripes + (size_t)i * RMOE_STRIPES_MAX;
 		s[0] = (struct rmoe_stripe){from, to};
 		count[i] = 1;
-		if (n < 2 || t->node[from] == t->node[to] || requested == 1)
+		if (n < 2 || t->node[from] == t->node[to] || requested == 1 || out_edges[t->node[from]] > 1 ||
+		    in_edges[t->node[to]] > 1)
 			continue;
 		const int a = ranks_on(t, t->node[from]), b = ranks_on(t, t->node[to]);
 		int S = node_adapters(t, a) < node_adapters(t, b) ? node_adapters(t, a) : node_adapters(t, b);
@@ -72,6 +89,8 @@ int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int reque
 			s[j] = (struct rmoe_stripe){out[j], in[j]};
 		count[i] = S;
 	}
+	free(out_edges);
+	free(in_edges);
 	return 0;
 }
 

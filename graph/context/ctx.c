@@ -84,6 +84,9 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		rmoe_ctx_config_init(&cfg);
 	if (cfg.ncpus < 0)
 		return rmoe_error(RMOE_EINVAL, "ctx ncpus = %d: expected 0 (automatic) or a positive count", cfg.ncpus);
+	if (cfg.ranks_per_node < 0)
+		return rmoe_error(RMOE_EINVAL, "ctx ranks_per_node = %d: expected 0 (by host) or a positive count",
+		                  cfg.ranks_per_node);
 	if (cfg.blas_threads < 0)
 		return rmoe_error(RMOE_EINVAL, "ctx blas_threads = %d: expected 0 (automatic) or a positive count",
 		                  cfg.blas_threads);

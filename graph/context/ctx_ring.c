@@ -22,7 +22,7 @@ int rmoe_ctx_plan_ring(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_ctx
 		rmoe_cluster_free(&cluster);
 		return rc;
 	}
-	rc = rmoe_discover_topology(ctx, w, cfg->cluster_file ? &cluster : NULL, &ctx->topo);
+	rc = rmoe_discover_topology(ctx, w, cfg->cluster_file ? &cluster : NULL, cfg->ranks_per_node, &ctx->topo);
 	rmoe_cluster_free(&cluster);
 	struct rmoe_plan plan;
 	memset(&plan, 0, sizeof(plan));

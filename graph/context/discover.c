@@ -23,7 +23,7 @@ static int gather_records(rmoe_ctx *ctx, struct rmoe_wait *w, const void *mine, 
 	return rc;
 }
 
-int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_cluster *cluster,
+int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_cluster *cluster, int ranks_per_node,
                            struct rmoe_topology *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -32,6 +32,10 @@ int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe
 	if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0)
 		snprintf(name, sizeof(name), "rank-%d", ctx->rank);   /* its own node, which is safe */
 	name[MPI_MAX_PROCESSOR_NAME] = '\0';
+	/* Emulated nodes: the node's number is its host name, so the
+	 * topology groups them as it groups hosts. */
+	if (ranks_per_node > 0)
+		snprintf(name, sizeof(name), "node-%d", ctx->rank / ranks_per_node);
 	struct rmoe_rank_info me;
 	struct rmoe_local_hw hw;
 	rmoe_rank_info_local(name, &me, &hw);

@@ -60,8 +60,10 @@ int rmoe_ctx_plan_ring(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_ctx
 /* Collective over ctx->comm: probes this machine (hwloc), gathers every
  * rank's host name and GPU count, and builds the topology (with a cluster
  * description's placement, links and rates when cluster is not NULL).
- * Every rank enters the same collectives whatever fails. */
-int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_cluster *cluster,
+ * Every rank enters the same collectives whatever fails. ranks_per_node >
+ * 0: consecutive ranks, that many at a time, are one node
+ * (rmoe_ctx_config.ranks_per_node), whatever their hosts. */
+int rmoe_discover_topology(rmoe_ctx *ctx, struct rmoe_wait *w, const struct rmoe_cluster *cluster, int ranks_per_node,
                            struct rmoe_topology *out);
 
 /* Collective over ctx->comm: where each rank's layer buffers live and how

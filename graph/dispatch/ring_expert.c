@@ -49,13 +49,20 @@ static int forward_hop(struct rmoe_layer *L, struct rmoe_pass *pass, int h,
 }
 
 /* The ring's slots of one relayed kind: hop h in slot h mod window
- * (flow.c), at most N of them ever used. NULL when out of memory. */
+ * (flow.c), at most N of them ever used; in the pass's host memory where
+ * the ring is striped (its pieces need a home node, stripes.c). NULL when
+ * out of memory. */
 static starpu_data_handle_t *slots_alloc(struct rmoe_layer *L, struct rmoe_pass *pass, int *n)
 {
 	*n = L->window < L->N ? L->window : L->N;
 	starpu_data_handle_t *s = calloc((size_t)*n, sizeof(*s));
-	for (int i = 0; s && i < *n; i++)
-		s[i] = rmoe_act_vector(pass, L, L->part_floats);
+	for (int i = 0; s && i < *n; i++) {
+		s[i] = L->striped ? rmoe_pass_host_temp(pass, L, L->part_floats) : rmoe_act_vector(pass, L, L->part_floats);
+		if (!s[i]) {
+			free(s);
+			return NULL;
+		}
+	}
 	return s;
 }
 
@@ -69,7 +76,8 @@ static void slots_hold(struct rmoe_pass *pass, starpu_data_handle_t *s, int n)
 
 /* Sends h, which the right neighbour receives as its hop rh into a slot of
  * credit kind kind first used at hop first: after its credit when the slot
- * is reused (flow.c). */
+ * is reused (flow.c). Where the ring's edges are striped, every rank
+ * relays its pieces of the same transfer here too (stripes.c). */
 static int send_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int kind, int rh,
                     int first, int64_t tag, int prio)
 {
@@ -80,7 +88,9 @@ static int send_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		if (!rc)
 			rc = rmoe_flow_gate(L, pass, credit, h);
 	}
-	return rc ? rc : rmoe_send(L, pass, h, L->right, tag, prio, NULL, NULL);
+	if (!rc)
+		rc = rmoe_ring_send(L, pass, h, tag, prio);
+	return rc ? rc : rmoe_ring_relay(L, pass, kind, rh, L->part_floats, tag, prio);
 }
 
 /* Receives this rank's hop h into slot: granted first when the slot is
@@ -91,12 +101,13 @@ static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	int rc = 0;
 	if (rmoe_flow_needed(L, h, first))
 		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, kind, h), &slot, 1);
-	return rc ? rc : rmoe_recv(L, slot, L->left, tag);
+	return rc ? rc : rmoe_ring_recv(L, pass, slot, tag);
 }
 
 /* Credit kinds and the hop at which their slots are first used: weights
- * from hop 1 (hop 0 holds the owner's), gradients from hop 0. */
-enum { CREDIT_WEIGHTS, CREDIT_GRADIENTS };
+ * from hop 1 (hop 0 holds the owner's), gradients from hop 0; the
+ * gradients' return has no credit, but its relayed pieces a kind. */
+enum { CREDIT_WEIGHTS, CREDIT_GRADIENTS, RELAY_RETURN };
 enum { FIRST_WEIGHTS = 1, FIRST_GRADIENTS = 0 };
 
 /* The weights' relay of hop h: hold leaves for the right, the next
@@ -213,9 +224,11 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		} else if (!rc) {
 			/* The gradient-only return: rank at position i finishes the G of
 			 * position i+1's partition and hands it to its owner. */
-			rc = rmoe_send(L, pass, acc, L->right, tag_final, prio + 1, NULL, NULL);
+			rc = rmoe_ring_send(L, pass, acc, tag_final, prio + 1);
 			if (!rc)
-				rc = rmoe_recv(L, L->h_dw_part, L->left, tag_final);
+				rc = rmoe_ring_relay(L, pass, RELAY_RETURN, 0, L->part_floats, tag_final, prio + 1);
+			if (!rc)
+				rc = rmoe_ring_recv(L, pass, L->h_dw_part, tag_final);
 		}
 		if (!rc && !overlap && next) {
 			rc = rmoe_wait_data(pass->wait, next);

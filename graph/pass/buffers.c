@@ -2,6 +2,7 @@
  * allocated by StarPU for their first task) and the application's host or
  * device buffers. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "rmoe_buffers.h"
 #include "rmoe_codelets.h"
@@ -50,6 +51,23 @@ starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *pt
 	starpu_vector_data_register(&h, node, (uintptr_t)ptr, vector_nx(pass, n), elsize);
 	rmoe_bookkeeping_count_handle();
 	return h;
+}
+
+starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, const struct rmoe_layer *L, int64_t n)
+{
+	if (pass->nowned == pass->capowned) {
+		int cap = pass->capowned ? 2 * pass->capowned : 8;
+		void **a = realloc(pass->owned, (size_t)cap * sizeof(*a));
+		if (!a)
+			return NULL;
+		pass->owned = a;
+		pass->capowned = cap;
+	}
+	void *mem = malloc((size_t)(n > 0 ? n : 1) * L->act);
+	if (!mem)
+		return NULL;
+	pass->owned[pass->nowned++] = mem;
+	return rmoe_host_vector(pass, mem, n, L->act);
 }
 
 starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)

@@ -22,6 +22,20 @@ int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h)
 	return 0;
 }
 
+/* Drops the partition plans of the pass's striped transfers (stripes.c);
+ * its relays' slots are held, so unregistered with the rest. */
+static void stripes_release(struct rmoe_pass *pass)
+{
+	for (int i = 0; i < pass->nsplits; i++)
+		starpu_data_partition_clean(pass->splits[i].parent, (unsigned)pass->splits[i].n, pass->splits[i].pieces);
+	free(pass->splits);
+	pass->splits = NULL;
+	pass->nsplits = pass->capsplits = 0;
+	free(pass->relays);
+	pass->relays = NULL;
+	pass->nrelays = pass->caprelays = 0;
+}
+
 /* Destroys the pass's dependency anchors and unregisters the buffers it
  * holds; after every task has ended. */
 static void pass_release(struct rmoe_pass *pass)
@@ -32,11 +46,18 @@ static void pass_release(struct rmoe_pass *pass)
 	pass->anchors = NULL;
 	pass->nanchors = pass->capanchors = 0;
 	pass->window = pass->gate = NULL;
+	/* The pieces before their parents, which may be held. */
+	stripes_release(pass);
 	for (int i = 0; i < pass->nheld; i++)
 		starpu_data_unregister(pass->held[i]);
 	free(pass->held);
 	pass->held = NULL;
 	pass->nheld = pass->capheld = 0;
+	for (int i = 0; i < pass->nowned; i++)
+		free(pass->owned[i]);
+	free(pass->owned);
+	pass->owned = NULL;
+	pass->nowned = pass->capowned = 0;
 	for (int i = 0; i < pass->nwatched; i++)
 		starpu_task_destroy(pass->watched[i].fence);
 	free(pass->watched);

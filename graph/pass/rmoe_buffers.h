@@ -21,6 +21,13 @@ static inline starpu_data_handle_t rmoe_act_vector(struct rmoe_pass *pass, const
 	return rmoe_temp_vector(pass, n, L->act);
 }
 
+/* A temporary of n activations or weights in host memory the pass owns
+ * (freed at its end, after the handle, which the caller holds): for a
+ * buffer cut in pieces (stripes.c), which StarPU 1.3 gathers correctly
+ * only with a home node. Counted as the pass's resident bytes. NULL when
+ * out of memory. */
+starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, const struct rmoe_layer *L, int64_t n);
+
 /* A host buffer registered (home node: main memory); with pass, counted as
  * the pass's resident bytes. */
 starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize);

@@ -49,6 +49,12 @@ struct rmoe_layer {
 	 * partition a rank owns carries that rank's number. */
 	int *ring;
 	int ring_pos, left, right;
+	/* Each ring edge's stripes (scheduler/stripes.c, from the plan):
+	 * stripe_count[N], stripes[N * RMOE_STRIPES_MAX]; striped: some edge
+	 * has more than one (graph/pass/stripes.c). */
+	int *stripe_count;
+	struct rmoe_stripe *stripes;
+	int striped;
 	int window;               /* the ring's slots per relayed kind (flow.c) */
 	int flow_credits;         /* 0: RMOE_FLOW_CREDITS=off, slots without credits (layer.c) */
 

@@ -28,6 +28,22 @@ struct rmoe_watch {
 #define RMOE_CREDIT_KINDS 2
 #define RMOE_PASS_TAGS(N) (8 * (int64_t)(N) + 8 + RMOE_CREDIT_KINDS * (int64_t)(N))
 
+/* A striped transfer's pieces of a buffer (stripes.c): a partition plan
+ * made once a pass, submitted and undone at every use. */
+struct rmoe_split {
+	starpu_data_handle_t parent;
+	int n;
+	starpu_data_handle_t pieces[RMOE_STRIPES_MAX];
+};
+
+/* A relaying rank's buffer of one stripe (stripes.c): role 0 sends it
+ * over the network, role 1 receives it from there; per relayed kind, the
+ * window's slots. */
+struct rmoe_relay_slot {
+	int role, kind, slot;
+	starpu_data_handle_t h;
+};
+
 /* What a pass's graph needs to know and what it reports back. */
 struct rmoe_pass {
 	int backward;
@@ -49,6 +65,12 @@ struct rmoe_pass {
 	int nwatched, capwatched;
 	int32_t *credits;             /* the words of the ring's credits (flow.c) */
 	int ncredits, capcredits;
+	struct rmoe_split *splits;    /* striped transfers' pieces (stripes.c) */
+	int nsplits, capsplits;
+	struct rmoe_relay_slot *relays;   /* a relaying rank's stripe buffers (held) */
+	int nrelays, caprelays;
+	void **owned;                 /* host memory of held buffers, freed at the end */
+	int nowned, capowned;
 };
 
 /* A ring's relay buffer (weights, gradients, travelling tokens) stays

@@ -71,6 +71,26 @@ int rmoe_flow_reserve(struct rmoe_pass *pass, int64_t n);
 int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t credit,
                    starpu_data_handle_t h);
 
+/* Striped ring transfers (stripes.c; scheduler/stripes.c plans them).
+ * Where this rank's edge to its right neighbour is striped, h goes in
+ * pieces: piece 0 to the neighbour, piece j to the rank that owns adapter
+ * j on this node; where its edge from the left is, slot is received in
+ * pieces, piece 0 from the left neighbour, piece j from the rank on this
+ * node that relays it. Otherwise a plain send or receive. The receiver's
+ * readers of slot wait for every piece. */
+int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int64_t tag, int prio);
+int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t slot, int64_t tag);
+
+/* Every rank, once per striped transfer of tag, on every rank (hop h of a
+ * relayed kind, n elements a cargo): the pieces this rank relays, received
+ * into its window's slot for the kind and sent on. Nothing where no edge
+ * is striped. */
+int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int h, int64_t n, int64_t tag,
+                    int prio);
+
+/* The tags a pass of a striped layer reserves: a block per leg. */
+#define RMOE_STRIPE_LEGS 4
+
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
  * [N * width], rank order; blocks until they are here: the host sizes
  * buffers from them. width rmoe_counts_width(L): E, or for a2a-deepep E + N

@@ -103,6 +103,11 @@ struct rmoe_ctx_config {
 	                         division keeps the workers' BLAS threads from
 	                         oversubscribing the cores. Process-wide (OpenBLAS
 	                         has one setting) */
+	int ranks_per_node;   /* > 0: consecutive ranks, this many at a time, are
+	                         one node for the topology, whatever their hosts
+	                         (several nodes emulated on one machine); 0 = by
+	                         host name (the default). A cluster description's
+	                         placement wins */
 };
 
 /* Defaults: automatic workers and BLAS threads, no GPU preference, StarPU's policy,
@@ -227,6 +232,14 @@ struct rmoe_layer_config {
 	                        consumed: its left neighbour sends hop h only once
 	                        it has released the buffer of hop h-W (a credit).
 	                        0 = default 2 (double buffering) */
+	int stripes;         /* ring expert routing: each hop whose edge joins
+	                        two nodes goes in this many stripes, one per
+	                        network adapter, relayed over the GPU links by
+	                        the ranks that own the adapters (scheduler/
+	                        stripes.c); 0 = as planned (the node's adapters:
+	                        the cluster's nics_per_node, else one per rank),
+	                        1 = the flat ring. At most 16. Other dispatchers:
+	                        0 or 1 */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16
@@ -267,6 +280,10 @@ RMOE_API int rmoe_layer_owned_experts(const rmoe_layer *layer, int64_t *first, i
  * why: for auto, the per-hop volumes and times that decided (paper §3.2). */
 RMOE_API enum rmoe_dispatch rmoe_layer_dispatch(const rmoe_layer *layer);
 RMOE_API const char *rmoe_layer_dispatch_reason(const rmoe_layer *layer);
+
+/* The most stripes any hop of the layer's ring goes in (cfg.stripes as
+ * planned): 1 when no hop is striped; 0 for a NULL layer. */
+RMOE_API int rmoe_layer_stripes(const rmoe_layer *layer);
 
 /* Weights. Router and shared expert are replicated: every rank sets the same
  * values. Routed experts are set and read on their owner only (e global). */

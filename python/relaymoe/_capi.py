@@ -68,6 +68,7 @@ class CtxConfig(ctypes.Structure):
         ("trace", ctypes.c_char_p),
         ("ring_order", ctypes.c_int),
         ("blas_threads", ctypes.c_int),
+        ("ranks_per_node", ctypes.c_int),
     ]
 
 
@@ -91,6 +92,7 @@ class LayerConfig(ctypes.Structure):
         ("wait_timeout", ctypes.c_double),
         ("partitions", ctypes.c_int64),
         ("window", ctypes.c_int),
+        ("stripes", ctypes.c_int),
     ]
 
 

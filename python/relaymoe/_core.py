@@ -161,7 +161,7 @@ class Context:
     """
 
     def __init__(self, comm=None, *, ncpus=None, ncuda=None, sched=None, verbose=None,
-                 cluster_file=None, trace=None, ring_order=None, blas_threads=None):
+                 cluster_file=None, trace=None, ring_order=None, blas_threads=None, ranks_per_node=None):
         L = lib()
         fcomm = None if comm is None else _fortran_comm(comm)
         cfg = _capi.padded(_capi.CtxConfig)
@@ -176,6 +176,8 @@ class Context:
             cfg.ring_order = _int("ring_order", ring_order)
         if blas_threads is not None:
             cfg.blas_threads = _int("blas_threads", blas_threads)
+        if ranks_per_node is not None:
+            cfg.ranks_per_node = _int("ranks_per_node", ranks_per_node)
         for field, value in (("sched", sched), ("cluster_file", cluster_file), ("trace", trace)):
             if value is not None:
                 setattr(cfg, field, _text(field, value))
@@ -308,13 +310,13 @@ class Layer:
     def __init__(self, ctx, *, hidden=None, ffn=None, experts=None, topk=None, tokens=None,
                  norm_topk=None, shared_ffn=None, shared_gated=None, dispatch=None, dtype=None, chunk_rows=None,
                  overlap=None, deterministic=None, mem_cap=None, check_finite=None, wait_timeout=None,
-                 partitions=None, window=None):
+                 partitions=None, window=None, stripes=None):
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: a relaymoe.Context is expected, not {type(ctx).__name__}")
         given = dict(hidden=hidden, ffn=ffn, experts=experts, topk=topk, tokens=tokens,
                      norm_topk=norm_topk, shared_ffn=shared_ffn, shared_gated=shared_gated, chunk_rows=chunk_rows, overlap=overlap,
                      deterministic=deterministic, mem_cap=mem_cap, check_finite=check_finite,
-                     partitions=partitions, window=window)
+                     partitions=partitions, window=window, stripes=stripes)
         L = lib()
         cfg = _default_config()
         for field, value in given.items():

@@ -22,6 +22,8 @@ program layout
   call field('rmoe_ctx_config', 'ring_order', c_loc(c), c_loc(c%ring_order), c_sizeof(c%ring_order), 'int')
   call field('rmoe_ctx_config', 'blas_threads', c_loc(c), c_loc(c%blas_threads), c_sizeof(c%blas_threads), &
              'int')
+  call field('rmoe_ctx_config', 'ranks_per_node', c_loc(c), c_loc(c%ranks_per_node), &
+             c_sizeof(c%ranks_per_node), 'int')
 
   call struct('rmoe_layer_config', c_sizeof(l))
   call field('rmoe_layer_config', 'hidden', c_loc(l), c_loc(l%hidden), c_sizeof(l%hidden), 'int')
@@ -48,6 +50,7 @@ program layout
              'float')
   call field('rmoe_layer_config', 'partitions', c_loc(l), c_loc(l%partitions), c_sizeof(l%partitions), 'int')
   call field('rmoe_layer_config', 'window', c_loc(l), c_loc(l%window), c_sizeof(l%window), 'int')
+  call field('rmoe_layer_config', 'stripes', c_loc(l), c_loc(l%stripes), c_sizeof(l%stripes), 'int')
 
   call struct('rmoe_layer_stats', c_sizeof(s))
   call field('rmoe_layer_stats', 'forward_seconds', c_loc(s), c_loc(s%forward_seconds), &

@@ -7,11 +7,19 @@
 
 rmoe_ctx *rmoe_test_start(int *argc, char ***argv, int *nranks)
 {
+	return rmoe_test_start_nodes(argc, argv, nranks, 0);
+}
+
+rmoe_ctx *rmoe_test_start_nodes(int *argc, char ***argv, int *nranks, int ranks_per_node)
+{
 	int provided;
 	MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
 	MPI_Comm_size(MPI_COMM_WORLD, nranks);
 	rmoe_ctx *ctx = NULL;
-	int rc = rmoe_ctx_create(&ctx, NULL);
+	struct rmoe_ctx_config cfg;
+	rmoe_ctx_config_init(&cfg);
+	cfg.ranks_per_node = ranks_per_node;
+	int rc = rmoe_ctx_create(&ctx, &cfg);
 	if (rc)
 		rmoe_app_error("rmoe_ctx_create failed: %s\n", rmoe_strerror(rc));
 	if ((rc = rmoe_app_agree(rc))) {

@@ -24,6 +24,10 @@
  * skips it (RMOE_TEST_SKIPPED), saying so. */
 rmoe_ctx *rmoe_test_start(int *argc, char ***argv, int *nranks);
 
+/* The same with the context's ranks grouped into nodes of ranks_per_node
+ * consecutive ranks (rmoe_ctx_config.ranks_per_node; 0: by host). */
+rmoe_ctx *rmoe_test_start_nodes(int *argc, char ***argv, int *nranks, int ranks_per_node);
+
 /* The end of a multi-rank test: destroys ctx, prints "NAME: passed" or
  * "NAME: FAILED (N failure(s))" from the most failures of any rank, ends
  * MPI; the exit status (0 or 1). */

@@ -1,0 +1,156 @@
+/* Striped ring transfers (beyond the paper; scheduler/stripes.c plans
+ * them). A hop whose ring edge leaves a node goes in one piece per network
+ * adapter of the node: piece 0 straight to the right neighbour, piece j
+ * over the GPU link to the rank that owns adapter j (its out relay), over
+ * that rank's network link to its counterpart on the next node (the in
+ * relay), and over the GPU link to the receiver. The pieces are StarPU
+ * data: a partition of the buffer (a vector cut in n blocks), read-only at
+ * the sender so the hop's compute reads the buffer meanwhile, written at
+ * the receiver, where undoing the partition makes every reader of the
+ * buffer wait for every piece.
+ *
+ * Legs of a piece have tags of their own: tag (piece 0), and tag plus one,
+ * two and three blocks of RMOE_PASS_TAGS for the sender's, the network's
+ * and the in relay's leg, so no rank receives two messages of one source
+ * on one tag (a rank of a two-node ring is an in relay of one edge and a
+ * receiver of the other, from the same neighbour).
+ *
+ * A relay holds its pieces in its window's slots (one per hop mod window
+ * and kind), so a piece's receive is posted once the slot's piece of W
+ * hops before has left; the sender's piece leaves only after the receiver
+ * granted the hop's slot (flow.c), which needs every piece of W hops
+ * before delivered. A piece that arrives before its receive is posted is
+ * kept by StarPU-MPI meanwhile (early data), outside the accounting. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmoe_buffers.h"
+#include "rmoe_pass.h"
+#include "rmoe_transfers.h"
+
+static int64_t leg_tag(const struct rmoe_layer *L, int64_t tag, int leg)
+{
+	return tag + (int64_t)leg * RMOE_PASS_TAGS(L->N);
+}
+
+/* Elements of piece j of n elements cut in parts, as
+ * starpu_vector_filter_block cuts them. */
+static int64_t piece_elements(int64_t n, int parts, int j, size_t elsize)
+{
+	uint32_t size = 0;
+	size_t offset = 0;
+	starpu_filter_nparts_compute_chunk_size_and_offset((unsigned)n, (unsigned)parts, elsize, (unsigned)j, 1, &size,
+	                                                   &offset);
+	return size;
+}
+
+/* The pass's plan of h in n pieces, made at its first use. */
+static struct rmoe_split *split_of(struct rmoe_pass *pass, starpu_data_handle_t h, int n)
+{
+	for (int i = 0; i < pass->nsplits; i++)
+		if (pass->splits[i].parent == h && pass->splits[i].n == n)
+			return &pass->splits[i];
+	if (pass->nsplits == pass->capsplits) {
+		int cap = pass->capsplits ? 2 * pass->capsplits : 8;
+		struct rmoe_split *a = realloc(pass->splits, (size_t)cap * sizeof(*a));
+		if (!a)
+			return NULL;
+		pass->splits = a;
+		pass->capsplits = cap;
+	}
+	struct rmoe_split *s = &pass->splits[pass->nsplits++];
+	memset(s, 0, sizeof(*s));
+	s->parent = h;
+	s->n = n;
+	struct starpu_data_filter f = {.filter_func = starpu_vector_filter_block, .nchildren = (unsigned)n};
+	starpu_data_partition_plan(h, &f, s->pieces);
+	return s;
+}
+
+int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int64_t tag, int prio)
+{
+	const int e = L->ring_pos, n = L->stripe_count[e];
+	if (n < 2)
+		return rmoe_send(L, pass, h, L->right, tag, prio, NULL, NULL);
+	struct rmoe_split *s = split_of(pass, h, n);
+	if (!s)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	starpu_data_partition_readonly_submit(h, (unsigned)n, s->pieces);
+	int rc = 0;
+	for (int j = 0; j < n && !rc; j++)
+		rc = j == 0 ? rmoe_send(L, pass, s->pieces[0], L->right, tag, prio, NULL, NULL)
+		            : rmoe_send(L, pass, s->pieces[j], L->stripes[e * RMOE_STRIPES_MAX + j].out, leg_tag(L, tag, 1),
+		                        prio, NULL, NULL);
+	/* Read-only: the buffer stays valid; this only orders its next
+	 * writer after the pieces' sends. */
+	starpu_data_unpartition_submit(h, (unsigned)n, s->pieces, -1);
+	return rc;
+}
+
+int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t slot, int64_t tag)
+{
+	const int e = (L->ring_pos - 1 + L->N) % L->N, n = L->stripe_count[e];
+	if (n < 2)
+		return rmoe_recv(L, slot, L->left, tag);
+	struct rmoe_split *s = split_of(pass, slot, n);
+	if (!s)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	starpu_data_partition_submit(slot, (unsigned)n, s->pieces);
+	int rc = 0;
+	for (int j = 0; j < n && !rc; j++)
+		rc = j == 0 ? rmoe_recv(L, s->pieces[0], L->left, tag)
+		            : rmoe_recv(L, s->pieces[j], L->stripes[e * RMOE_STRIPES_MAX + j].in, leg_tag(L, tag, 3));
+	starpu_data_unpartition_submit(slot, (unsigned)n, s->pieces, -1);
+	return rc;
+}
+
+/* The relay's slot of a role and kind for hop h, n elements. */
+static starpu_data_handle_t relay_slot(struct rmoe_layer *L, struct rmoe_pass *pass, int role, int kind, int h,
+                                       int64_t n)
+{
+	const int slot = h % L->window;
+	for (int i = 0; i < pass->nrelays; i++) {
+		struct rmoe_relay_slot *r = &pass->relays[i];
+		if (r->role == role && r->kind == kind && r->slot == slot)
+			return r->h;
+	}
+	if (pass->nrelays == pass->caprelays) {
+		int cap = pass->caprelays ? 2 * pass->caprelays : 8;
+		struct rmoe_relay_slot *a = realloc(pass->relays, (size_t)cap * sizeof(*a));
+		if (!a)
+			return NULL;
+		pass->relays = a;
+		pass->caprelays = cap;
+	}
+	starpu_data_handle_t b = rmoe_act_vector(pass, L, n);
+	if (!b || rmoe_pass_hold(pass, b))
+		return NULL;
+	pass->relays[pass->nrelays++] = (struct rmoe_relay_slot){role, kind, slot, b};
+	return b;
+}
+
+int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int h, int64_t n, int64_t tag, int prio)
+{
+	const int me = L->ctx->rank;
+	int rc = 0;
+	for (int e = 0; e < L->N && !rc && L->striped; e++) {
+		const int parts = L->stripe_count[e], from = L->ring[e], to = L->ring[(e + 1) % L->N];
+		for (int j = 1; j < parts && !rc; j++) {
+			const struct rmoe_stripe *st = &L->stripes[e * RMOE_STRIPES_MAX + j];
+			const int64_t elements = piece_elements(n, parts, j, L->act);
+			if (st->out == me) {
+				starpu_data_handle_t b = relay_slot(L, pass, 0, kind, h, elements);
+				rc = b ? rmoe_recv(L, b, from, leg_tag(L, tag, 1)) : rmoe_error(RMOE_ENOMEM, "out of host memory");
+				if (!rc)
+					rc = rmoe_send(L, pass, b, st->in, leg_tag(L, tag, 2), prio, NULL, NULL);
+			}
+			if (!rc && st->in == me) {
+				starpu_data_handle_t b = relay_slot(L, pass, 1, kind, h, elements);
+				rc = b ? rmoe_recv(L, b, st->out, leg_tag(L, tag, 2)) : rmoe_error(RMOE_ENOMEM, "out of host memory");
+				if (!rc)
+					rc = rmoe_send(L, pass, b, to, leg_tag(L, tag, 3), prio, NULL, NULL);
+			}
+		}
+	}
+	return rc;
+}
