@@ -225,10 +225,10 @@ static void print_table(const struct rmoe_run_report *rep)
 		print_outcome(&out[i], device);
 	for (int i = 0; i < ndisp; i++)
 		if (rep->cfg->mem_cap > 0 && rmoe_dispatcher_of(out[i].d)->capped)
-			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB\n",
+			rmoe_app_say("%s: memory cap %.3f MiB -> %s in chunks of %lld rows; measured peak %.3f MiB (TOTAL)\n",
 			             rmoe_dispatch_name(out[i].d), (double)rep->cfg->mem_cap / MiB,
 			             rmoe_dispatcher_of(out[i].d)->chunked, (long long)out[i].chunk_rows,
-			             fmax(out[i].peak_fwd, out[i].peak_bwd) / MiB);
+			             total_peak(&out[i]) / MiB);
 #ifdef RMOE_SIMGRID
 	rmoe_app_say("(simulated: times are SimGrid's simulated time, max over ranks; peak = the memory model's "
 	             "(model), no task samples memory in a simulation, TOTAL = its larger pass; exec peak = a "
