@@ -37,12 +37,14 @@ RUN_COLUMNS = ("model_peak_fwd_bytes", "model_peak_bwd_bytes", "resident_bytes",
                "sent_bwd_bytes", "hidden", "ffn", "experts", "topk", "tokens")
 # Any dispatcher `relaymoe run --dispatch` accepts is reported; these are the
 # known ones' order, labels and colours (others come last, in grey).
-ORDER = {"ring": 0, "token": 1, "a2a": 2, "a2a-megatron": 3, "a2a-deepep": 4}
+ORDER = {"ring": 0, "ring-striped": 1, "token": 2, "a2a": 3, "a2a-megatron": 4, "a2a-deepep": 5}
 LABEL = {"a2a": "all-to-all (lean)", "a2a-megatron": "all-to-all (Megatron)", "a2a-deepep": "all-to-all (DeepEP)",
-         "ring": "ring, expert routing", "token": "ring, token routing"}
+         "ring": "ring, expert routing", "ring-striped": "ring, striped crossing hops", "token": "ring, token routing"}
 COLOR = {"a2a": "tab:red", "a2a-megatron": "tab:orange", "a2a-deepep": "tab:purple", "ring": "tab:blue",
-         "token": "tab:green"}
-RINGS = ("ring", "token")
+         "ring-striped": "tab:cyan", "token": "tab:green"}
+RINGS = ("ring", "ring-striped", "token")
+# run.sh's variants: the app's dispatcher they run (with its --stripes).
+RUNS_AS = {"ring-striped": "ring"}
 PAPER_RATIO_EP8 = 2.0   # the paper's Fig. 10: ring about 2x faster than all-to-all at EP=8
 SLOW = 1.5              # a case this many times its bound is explained in the report
 SWEEPS = (("sim_ep", "EP sweep, transport gpudirect (the paper's Fig. 10 analogue)"),
@@ -160,7 +162,7 @@ def is_ring(d):
     return d in RINGS
 
 
-def bound(row, cl, transport, ep):
+def bound(row, cl, transport, ep, plan=None):
     """The time no schedule of this case could beat on the simulated platform,
     in ms, and its parts. Per pass (forward, then backward: timed apart):
       wire: the bytes the busiest rank sends over the link they must cross at
@@ -179,7 +181,13 @@ def bound(row, cl, transport, ep):
         statistics: every task at the cost model's rate, floor included).
     A perfect schedule overlaps all of them: bound = max(compute, sum over
     passes of max(wire, staging)). serial: the same parts one after another
-    (no overlap at all), a reference for how much overlap a run achieved."""
+    (no overlap at all), a reference for how much overlap a run achieved.
+    The striped ring (ring-striped) sends the flat ring's cargo (the plan's
+    bytes of ring, plan) with each node-crossing hop in S stripes (the plan's
+    stripes), each through an adapter of its own, relayed over NVLink at both
+    ends: per pass the slower of cargo / (S x adapter) and cargo over an
+    NVLink edge, plus per hop the adapter's latency and two NVLink ones. Its
+    measured bytes hold the relayed pieces too, so they are not its wire."""
     rpn = cl["ranks_per_node"]
     nic_bw, nic_lat = cl["link"]["network"]
     nv_bw, nv_lat = cl["link"][cl["gpu_link"]]
@@ -189,7 +197,14 @@ def bound(row, cl, transport, ep):
     passes = {}
     for p in ("fwd", "bwd"):
         sent = float(row["sent_%s_bytes" % p] or 0)
-        if is_ring(row["dispatch"]):
+        if row["dispatch"] == "ring-striped" and plan and multi:
+            tb = plan["time_bound"]
+            cargo = float(tb["dispatchers"]["ring"]["forward" if p == "fwd" else "backward"]["bytes"])
+            S = int(tb.get("stripes", 1))
+            w = (max(cargo / (S * nic_bw * 1e9), cargo / (nv_bw * 1e9)) * 1e3
+                 + (ep - 1) * (nic_lat + 2 * nv_lat) * 1e-3)
+            sent = cargo
+        elif is_ring(row["dispatch"]):
             bw, lat = (nic_bw, nic_lat) if multi else (nv_bw, nv_lat)
             w = sent / (bw * 1e9) * 1e3 + (ep - 1) * lat * 1e-3
         else:
@@ -223,14 +238,14 @@ def sweep_row(r, a, cl):
                    **{k: c[k] for k in RUN_COLUMNS})
         ex = r["gpu_exec_ms"]
         row["gpu_exec_ms"] = "" if ex is None else "%.4f" % ex
-        b, comp, wire, st, serial = bound(row, cl, a.transport, ep)
+        b, comp, wire, st, serial = bound(row, cl, a.transport, ep, r["plan"])
         row.update(bound_ms="%.4f" % b, bound_compute_ms="%.4f" % comp, bound_wire_ms="%.4f" % wire,
                    bound_staging_ms="%.4f" % st, bound_waiting_ms="%.4f" % ((fw + bw) * 1e3 - b),
                    serial_ms="%.4f" % serial)
     # The planner's hop (same element type as the run) over the slowest ring edge.
     pj = r["plan"]
     if is_ring(d) and pj:
-        mode = "expert" if d == "ring" else "token"
+        mode = "token" if d == "token" else "expert"
         for ph, suf in (("forward", "fwd"), ("backward", "bwd")):
             h = pj["hops"][mode][ph]
             row["plan_hop_bytes_" + suf] = h["bytes"]

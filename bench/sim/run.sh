@@ -90,6 +90,7 @@ started=$(date -u '+%Y-%m-%d %H:%M UTC')
 t_all=$(date +%s)
 echo "sim/run.sh: $preset${scale_args:+ / $scale}, EP $eps, dispatch $dispatches, sched $sched, on $(basename "$cluster"), transport $transport, $dtype, commit $sim_commit"
 echo "sim/run.sh: GPU cost model $gpu_tflops TFLOP/s, $gpu_gbs GB/s, floor $floor_us us; app $app"
+rpn=$("$py" -c 'import re,sys; m=re.search(r"^ranks_per_node\s*=\s*(\d+)", open(sys.argv[1]).read(), re.M); print(m.group(1) if m else 1)' "$cluster")
 for ep in $eps; do
   plat=$work/plat-$ep
   "$py" "$root/scripts/sim/platform.py" "$cluster" -n "$ep" -o "$plat" --transport "$transport" | sed 's/^/  /'
@@ -109,6 +110,14 @@ for ep in $eps; do
       continue
     fi
     rm -f "$csv" "$stamp"
+    # The platform places ranks_per_node consecutive ranks on a node, each
+    # rank a host of its own: the app groups them the same way. ring is the
+    # flat ring; ring-striped stripes each node-crossing hop as planned.
+    run_args=(--dispatch "$d")
+    case $d in
+      ring) run_args=(--dispatch ring --stripes 1) ;;
+      ring-striped) run_args=(--dispatch ring --stripes 0) ;;
+    esac
     echo "sim/run.sh: EP=$ep $d: running ($(date -u +%H:%M:%S))"
     t0=$(date +%s%N)
     rc=0
@@ -118,8 +127,10 @@ for ep in $eps; do
       # shellcheck disable=SC2086
       exec "${sim_norand[@]}" timeout --kill-after=10 "$tmo" "$prefix/bin/starpu_smpirun" -np "$RMOE_SIM_NP" \
         -platform "$RMOE_SIM_PLATFORM" -hostfile "$RMOE_SIM_HOSTFILE" $RMOE_SIM_CFG \
-        "$app" run --preset "$preset" "${scale_args[@]}" --dispatch "$d" --sched "$sched" --dtype "$dtype" \
-        --repeat "$repeat" --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
+        "$app" run --preset "$preset" "${scale_args[@]}" "${run_args[@]}" --ranks-per-node "$rpn" --sched "$sched" \
+        --dtype "$dtype" --repeat "$repeat" --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
+    # The variant's name in its rows, as the report keys them.
+    [ "$d" != ring-striped ] || [ ! -s "$csv" ] || sed -i '2,$s/^ring,/ring-striped,/' "$csv"
     wall=$(( ($(date +%s%N) - t0) / 1000000 ))
     wall=$(printf '%d.%03d' $((wall / 1000)) $((wall % 1000)))
     if [ $rc -eq 0 ]; then
