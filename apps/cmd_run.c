@@ -162,6 +162,7 @@ static void model_peaks(const struct rmoe_problem *p, struct rmoe_run_outcome *o
 	mc.rank_tokens = p->rank_tokens;
 	mc.capacity = p->cfg.tokens;
 	mc.chunk_rows = o->chunk_rows;
+	mc.stripes = o->stripes;
 	mc.skew = o->skew;
 	mc.blocks = blocks;
 	mc.block_tokens = blocks ? blocks + p->nranks * p->nranks : NULL;
@@ -305,6 +306,7 @@ static void contender_outcome(struct contender *c, const struct contender *first
 	out->sent_bwd = max_over_ranks((double)c->st.bytes_sent_backward);
 	out->largest_temp = max_over_ranks((double)c->st.largest_temporary_bytes);
 	out->chunk_rows = c->st.chunk_rows;
+	out->stripes = rmoe_layer_stripes(c->layer);
 	out->device_fwd = max_over_ranks(c->dev_f);
 	out->device_bwd = max_over_ranks(c->dev_b);
 	out->heap_fwd = max_over_ranks(c->heap_f);

@@ -32,6 +32,7 @@ struct rmoe_run_outcome {
 	double leave_fwd, leave_bwd;    /* of them, a2a's rows that may leave first (the model's leaving_*) */
 	double skew;                    /* busiest hop (rings, a2a) or rank (a2a-megatron) over even */
 	int64_t chunk_rows;
+	int stripes;                    /* the most a ring hop goes in (rmoe_layer_stripes) */
 	double device_fwd, device_bwd;  /* peak on the device (a GPU), bytes, max over ranks; 0: none */
 	double heap_fwd, heap_bwd;      /* the heap figure (peak_heap_*), bytes, max over ranks */
 	double runtime_fwd, runtime_bwd; /* the runtime's structures of a pass's graph (runtime_*_bytes),

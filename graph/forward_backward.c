@@ -188,7 +188,9 @@ static void record(struct rmoe_layer *L, struct rmoe_pass *pass, struct measure 
 	int64_t dyn = rmoe_probe_peak() - m->starpu_base;
 	if (dyn < 0)
 		dyn = 0;
-	int64_t heap = rmoe_heap_peak() - m->heap_base;
+	/* The pass's own host buffers (striped slots) are in its resident
+	 * bytes and were malloc'ed during it: counted once. */
+	int64_t heap = rmoe_heap_peak() - m->heap_base - pass->owned_bytes;
 	if (heap < 0)
 		heap = 0;
 	int64_t resident = L->resident_bytes + pass->resident;

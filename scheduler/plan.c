@@ -235,24 +235,27 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	mc.runtime = req->runtime;
 	out->have_layer = 1;
 	plan_dispatch(cfg, &p, t, out);
+	/* The graph's stripes (only a striped dispatcher's hops are), which
+	 * the memory model counts (the relays' pieces). */
+	const int n = t->nranks;
+	out->stripe_count = malloc(sizeof(int) * (size_t)n);
+	out->stripes = malloc(sizeof(*out->stripes) * (size_t)n * RMOE_STRIPES_MAX);
+	rc = out->stripe_count && out->stripes ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory for the plan's stripes");
+	if (!rc)
+		rc = rmoe_ring_stripes(t, out->order, rmoe_dispatcher_of(out->dispatch)->striped ? cfg->stripes : 1,
+		                       out->stripe_count, out->stripes);
+	if (rc) {
+		rmoe_plan_free(out);
+		return rc;
+	}
+	for (int i = 0; i < n; i++)
+		mc.stripes = out->stripe_count[i] > mc.stripes ? out->stripe_count[i] : mc.stripes;
 	plan_cap(cfg, &mc, out);
 	plan_device(req, t, out);
 	plan_memory(req, &mc, out);
 	plan_time(cfg, &p, t, out);
 	plan_fit(req, out);
-	/* The graph's stripes: only ring expert routing stripes its hops. */
-	const int n = t->nranks;
-	out->stripe_count = malloc(sizeof(int) * (size_t)n);
-	out->stripes = malloc(sizeof(*out->stripes) * (size_t)n * RMOE_STRIPES_MAX);
-	if (!out->stripe_count || !out->stripes) {
-		rmoe_plan_free(out);
-		return rmoe_error(RMOE_ENOMEM, "out of host memory for the plan's stripes");
-	}
-	int rc2 = rmoe_ring_stripes(t, out->order, rmoe_dispatcher_of(out->dispatch)->striped ? cfg->stripes : 1,
-	                            out->stripe_count, out->stripes);
-	if (rc2)
-		rmoe_plan_free(out);
-	return rc2;
+	return 0;
 }
 
 void rmoe_plan_free(struct rmoe_plan *plan)

@@ -27,6 +27,9 @@ struct rmoe_mem_config {
 	int shared_gated;      /* Qwen2-MoE's gate on the shared expert (backward: one more [T,H]) */
 	int64_t etp;           /* expert tensor parallelism: divides F (1: none) */
 	int64_t chunk_rows;    /* 0: whole hops */
+	int stripes;           /* ring expert routing: the most stripes a
+	                          node-crossing hop goes in (scheduler/stripes.c);
+	                          0 or 1: none */
 	int64_t partitions;    /* ring: partitions of each rank's experts (hops on one device); 0 or 1: one */
 	int64_t window;        /* ring: receive buffers per relayed kind; 0: RMOE_WINDOW_DEFAULT;
 	                          all-to-alls: blocks in flight per role; 0: rmoe_a2a_depth's */

@@ -67,6 +67,7 @@ starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, const struct rm
 	if (!mem)
 		return NULL;
 	pass->owned[pass->nowned++] = mem;
+	pass->owned_bytes += n * (int64_t)L->act;
 	return rmoe_host_vector(pass, mem, n, L->act);
 }
 

@@ -71,6 +71,7 @@ struct rmoe_pass {
 	int nrelays, caprelays;
 	void **owned;                 /* host memory of held buffers, freed at the end */
 	int nowned, capowned;
+	int64_t owned_bytes;          /* their bytes: in resident, and in the heap's growth */
 };
 
 /* A ring's relay buffer (weights, gradients, travelling tokens) stays

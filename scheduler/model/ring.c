@@ -19,6 +19,17 @@ int rmoe_model_ring_expert(const struct rmoe_model_terms *t, struct rmoe_model_p
 	int64_t gbufs = N > 1 ? (window < N ? window : N) : 0;
 	int64_t relay_f = rbufs * W * s;
 	int64_t relay_b = N > 1 ? (rbufs + gbufs + 1) * W * s : 0;
+	/* Striped crossing hops (graph/pass/stripes.c): a rank relays pieces
+	 * of W*s/S bytes, in window slots per relayed kind, as an out relay
+	 * (of its node's crossing edge out) and an in relay (of the one in);
+	 * with S = 2 each rank is one of them, from 3 on some are both. The
+	 * relayed kinds: forward the weights (hops 1..N-1, rbufs slots);
+	 * backward the weights, the accumulators (rbufs each) and the
+	 * gradients' return (one). */
+	const int64_t S = t->c->stripes > 1 && N > 1 ? t->c->stripes : 1;
+	const int64_t roles = S > 2 ? 2 : S - 1, piece = (W * s + S - 1) / S;
+	relay_f += roles * rbufs * piece;
+	relay_b += roles * (2 * rbufs + 1) * piece;
 	fwd = rmoe_max2(shared, relay_f + r * (2 * H + 3 * F) * s);
 	bwd = rmoe_max2(shared_b, relay_b + r * (2 * H + 4 * F) * s);
 	o->fixed_backward = o->resident_backward + relay_b;

@@ -10,7 +10,10 @@
  * experts; outputs checked against the double-precision reference (ring)
  * and against the ring (others).
  *   test_flow [--window W] [--delay-us US] [--tokens T] [--all] [--no-credits]
- * (W: rmoe_layer_config.window; T tokens per rank, default 1024).
+ *             [--ranks-per-node R]
+ * (W: rmoe_layer_config.window; T tokens per rank, default 1024; R: the
+ * ranks grouped into nodes of R, so expert routing's node-crossing hops go
+ * in stripes relayed by the nodes' ranks, whose pieces the model holds).
  * --no-credits is the check's control: the rings with their credits off
  * (RMOE_FLOW_CREDITS=off), even routing only; it passes only when the
  * heap of some pass exceeds the model by more than the tolerance (the
@@ -40,6 +43,8 @@ static int failures;
 /* --no-credits: the largest heap-over-model excess seen, and no failure
  * for an excess (it is what the control looks for). */
 static int control;
+/* --ranks-per-node: the stripes expert routing must plan (a node's ranks). */
+static int want_stripes = 1;
 static double max_excess = -1.0;
 
 static double max_ranks(double v)
@@ -80,7 +85,16 @@ static int measure(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const str
 	rmoe_layer *layer = NULL;
 	struct rmoe_layer_stats st;
 	double hf = 0, hb = 0, rf = 0, rb = 0;
+	int stripes = 1;
 	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, cfg));
+	if (!rc) {
+		stripes = rmoe_layer_stripes(layer);
+		const int want = cfg->dispatch == RMOE_DISPATCH_RING_EXPERT ? want_stripes : 1;
+		if (stripes != want) {
+			rmoe_app_error("%s: %d stripes planned, expected %d", rmoe_dispatch_name(cfg->dispatch), stripes, want);
+			failures++;
+		}
+	}
 	if (!rc)
 		rc = rmoe_app_agree(rmoe_problem_apply(prob, layer));
 	if (!rc)
@@ -108,6 +122,7 @@ static int measure(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const str
 	struct rmoe_mem_estimate e;
 	rmoe_mem_config_from_layer(&mc, cfg, prob->nranks);
 	mc.chunk_rows = st.chunk_rows;
+	mc.stripes = stripes;
 	mc.skew = cfg->dispatch == RMOE_DISPATCH_ALLTOALL_MEGATRON ? a2a : ring;
 	/* a2a: each rank's own blocks, as relaymoe run models them */
 	const int blocked = cfg->dispatch == RMOE_DISPATCH_ALLTOALL || cfg->dispatch == RMOE_DISPATCH_ALLTOALL_DEEPEP;
@@ -173,7 +188,7 @@ static int run_case(rmoe_ctx *ctx, struct rmoe_layer_config cfg, const struct rm
 
 int main(int argc, char **argv)
 {
-	int window = 0, ndispatch = 2;
+	int window = 0, ndispatch = 2, per_node = 0;
 	long delay_us = 100000, tokens = 1024;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--all"))
@@ -186,6 +201,8 @@ int main(int argc, char **argv)
 			tokens = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--no-credits"))
 			control = 1;
+		else if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc)
+			want_stripes = per_node = atoi(argv[++i]);
 		else {
 			fprintf(stderr, "test_flow: unknown argument '%s'\n", argv[i]);
 			return 2;
@@ -210,7 +227,10 @@ int main(int argc, char **argv)
 	if (control)
 		setenv("RMOE_FLOW_CREDITS", "off", 1);
 	rmoe_ctx *ctx = NULL;
-	if (rmoe_app_agree(rmoe_ctx_create(&ctx, NULL))) {
+	struct rmoe_ctx_config ccfg;
+	rmoe_ctx_config_init(&ccfg);
+	ccfg.ranks_per_node = per_node;
+	if (rmoe_app_agree(rmoe_ctx_create(&ctx, &ccfg))) {
 		MPI_Finalize();
 		return RMOE_TEST_SKIPPED;
 	}
@@ -220,8 +240,9 @@ int main(int argc, char **argv)
 	struct rmoe_layer_config cfg;
 	rmoe_app_layer_shape(&cfg, 128, 48, 32 * nranks, 8, tokens);
 	cfg.window = window;
-	rmoe_app_say("test_flow on %d ranks, %ld tokens per rank, window %d%s, rank 1's expert tasks %ld us slower\n",
-	             nranks, tokens, window ? window : 2, control ? " without credits (the control)" : "", delay_us);
+	rmoe_app_say("test_flow on %d ranks%s, %ld tokens per rank, window %d%s, rank 1's expert tasks %ld us slower\n",
+	             nranks, per_node ? " in nodes (striped)" : "", tokens, window ? window : 2,
+	             control ? " without credits (the control)" : "", delay_us);
 	struct rmoe_problem prob;
 	int rc = rmoe_problem_init(&prob, &cfg, 11, NULL);
 	if (!rc)

@@ -96,6 +96,43 @@ static void test_memory_model_ring_expert_by_hand(void **state)
 	assert_int_equal(e.dynamic_backward, 576 + 64);
 }
 
+/* The striped ring (graph/pass/stripes.c), 2 ranks on two nodes: the
+ * crossing hops in 2 stripes, each rank a relay of one piece of a
+ * partition, 144 / 2 = 72 bytes, in a slot per relayed kind and hop mod
+ * window: forward the weights (one slot: hop 1), 72 bytes more; backward
+ * the weights, the accumulators (one each) and the gradients' return, 3 *
+ * 72 = 216. With 4 stripes (nodes of 4 ranks) a rank may relay a piece of
+ * 36 bytes each way: two roles, forward 72 more, backward 216. One stripe
+ * or one rank: nothing more. */
+static void test_memory_model_striped_ring_by_hand(void **state)
+{
+	(void)state;
+	struct rmoe_mem_config c = tiny();
+	c.stripes = 2;
+	struct rmoe_mem_estimate e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
+	assert_int_equal(e.dynamic_forward, 144 + 208 + 72);
+	assert_int_equal(e.dynamic_backward, 576 + 256 + 216);
+	c.stripes = 4;
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
+	assert_int_equal(e.dynamic_forward, 144 + 208 + 2 * 36);
+	assert_int_equal(e.dynamic_backward, 576 + 256 + 2 * 3 * 36);
+	c.stripes = 1;
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
+	assert_int_equal(e.dynamic_forward, 144 + 208);
+	c.stripes = 2;
+	c.nranks = 1;
+	c.experts = 2;
+	e = estimate(RMOE_DISPATCH_RING_EXPERT, &c);
+	struct rmoe_mem_config flat = c;
+	flat.stripes = 0;
+	assert_int_equal(e.dynamic_backward, estimate(RMOE_DISPATCH_RING_EXPERT, &flat).dynamic_backward);
+	/* Token routing is never striped: stripes change nothing. */
+	c = tiny();
+	c.stripes = 2;
+	e = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
+	assert_int_equal(e.dynamic_forward, 128 + 32 + 208);
+}
+
 /* Ring token routing, 2 ranks: one set of travelling buffers. Forward: x
  * [T*H = 8], the output accumulator [8], the pair order (8 int32) and
  * weights (8) = 32 values = 128 bytes; from hop 1 a partial of the outputs
@@ -359,6 +396,7 @@ static void test_memory_model_shared_expert_by_hand(void **state)
 
 RMOE_TEST_MAIN(NULL, NULL,
                cmocka_unit_test(test_memory_model_ring_expert_by_hand),
+               cmocka_unit_test(test_memory_model_striped_ring_by_hand),
                cmocka_unit_test(test_memory_model_ring_token_by_hand),
                cmocka_unit_test(test_memory_model_alltoall_by_hand),
                cmocka_unit_test(test_memory_model_alltoall_megatron_by_hand),
