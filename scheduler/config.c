@@ -119,7 +119,7 @@ int rmoe_config_check(const struct rmoe_layer_config *c, int nranks)
 		return rmoe_error(RMOE_EINVAL, "stripes = %d: expected 0 (as planned) or 1 to %d stripes per node-crossing hop",
 		                  c->stripes, RMOE_STRIPES_MAX);
 	if (c->stripes > 1 && row && !row->striped)
-		return rmoe_error(RMOE_ENOTSUP, "stripes = %d: striped hops are built for ring expert routing (ring); "
+		return rmoe_error(RMOE_ENOTSUP, "stripes = %d: striped hops are built for the rings (ring, token); "
 		                  "%s takes 0 or 1", c->stripes, row ? row->name : "this dispatch");
 	if (c->norm_topk != 0 && c->norm_topk != 1)
 		return rmoe_error(RMOE_EINVAL, "norm_topk = %d: expected 0 or 1", c->norm_topk);

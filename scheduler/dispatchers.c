@@ -24,7 +24,7 @@ const struct rmoe_dispatcher rmoe_dispatchers[RMOE_NDISPATCHERS] = {
 	{.kind = RMOE_DISPATCH_RING_TOKEN, .name = "token", .family = RMOE_FAMILY_RING, .mode = "token",
 	 .capped = 1, .chunked = "hops", .model = rmoe_model_ring_token,
 	 .traffic = rmoe_traffic_ring_token, .runtime_fwd = {3, 3, 11, 248, 0, 0}, .runtime_bwd = {3, 4, 18, 368, 0, 0},
-	 .chunk_rows_of = RMOE_CHUNKS_COMPUTED},
+	 .chunk_rows_of = RMOE_CHUNKS_COMPUTED, .striped = 1},
 	/* Its blocks are one rank's pairs for one partition, as a ring hop's
 	 * rows: the skew of a hop. */
 	{.kind = RMOE_DISPATCH_ALLTOALL, .name = "a2a", .family = RMOE_FAMILY_ALLTOALL, .capped = 1,

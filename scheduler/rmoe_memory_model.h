@@ -27,7 +27,7 @@ struct rmoe_mem_config {
 	int shared_gated;      /* Qwen2-MoE's gate on the shared expert (backward: one more [T,H]) */
 	int64_t etp;           /* expert tensor parallelism: divides F (1: none) */
 	int64_t chunk_rows;    /* 0: whole hops */
-	int stripes;           /* ring expert routing: the most stripes a
+	int stripes;           /* the rings: the most stripes a
 	                          node-crossing hop goes in (scheduler/stripes.c);
 	                          0 or 1: none */
 	int64_t partitions;    /* ring: partitions of each rank's experts (hops on one device); 0 or 1: one */

@@ -57,7 +57,7 @@ static starpu_data_handle_t *slots_alloc(struct rmoe_layer *L, struct rmoe_pass 
 	*n = L->window < L->N ? L->window : L->N;
 	starpu_data_handle_t *s = calloc((size_t)*n, sizeof(*s));
 	for (int i = 0; s && i < *n; i++) {
-		s[i] = L->striped ? rmoe_pass_host_temp(pass, L, L->part_floats) : rmoe_act_vector(pass, L, L->part_floats);
+		s[i] = L->striped ? rmoe_pass_host_temp(pass, L->part_floats, L->act) : rmoe_act_vector(pass, L, L->part_floats);
 		if (!s[i]) {
 			free(s);
 			return NULL;
@@ -89,8 +89,8 @@ static int send_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 			rc = rmoe_flow_gate(L, pass, credit, h);
 	}
 	if (!rc)
-		rc = rmoe_ring_send(L, pass, h, tag, prio);
-	return rc ? rc : rmoe_ring_relay(L, pass, kind, rh, L->part_floats, tag, prio);
+		rc = rmoe_ring_send(L, pass, h, rh, tag, prio);
+	return rc ? rc : rmoe_ring_relay(L, pass, kind, rh, L->part_floats, L->act, tag, prio);
 }
 
 /* Receives this rank's hop h into slot: granted first when the slot is
@@ -224,9 +224,9 @@ int rmoe_ring_expert_backward(struct rmoe_layer *L, struct rmoe_pass *pass, star
 		} else if (!rc) {
 			/* The gradient-only return: rank at position i finishes the G of
 			 * position i+1's partition and hands it to its owner. */
-			rc = rmoe_ring_send(L, pass, acc, tag_final, prio + 1);
+			rc = rmoe_ring_send(L, pass, acc, 0, tag_final, prio + 1);
 			if (!rc)
-				rc = rmoe_ring_relay(L, pass, RELAY_RETURN, 0, L->part_floats, tag_final, prio + 1);
+				rc = rmoe_ring_relay(L, pass, RELAY_RETURN, 0, L->part_floats, L->act, tag_final, prio + 1);
 			if (!rc)
 				rc = rmoe_ring_recv(L, pass, L->h_dw_part, tag_final);
 		}

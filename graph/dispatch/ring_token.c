@@ -25,7 +25,12 @@
  * Ranks may hold different token counts (rmoe_layer_set_tokens): every
  * partition then travels with the rows of the largest (L->T_max), a
  * smaller one padded (own_open), since a slot takes every partition in
- * turn and StarPU-MPI receives a message only into a buffer of its size. */
+ * turn and StarPU-MPI receives a message only into a buffer of its size.
+ *
+ * Where the ring's edges are striped (graph/pass/stripes.c), every kind
+ * crosses between nodes in pieces, each rank relaying its own; the slots
+ * and padded copies are then the pass's host memory (pieces need a home
+ * node). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +58,17 @@ static size_t elsize(const struct rmoe_layer *L, int k)
 	return k == ORDER ? sizeof(int32_t) : k == WEIGHTS || k == DG ? sizeof(float) : L->act;
 }
 
+/* A buffer that travels: a temporary, or with striped edges the pass's
+ * host memory (held: unregistered at the pass's end). NULL when out of
+ * memory. */
+static starpu_data_handle_t travel_vector(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t n, size_t size)
+{
+	if (!L->striped)
+		return rmoe_temp_vector(pass, n, size);
+	starpu_data_handle_t h = rmoe_pass_host_temp(pass, n, size);
+	return h && !rmoe_pass_hold(pass, h) ? h : NULL;
+}
+
 static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R, int backward)
 {
 	const int N = L->N;
@@ -76,8 +92,11 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 		R->buf[k] = calloc((size_t)R->nslots, sizeof(starpu_data_handle_t));
 		if (!R->buf[k])
 			return rmoe_error(RMOE_ENOMEM, "out of host memory");
-		for (int b = 0; b < R->nslots; b++)
-			R->buf[k][b] = rmoe_temp_vector(pass, L->T_max * per_token(L, k), elsize(L, k));
+		for (int b = 0; b < R->nslots; b++) {
+			R->buf[k][b] = travel_vector(L, pass, L->T_max * per_token(L, k), elsize(L, k));
+			if (!R->buf[k][b])
+				return rmoe_error(RMOE_ENOMEM, "out of host memory");
+		}
 	}
 	return 0;
 }
@@ -95,7 +114,11 @@ static int own_open(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		if (!user[k] || L->T == L->T_max)
 			continue;
 		const int64_t n = L->T_max * per_token(L, k);
-		own[k] = rmoe_temp_vector(pass, n, elsize(L, k));
+		own[k] = L->striped ? travel_vector(L, pass, n, elsize(L, k)) : rmoe_temp_vector(pass, n, elsize(L, k));
+		if (!own[k]) {
+			own[k] = user[k];
+			return rmoe_error(RMOE_ENOMEM, "out of host memory");
+		}
 		struct rmoe_task_opts o = rmoe_opts(L, "pad-partition", rmoe_prio_hop(0, L->N));
 		if (!rc)
 			rc = k == DG || L->T == 0 ? rmoe_insert_zero(&o, n, own[k])
@@ -114,15 +137,18 @@ static int own_close(struct rmoe_layer *L, starpu_data_handle_t *user, starpu_da
 		struct rmoe_task_opts o = rmoe_opts(L, "unpad-partition", 0);
 		if (!rc && (k == ACC || k == DG) && L->T > 0)
 			rc = rmoe_insert_copy_pad(&o, L->T_max * per_token(L, k), own[k], L->T * per_token(L, k), user[k]);
-		starpu_data_unregister_submit(own[k]);
+		/* A striped pass's copies are held to its end (travel_vector). */
+		if (!L->striped)
+			starpu_data_unregister_submit(own[k]);
 	}
 	return rc;
 }
 
-static void ring_free(struct rmoe_pass *pass, struct token_ring *R)
+static void ring_free(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R)
 {
 	for (int k = 0; k < NKINDS; k++) {
-		for (int b = 0; R->buf[k] && b < R->nslots; b++)
+		/* Striped: travel_vector held them already. */
+		for (int b = 0; R->buf[k] && b < R->nslots && !L->striped; b++)
 			rmoe_pass_hold(pass, R->buf[k][b]);
 		free(R->buf[k]);
 	}
@@ -152,9 +178,9 @@ static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, 0, rh), s, ninputs + naccs);
 	}
 	for (int i = 0; i < ninputs && !rc; i++)
-		rc = rmoe_recv(L, R->buf[inputs[i]][slot], L->left, tag + inputs[i]);
+		rc = rmoe_ring_recv(L, pass, R->buf[inputs[i]][slot], tag + inputs[i]);
 	for (int i = 0; i < naccs && !rc; i++)
-		rc = rmoe_recv(L, R->buf[accs[i]][slot], L->left, tag + accs[i]);
+		rc = rmoe_ring_recv(L, pass, R->buf[accs[i]][slot], tag + accs[i]);
 	return rc;
 }
 
@@ -170,7 +196,10 @@ static int send_kinds(struct rmoe_layer *L, struct rmoe_pass *pass, int rh, star
 		if (*credit)
 			rc = rmoe_flow_gate(L, pass, *credit, held[kinds[i]]);
 		if (!rc)
-			rc = rmoe_send(L, pass, held[kinds[i]], L->right, tag + kinds[i], prio, NULL, NULL);
+			rc = rmoe_ring_send(L, pass, held[kinds[i]], rh, tag + kinds[i], prio);
+		if (!rc)
+			rc = rmoe_ring_relay(L, pass, kinds[i], rh, L->T_max * per_token(L, kinds[i]), elsize(L, kinds[i]),
+			                     tag + kinds[i], prio);
 	}
 	return rc;
 }
@@ -210,9 +239,12 @@ static int run_ring(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 			/* The finished accumulators of position i+1 go home. */
 			int k = accs[i];
 			int64_t ret_tag = tag0 + (int64_t)N * NKINDS + k;
-			rc = rmoe_send(L, pass, held[k], L->right, ret_tag, prio + 1, NULL, NULL);
+			rc = rmoe_ring_send(L, pass, held[k], 0, ret_tag, prio + 1);
 			if (!rc)
-				rc = rmoe_recv(L, own[k], L->left, ret_tag);
+				rc = rmoe_ring_relay(L, pass, NKINDS + k, 0, L->T_max * per_token(L, k), elsize(L, k), ret_tag,
+				                     prio + 1);
+			if (!rc)
+				rc = rmoe_ring_recv(L, pass, own[k], ret_tag);
 		}
 		if (!last && !overlap) {
 			rc = rc ? rc : send_kinds(L, pass, h + 1, held, inputs, ninputs, tag, prio + 1, &credit);
@@ -272,7 +304,7 @@ int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 3, accs, 1, forward_hop, NULL);
 	rc = own_close(L, user, own, rc);
-	ring_free(pass, &R);
+	ring_free(L, pass, &R);
 	return rc;
 }
 
@@ -340,6 +372,6 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
 		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
-	ring_free(pass, &R);
+	ring_free(L, pass, &R);
 	return rc;
 }

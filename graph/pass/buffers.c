@@ -53,7 +53,7 @@ starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *pt
 	return h;
 }
 
-starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, const struct rmoe_layer *L, int64_t n)
+starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, int64_t n, size_t elsize)
 {
 	if (pass->nowned == pass->capowned) {
 		int cap = pass->capowned ? 2 * pass->capowned : 8;
@@ -63,12 +63,12 @@ starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, const struct rm
 		pass->owned = a;
 		pass->capowned = cap;
 	}
-	void *mem = malloc((size_t)(n > 0 ? n : 1) * L->act);
+	void *mem = malloc((size_t)(n > 0 ? n : 1) * elsize);
 	if (!mem)
 		return NULL;
 	pass->owned[pass->nowned++] = mem;
-	pass->owned_bytes += n * (int64_t)L->act;
-	return rmoe_host_vector(pass, mem, n, L->act);
+	pass->owned_bytes += n * (int64_t)elsize;
+	return rmoe_host_vector(pass, mem, n, elsize);
 }
 
 starpu_data_handle_t rmoe_host_vector(struct rmoe_pass *pass, void *ptr, int64_t n, size_t elsize)

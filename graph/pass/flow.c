@@ -37,7 +37,11 @@ int rmoe_flow_reserve(struct rmoe_pass *pass, int64_t n)
  * credit a ring pass exchanges, allocated at its first unless reserved). */
 static int credit_handle(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *h)
 {
-	int rc = rmoe_flow_reserve(pass, 2 * RMOE_CREDIT_KINDS * (int64_t)L->N);
+	/* A striped ring's relays grant and await credits of their own: per
+	 * hop and relayed kind (at most 8), two grants and an await a relay,
+	 * an await per piece a sender (stripes.c). */
+	int rc = rmoe_flow_reserve(pass, 2 * RMOE_CREDIT_KINDS * (int64_t)L->N +
+	                                     (L->striped ? 8 * (3 + RMOE_STRIPES_MAX) * (int64_t)L->N : 0));
 	if (rc)
 		return rc;
 	if (pass->ncredits == pass->capcredits)

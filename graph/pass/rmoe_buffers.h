@@ -21,12 +21,12 @@ static inline starpu_data_handle_t rmoe_act_vector(struct rmoe_pass *pass, const
 	return rmoe_temp_vector(pass, n, L->act);
 }
 
-/* A temporary of n activations or weights in host memory the pass owns
- * (freed at its end, after the handle, which the caller holds): for a
- * buffer cut in pieces (stripes.c), which StarPU 1.3 gathers correctly
- * only with a home node. Counted as the pass's resident bytes. NULL when
- * out of memory. */
-starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, const struct rmoe_layer *L, int64_t n);
+/* A temporary of n elements of elsize bytes in host memory the pass owns
+ * (freed at its end, after the handle, which the caller holds or
+ * unregisters): for a buffer cut in pieces (stripes.c), which StarPU 1.3
+ * gathers correctly only with a home node. Counted as the pass's resident
+ * bytes. NULL when out of memory. */
+starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, int64_t n, size_t elsize);
 
 /* A host buffer registered (home node: main memory); with pass, counted as
  * the pass's resident bytes. */

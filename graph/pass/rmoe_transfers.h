@@ -77,19 +77,25 @@ int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
  * j on this node; where its edge from the left is, slot is received in
  * pieces, piece 0 from the left neighbour, piece j from the rank on this
  * node that relays it. Otherwise a plain send or receive. The receiver's
- * readers of slot wait for every piece. */
-int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int64_t tag, int prio);
+ * readers of slot wait for every piece. rh: the hop the receiver takes it
+ * as (relayed kinds start at hop 1; 0: a transfer made once), which says
+ * when the relays' slots are reused, so the pieces wait for their
+ * credits. */
+int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int rh, int64_t tag,
+                   int prio);
 int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t slot, int64_t tag);
 
 /* Every rank, once per striped transfer of tag, on every rank (hop h of a
- * relayed kind, n elements a cargo): the pieces this rank relays, received
- * into its window's slot for the kind and sent on. Nothing where no edge
- * is striped. */
-int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int h, int64_t n, int64_t tag,
-                    int prio);
+ * relayed kind, as rmoe_ring_send's rh; n elements of elsize bytes a
+ * cargo): the pieces this rank relays, received into its window's slot
+ * for the kind (granted upstream when reused) and sent on (after the
+ * next relay's grant). Nothing where no edge is striped. */
+int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int h, int64_t n, size_t elsize,
+                    int64_t tag, int prio);
 
-/* The tags a pass of a striped layer reserves: a block per leg. */
-#define RMOE_STRIPE_LEGS 4
+/* The tag blocks a pass of a striped layer reserves: the ring's, one per
+ * leg of a piece, one per relay's credit. */
+#define RMOE_STRIPE_LEGS 6
 
 /* Every rank's expert counts (the "tokens per expert" exchange), into all
  * [N * width], rank order; blocks until they are here: the host sizes

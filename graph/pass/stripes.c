@@ -17,15 +17,18 @@
  *
  * A relay holds its pieces in its window's slots (one per hop mod window
  * and kind), so a piece's receive is posted once the slot's piece of W
- * hops before has left; the sender's piece leaves only after the receiver
- * granted the hop's slot (flow.c), which needs every piece of W hops
- * before delivered. A piece that arrives before its receive is posted is
- * kept by StarPU-MPI meanwhile (early data), outside the accounting. */
+ * hops before has left. As the receiver grants its slot to the sender
+ * (flow.c), a relay grants its slot upstream (to the sender, or to the out
+ * relay) and the upstream's piece waits for that credit: no piece arrives
+ * before its receive is posted, which StarPU-MPI would keep meanwhile
+ * (early data) outside the accounting. The credits' tags: two blocks
+ * more. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "rmoe_buffers.h"
 #include "rmoe_pass.h"
+#include "rmoe_tasks.h"
 #include "rmoe_transfers.h"
 
 static int64_t leg_tag(const struct rmoe_layer *L, int64_t tag, int leg)
@@ -64,10 +67,21 @@ static struct rmoe_split *split_of(struct rmoe_pass *pass, starpu_data_handle_t 
 	s->n = n;
 	struct starpu_data_filter f = {.filter_func = starpu_vector_filter_block, .nchildren = (unsigned)n};
 	starpu_data_partition_plan(h, &f, s->pieces);
+	/* Each piece is a handle of StarPU's, as the runtime's structures
+	 * count them (codelets/probe/bookkeeping.c). */
+	for (int j = 0; j < n; j++)
+		rmoe_bookkeeping_count_handle();
 	return s;
 }
 
-int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int64_t tag, int prio)
+/* Whether the relays' slots of hop rh were used before (credits). */
+static int relay_credit(const struct rmoe_layer *L, int rh)
+{
+	return L->flow_credits && rh > L->window;
+}
+
+int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t h, int rh, int64_t tag,
+                   int prio)
 {
 	const int e = L->ring_pos, n = L->stripe_count[e];
 	if (n < 2)
@@ -75,8 +89,19 @@ int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
 	struct rmoe_split *s = split_of(pass, h, n);
 	if (!s)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	starpu_data_partition_readonly_submit(h, (unsigned)n, s->pieces);
 	int rc = 0;
+	if (relay_credit(L, rh)) {
+		/* Every out relay's grant, then one gate on the whole buffer. */
+		starpu_data_handle_t credits[RMOE_STRIPES_MAX];
+		for (int j = 1; j < n && !rc; j++)
+			rc = rmoe_flow_await_from(L, pass, L->stripes[e * RMOE_STRIPES_MAX + j].out, leg_tag(L, tag, 4),
+			                          &credits[j - 1]);
+		if (!rc)
+			rc = rmoe_pass_fence(L, pass, credits, n - 1, &h, 1, NULL, NULL, "credit-wait");
+		if (rc)
+			return rc;
+	}
+	starpu_data_partition_readonly_submit(h, (unsigned)n, s->pieces);
 	for (int j = 0; j < n && !rc; j++)
 		rc = j == 0 ? rmoe_send(L, pass, s->pieces[0], L->right, tag, prio, NULL, NULL)
 		            : rmoe_send(L, pass, s->pieces[j], L->stripes[e * RMOE_STRIPES_MAX + j].out, leg_tag(L, tag, 1),
@@ -106,7 +131,7 @@ int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
 
 /* The relay's slot of a role and kind for hop h, n elements. */
 static starpu_data_handle_t relay_slot(struct rmoe_layer *L, struct rmoe_pass *pass, int role, int kind, int h,
-                                       int64_t n)
+                                       int64_t n, size_t elsize)
 {
 	const int slot = h % L->window;
 	for (int i = 0; i < pass->nrelays; i++) {
@@ -122,14 +147,15 @@ static starpu_data_handle_t relay_slot(struct rmoe_layer *L, struct rmoe_pass *p
 		pass->relays = a;
 		pass->caprelays = cap;
 	}
-	starpu_data_handle_t b = rmoe_act_vector(pass, L, n);
+	starpu_data_handle_t b = rmoe_temp_vector(pass, n, elsize);
 	if (!b || rmoe_pass_hold(pass, b))
 		return NULL;
 	pass->relays[pass->nrelays++] = (struct rmoe_relay_slot){role, kind, slot, b};
 	return b;
 }
 
-int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int h, int64_t n, int64_t tag, int prio)
+int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int h, int64_t n, size_t elsize,
+                    int64_t tag, int prio)
 {
 	const int me = L->ctx->rank;
 	int rc = 0;
@@ -137,16 +163,29 @@ int rmoe_ring_relay(struct rmoe_layer *L, struct rmoe_pass *pass, int kind, int 
 		const int parts = L->stripe_count[e], from = L->ring[e], to = L->ring[(e + 1) % L->N];
 		for (int j = 1; j < parts && !rc; j++) {
 			const struct rmoe_stripe *st = &L->stripes[e * RMOE_STRIPES_MAX + j];
-			const int64_t elements = piece_elements(n, parts, j, L->act);
+			const int64_t elements = piece_elements(n, parts, j, elsize);
+			const int credit = relay_credit(L, h);
 			if (st->out == me) {
-				starpu_data_handle_t b = relay_slot(L, pass, 0, kind, h, elements);
-				rc = b ? rmoe_recv(L, b, from, leg_tag(L, tag, 1)) : rmoe_error(RMOE_ENOMEM, "out of host memory");
+				starpu_data_handle_t b = relay_slot(L, pass, 0, kind, h, elements, elsize), c = NULL;
+				rc = b ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+				if (!rc && credit)
+					rc = rmoe_flow_grant_to(L, pass, from, leg_tag(L, tag, 4), &b, 1, NULL);
+				if (!rc)
+					rc = rmoe_recv(L, b, from, leg_tag(L, tag, 1));
+				if (!rc && credit)
+					rc = rmoe_flow_await_from(L, pass, st->in, leg_tag(L, tag, 5), &c);
+				if (!rc && c)
+					rc = rmoe_flow_gate(L, pass, c, b);
 				if (!rc)
 					rc = rmoe_send(L, pass, b, st->in, leg_tag(L, tag, 2), prio, NULL, NULL);
 			}
 			if (!rc && st->in == me) {
-				starpu_data_handle_t b = relay_slot(L, pass, 1, kind, h, elements);
-				rc = b ? rmoe_recv(L, b, st->out, leg_tag(L, tag, 2)) : rmoe_error(RMOE_ENOMEM, "out of host memory");
+				starpu_data_handle_t b = relay_slot(L, pass, 1, kind, h, elements, elsize);
+				rc = b ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory");
+				if (!rc && credit)
+					rc = rmoe_flow_grant_to(L, pass, st->out, leg_tag(L, tag, 5), &b, 1, NULL);
+				if (!rc)
+					rc = rmoe_recv(L, b, st->out, leg_tag(L, tag, 2));
 				if (!rc)
 					rc = rmoe_send(L, pass, b, to, leg_tag(L, tag, 3), prio, NULL, NULL);
 			}

@@ -232,14 +232,14 @@ struct rmoe_layer_config {
 	                        consumed: its left neighbour sends hop h only once
 	                        it has released the buffer of hop h-W (a credit).
 	                        0 = default 2 (double buffering) */
-	int stripes;         /* ring expert routing: each hop whose edge joins
-	                        two nodes goes in this many stripes, one per
-	                        network adapter, relayed over the GPU links by
-	                        the ranks that own the adapters (scheduler/
-	                        stripes.c); 0 = as planned (the node's adapters:
-	                        the cluster's nics_per_node, else one per rank),
-	                        1 = the flat ring. At most 16. Other dispatchers:
-	                        0 or 1 */
+	int stripes;         /* the rings (expert and token routing): each hop
+	                        whose edge joins two nodes goes in this many
+	                        stripes, one per network adapter, relayed over
+	                        the GPU links by the ranks that own the adapters
+	                        (scheduler/stripes.c); 0 = as planned (the
+	                        node's adapters: the cluster's nics_per_node,
+	                        else one per rank), 1 = the flat ring. At most
+	                        16. The all-to-alls: 0 or 1 */
 };
 
 /* Defaults: the Qwen3-30B-A3B layer with H, F and tokens divided by 16

@@ -59,6 +59,12 @@ int rmoe_model_ring_token(const struct rmoe_model_terms *t, struct rmoe_model_ph
 	int64_t travel_f = sets * (2 * T * H * s + 2 * P * 4) + (padded ? T * H * s : 0) + in_f;
 	int64_t travel_b = sets * (3 * T * H * s + 3 * P * 4) + (padded ? T * H * s + P * 4 : 0) + in_b;
 	int64_t part_f = N > 1 ? T * H * s : 0, part_b = N > 1 ? T * H * s + P * 4 : 0;
+	/* Striped crossing hops: the relays' pieces, as expert routing's, of
+	 * every kind a set carries (sets slots each) and of the accumulators'
+	 * return (forward y; backward dx and dg). */
+	const int64_t S = t->c->stripes > 1 && N > 1 ? t->c->stripes : 1, roles = S > 2 ? 2 : S - 1;
+	travel_f += roles * ((sets * (2 * T * H * s + 2 * P * 4) + T * H * s + S - 1) / S);
+	travel_b += roles * ((sets * (3 * T * H * s + 3 * P * 4) + T * H * s + P * 4 + S - 1) / S);
 	fwd = rmoe_max2(shared, travel_f + part_f + r * (2 * H + 3 * F) * s);
 	bwd = rmoe_max2(shared_b, travel_b + part_b + r * (2 * H + 4 * F) * s);
 	o->leaving_forward = fwd > shared ? in_f : 0;

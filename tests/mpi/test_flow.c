@@ -89,7 +89,8 @@ static int measure(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const str
 	int rc = rmoe_app_agree(rmoe_layer_create(&layer, ctx, cfg));
 	if (!rc) {
 		stripes = rmoe_layer_stripes(layer);
-		const int want = cfg->dispatch == RMOE_DISPATCH_RING_EXPERT ? want_stripes : 1;
+		const int ring = cfg->dispatch == RMOE_DISPATCH_RING_EXPERT || cfg->dispatch == RMOE_DISPATCH_RING_TOKEN;
+		const int want = ring ? want_stripes : 1;
 		if (stripes != want) {
 			rmoe_app_error("%s: %d stripes planned, expected %d", rmoe_dispatch_name(cfg->dispatch), stripes, want);
 			failures++;

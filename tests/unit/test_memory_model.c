@@ -103,7 +103,7 @@ static void test_memory_model_ring_expert_by_hand(void **state)
  * the weights, the accumulators (one each) and the gradients' return, 3 *
  * 72 = 216. With 4 stripes (nodes of 4 ranks) a rank may relay a piece of
  * 36 bytes each way: two roles, forward 72 more, backward 216. One stripe
- * or one rank: nothing more. */
+ * or one rank: nothing more. Token routing relays what travels. */
 static void test_memory_model_striped_ring_by_hand(void **state)
 {
 	(void)state;
@@ -126,11 +126,14 @@ static void test_memory_model_striped_ring_by_hand(void **state)
 	struct rmoe_mem_config flat = c;
 	flat.stripes = 0;
 	assert_int_equal(e.dynamic_backward, estimate(RMOE_DISPATCH_RING_EXPERT, &flat).dynamic_backward);
-	/* Token routing is never striped: stripes change nothing. */
+	/* Token routing, 2 stripes: a rank relays half of a travelling set
+	 * (forward 128 bytes) and of the output's return (32): 80 more;
+	 * backward half of a set (192) and of dx's and dg's return (64): 128. */
 	c = tiny();
 	c.stripes = 2;
 	e = estimate(RMOE_DISPATCH_RING_TOKEN, &c);
-	assert_int_equal(e.dynamic_forward, 128 + 32 + 208);
+	assert_int_equal(e.dynamic_forward, 128 + 32 + 208 + 80);
+	assert_int_equal(e.dynamic_backward, 192 + 64 + 256 + 128);
 }
 
 /* Ring token routing, 2 ranks: one set of travelling buffers. Forward: x
