@@ -37,14 +37,16 @@ RUN_COLUMNS = ("model_peak_fwd_bytes", "model_peak_bwd_bytes", "resident_bytes",
                "sent_bwd_bytes", "hidden", "ffn", "experts", "topk", "tokens")
 # Any dispatcher `relaymoe run --dispatch` accepts is reported; these are the
 # known ones' order, labels and colours (others come last, in grey).
-ORDER = {"ring": 0, "ring-striped": 1, "token": 2, "a2a": 3, "a2a-megatron": 4, "a2a-deepep": 5}
+ORDER = {"ring": 0, "ring-striped": 1, "token": 2, "token-striped": 3, "a2a": 4, "a2a-megatron": 5,
+         "a2a-deepep": 6}
 LABEL = {"a2a": "all-to-all (lean)", "a2a-megatron": "all-to-all (Megatron)", "a2a-deepep": "all-to-all (DeepEP)",
-         "ring": "ring, expert routing", "ring-striped": "ring, striped crossing hops", "token": "ring, token routing"}
+         "ring": "ring, expert routing", "ring-striped": "ring, striped crossing hops", "token": "ring, token routing",
+         "token-striped": "ring, token routing, striped"}
 COLOR = {"a2a": "tab:red", "a2a-megatron": "tab:orange", "a2a-deepep": "tab:purple", "ring": "tab:blue",
-         "ring-striped": "tab:cyan", "token": "tab:green"}
-RINGS = ("ring", "ring-striped", "token")
-# run.sh's variants: the app's dispatcher they run (with its --stripes).
-RUNS_AS = {"ring-striped": "ring"}
+         "ring-striped": "tab:cyan", "token": "tab:green", "token-striped": "tab:olive"}
+RINGS = ("ring", "ring-striped", "token", "token-striped")
+# run.sh's variants: the app's dispatcher each runs (with its stripes).
+RUNS_AS = {"ring-striped": "ring", "token-striped": "token"}
 PAPER_RATIO_EP8 = 2.0   # the paper's Fig. 10: ring about 2x faster than all-to-all at EP=8
 SLOW = 1.5              # a case this many times its bound is explained in the report
 SWEEPS = (("sim_ep", "EP sweep, transport gpudirect (the paper's Fig. 10 analogue)"),
@@ -182,8 +184,9 @@ def bound(row, cl, transport, ep, plan=None):
     A perfect schedule overlaps all of them: bound = max(compute, sum over
     passes of max(wire, staging)). serial: the same parts one after another
     (no overlap at all), a reference for how much overlap a run achieved.
-    The striped ring (ring-striped) sends the flat ring's cargo (the plan's
-    bytes of ring, plan) with each node-crossing hop in S stripes (the plan's
+    The striped rings (ring-striped, token-striped) send the flat ring's
+    cargo (the plan's bytes of ring or token) with each node-crossing hop in
+    S stripes (the plan's
     stripes), each through an adapter of its own, relayed over NVLink at both
     ends: per pass the slower of cargo / (S x adapter) and cargo over an
     NVLink edge, plus per hop the adapter's latency and two NVLink ones. Its
@@ -197,9 +200,10 @@ def bound(row, cl, transport, ep, plan=None):
     passes = {}
     for p in ("fwd", "bwd"):
         sent = float(row["sent_%s_bytes" % p] or 0)
-        if row["dispatch"] == "ring-striped" and plan and multi:
+        if row["dispatch"] in RUNS_AS and plan and multi:
             tb = plan["time_bound"]
-            cargo = float(tb["dispatchers"]["ring"]["forward" if p == "fwd" else "backward"]["bytes"])
+            flat = RUNS_AS[row["dispatch"]]
+            cargo = float(tb["dispatchers"][flat]["forward" if p == "fwd" else "backward"]["bytes"])
             S = int(tb.get("stripes", 1))
             w = (max(cargo / (S * nic_bw * 1e9), cargo / (nv_bw * 1e9)) * 1e3
                  + (ep - 1) * (nic_lat + 2 * nv_lat) * 1e-3)
@@ -245,7 +249,7 @@ def sweep_row(r, a, cl):
     # The planner's hop (same element type as the run) over the slowest ring edge.
     pj = r["plan"]
     if is_ring(d) and pj:
-        mode = "token" if d == "token" else "expert"
+        mode = "token" if RUNS_AS.get(d, d) == "token" else "expert"
         for ph, suf in (("forward", "fwd"), ("backward", "bwd")):
             h = pj["hops"][mode][ph]
             row["plan_hop_bytes_" + suf] = h["bytes"]

@@ -111,12 +111,13 @@ for ep in $eps; do
     fi
     rm -f "$csv" "$stamp"
     # The platform places ranks_per_node consecutive ranks on a node, each
-    # rank a host of its own: the app groups them the same way. ring is the
-    # flat ring; ring-striped stripes each node-crossing hop as planned.
+    # rank a host of its own: the app groups them the same way. ring and
+    # token are the flat rings; ring-striped and token-striped stripe each
+    # node-crossing hop as planned.
     run_args=(--dispatch "$d")
     case $d in
-      ring) run_args=(--dispatch ring --stripes 1) ;;
-      ring-striped) run_args=(--dispatch ring --stripes 0) ;;
+      ring|token) run_args=(--dispatch "$d" --stripes 1) ;;
+      ring-striped|token-striped) run_args=(--dispatch "${d%-striped}" --stripes 0) ;;
     esac
     echo "sim/run.sh: EP=$ep $d: running ($(date -u +%H:%M:%S))"
     t0=$(date +%s%N)
@@ -130,7 +131,7 @@ for ep in $eps; do
         "$app" run --preset "$preset" "${scale_args[@]}" "${run_args[@]}" --ranks-per-node "$rpn" --sched "$sched" \
         --dtype "$dtype" --repeat "$repeat" --quiet --csv "$csv" ) >"$log" 2>&1 || rc=$?
     # The variant's name in its rows, as the report keys them.
-    [ "$d" != ring-striped ] || [ ! -s "$csv" ] || sed -i '2,$s/^ring,/ring-striped,/' "$csv"
+    [ "${d%-striped}" = "$d" ] || [ ! -s "$csv" ] || sed -i "2,\$s/^${d%-striped},/$d,/" "$csv"
     wall=$(( ($(date +%s%N) - t0) / 1000000 ))
     wall=$(printf '%d.%03d' $((wall / 1000)) $((wall % 1000)))
     if [ $rc -eq 0 ]; then

@@ -16,9 +16,10 @@ sim_setup() {
   for d in $dispatches; do
     [[ $d =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--dispatch: '$d' is not a dispatcher name"
     case $d in auto|both|baselines|all) die "--dispatch: '$d' names several or a choice: give single dispatchers" ;; esac
-    # ring-striped: run.sh's variant of ring (its crossing hops striped).
-    [ -z "$known" ] || [ "$d" = ring-striped ] || [[ " $known " == *" $d "* ]] ||
-      die "--dispatch: relaymoe run does not know '$d' (it knows:$known ring-striped)"
+    # ring-striped, token-striped: run.sh's variants of the rings (their
+    # crossing hops striped).
+    [ -z "$known" ] || [ "$d" = ring-striped ] || [ "$d" = token-striped ] || [[ " $known " == *" $d "* ]] ||
+      die "--dispatch: relaymoe run does not know '$d' (it knows:$known ring-striped token-striped)"
   done
   case $transport in staged|gpudirect) ;; *) die "--transport: '$transport' is not staged or gpudirect" ;; esac
   case $dtype in bf16|f32) ;; *) die "--dtype: '$dtype' is not bf16 or f32" ;; esac
