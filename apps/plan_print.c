@@ -239,10 +239,11 @@ static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
 	                 "  memory model's peak fits the device and --mem-cap)\n",
 	              tb->device_tflops);
 	if (tb->stripes > 1)
-		rmoe_text_put(o, "  ring/%d, token/%d: the rings with each node-crossing hop striped over %d network adapters\n"
-		                 "  (relayed over the GPU links at both ends): planned, not yet built; their memory is not\n"
-		                 "  modelled\n",
-		              tb->stripes, tb->stripes, tb->stripes);
+		rmoe_text_put(o, "  ring/%d, token/%d: the rings with each node-crossing hop striped over %d network adapters,\n"
+		                 "  relayed over the GPU links at both ends (--stripes); peaks %.2f and %.2f GiB with the relays'\n"
+		                 "  pieces\n",
+		              tb->stripes, tb->stripes, tb->stripes, (double)tb->striped_peak[0] / (1 << 30),
+		              (double)tb->striped_peak[1] / (1 << 30));
 }
 
 static void text_attention(struct rmoe_text *o, const struct rmoe_plan_attention *at)
@@ -539,7 +540,7 @@ static void json_time(struct rmoe_json *j, const struct rmoe_plan_view *v)
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && !tb->rc; i++)
 		json_bound(j, rmoe_dispatch_name(rmoe_dispatchers[i].kind), &tb->est[i]);
 	rmoe_json_end_object(j);
-	/* The striped rings (planned, not built): keyed by routing mode. */
+	/* The striped rings: keyed by routing mode. */
 	rmoe_json_key_int(j, "stripes", tb->stripes);
 	rmoe_json_key(j, "striped");
 	rmoe_json_begin_object(j);

@@ -214,6 +214,25 @@ static void plan_time(const struct rmoe_layer_config *cfg, const struct rmoe_rou
 		memset(tb->est, 0, sizeof(tb->est));
 }
 
+/* Whether the striped rings' peaks (the relays' pieces counted, even
+ * routing, whole hops) fit the device. */
+static void plan_striped_fit(const struct rmoe_mem_config *mc, struct rmoe_plan *out)
+{
+	struct rmoe_plan_time *tb = &out->time;
+	const enum rmoe_dispatch rings[2] = {RMOE_DISPATCH_RING_EXPERT, RMOE_DISPATCH_RING_TOKEN};
+	const int64_t dev = out->device.memory_bytes;
+	for (int k = 0; k < 2 && !tb->rc && tb->stripes > 1; k++) {
+		struct rmoe_mem_config c = *mc;
+		struct rmoe_mem_estimate e;
+		c.chunk_rows = 0;
+		c.stripes = tb->stripes;
+		if (rmoe_memory_model(rings[k], &c, &e) == 0) {
+			tb->striped_peak[k] = e.peak;
+			tb->striped[k].fits_device = dev > 0 ? e.peak <= dev : -1;
+		}
+	}
+}
+
 int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out)
 {
 	if (!out)
@@ -254,6 +273,7 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	plan_device(req, t, out);
 	plan_memory(req, &mc, out);
 	plan_time(cfg, &p, t, out);
+	plan_striped_fit(&mc, out);
 	plan_fit(req, out);
 	return 0;
 }

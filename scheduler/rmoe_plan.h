@@ -341,11 +341,13 @@ struct rmoe_plan_memory {
 struct rmoe_plan_time {
 	struct rmoe_time_bound est[RMOE_PLAN_NDISPATCHERS];
 	/* The rings, expert [0] and token [1] routing, with their crossing
-	 * hops striped over the nodes' adapters as planned (scheduler/stripes.c;
-	 * a bound for planning: the graphs do not stripe yet, and the memory
-	 * model does not hold the relays' stripes, so fits_* are -1). stripes:
-	 * the most any edge takes; 1: nothing to stripe (one node). */
+	 * hops striped over the nodes' adapters as planned (scheduler/stripes.c,
+	 * graph/pass/stripes.c): their bounds, their peaks (even routing, whole
+	 * hops, the relays' pieces counted) and whether those fit the device
+	 * (fits_cap -1: the cap's chunks are planned for the layer's own
+	 * stripes). stripes: the most any edge takes; 1: nothing to stripe. */
 	struct rmoe_time_bound striped[2];
+	int64_t striped_peak[2];
 	int stripes;
 	double device_tflops;      /* the rate its compute is taken at */
 	int rc;                    /* 0, or why no bound could be made (est then zeros) */

@@ -305,7 +305,8 @@ static void test_planner_bound_stripes(void **state)
  * GB/s). Forward 73728 B / 50 GB/s = 1.47456 us + 3 hops * 8 = 25.47456
  * us; backward 172032 / 50e3 = 3.44064 + 24 = 27.44064 us: slower than
  * the flat ring on so small a layer, where latency rules. The plan holds
- * the same; with one adapter a node nothing is striped. */
+ * the same, with the striped peak; with one adapter a node nothing is
+ * striped. */
 static void test_planner_bound_striped_ring(void **state)
 {
 	struct bound_fixture *f = *state;
@@ -334,7 +335,17 @@ static void test_planner_bound_striped_ring(void **state)
 	assert_int_equal(rmoe_plan_make(&req, &f->t, &plan), 0);
 	assert_int_equal(plan.time.stripes, 2);
 	assert_close(plan.time.striped[0].bound_s, b.bound_s);
-	assert_int_equal(plan.time.striped[0].fits_device, -1);
+	/* Its peak holds the relays' pieces: above the flat ring's, the same
+	 * as the layer's own (stripes 0: as planned), and it fits the
+	 * description's 16 GiB. */
+	struct rmoe_mem_config flat;
+	struct rmoe_mem_estimate fe;
+	rmoe_mem_config_from_layer(&flat, &cfg, 4);
+	assert_int_equal(rmoe_memory_model(RMOE_DISPATCH_RING_EXPERT, &flat, &fe), 0);
+	assert_true(plan.time.striped_peak[0] > fe.peak);
+	assert_int_equal(plan.time.striped_peak[0], plan.memory.est[0].peak);
+	assert_int_equal(plan.time.striped[0].fits_device, 1);
+	assert_int_equal(plan.time.striped[0].fits_cap, -1);
 	rmoe_plan_free(&plan);
 }
 
