@@ -83,8 +83,11 @@ static void test_planner_plan_for_a_simulated_cluster(void **state)
 	assert_int_equal(plan.device.memory_bytes, (int64_t)64 << 30);
 	/* The memory section `relaymoe plan` printed for this configuration
 	 * before the plan was one function: the largest local token counts in
-	 * the device's 64 GiB. */
-	assert_int_equal(plan.memory.max_tokens[0], 2481676);
+	 * the device's 64 GiB; the ring's 2481676 then, 2467830 now that its
+	 * crossing hops go in 4 stripes (the relays' pieces). */
+	assert_int_equal(plan.stripes[0].out, 0);
+	assert_int_equal(plan.stripe_count[3], 4);
+	assert_int_equal(plan.memory.max_tokens[0], 2467830);
 	/* a2a-megatron keeps Megatron Core 0.13's buffers (the recompute's
 	 * workspace beside the exchanged dy); a2a is pipelined per peer with
 	 * every peer's block in flight by default (rmoe_a2a_depth), 1139041
@@ -95,6 +98,7 @@ static void test_planner_plan_for_a_simulated_cluster(void **state)
 		struct rmoe_mem_config mc;
 		struct rmoe_mem_estimate e;
 		rmoe_mem_config_from_layer(&mc, &cfg, 8);
+		mc.stripes = 4;
 		assert_int_equal(rmoe_memory_model(rmoe_dispatchers[i].kind, &mc, &e), 0);
 		assert_int_equal(plan.memory.est[i].peak, e.peak);
 	}
