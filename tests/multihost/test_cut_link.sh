@@ -15,7 +15,10 @@
 #     for: in a ring pass its left neighbour on the ring (the sender of
 #     every relay it receives: the lost rank, or one stalled behind it), or,
 #     waiting for a credit of the rings' flow control, its right neighbour
-#     (the receiver that grants it: graph/pass/flow.c); in
+#     (the receiver that grants it: graph/pass/flow.c) or, the ring's
+#     crossing hops being striped over both hosts' ranks (two a host: two
+#     stripes), a relay on the other host that grants its piece's slot
+#     (graph/pass/stripes.c); in
 #     the vote that starts a pass (a rank that had all its data when the
 #     link went down finishes its pass and waits there) the ranks that
 #     never reached the vote; and some rank names a rank of the other host;
@@ -151,8 +154,13 @@ for r in $(seq 0 $((nranks - 1))); do
   # right neighbour grants before the next send (flow control).
   expect_peer=${left[$r]} role="left neighbour"
   grep -q "waiting for a credit" <<<"$msg" && expect_peer=${right[$r]} role="right neighbour (a credit)"
-  if [ $kind = pass ] && [ "$named" != "$expect_peer@${host[$expect_peer]:-}" ]; then
-    wrong="a ring pass names '$named', not its $role $expect_peer"
+  relay_credit=
+  if grep -q "waiting for a credit" <<<"$msg" && [ -n "$named" ] && [ "${named#*@}" != "${host[$r]:-}" ] &&
+     [ "$(wc -w <<<"$named")" -eq 1 ]; then
+    relay_credit=1
+  fi
+  if [ $kind = pass ] && [ "$named" != "$expect_peer@${host[$expect_peer]:-}" ] && [ -z "$relay_credit" ]; then
+    wrong="a ring pass names '$named', not its $role $expect_peer nor a relay's credit across the link"
   fi
   if [ -z "${ended[$r]:-}" ]; then
     bad "rank $r still running"
