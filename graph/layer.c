@@ -407,8 +407,7 @@ int rmoe_layer_create(rmoe_layer **out, rmoe_ctx *ctx, const struct rmoe_layer_c
 	memcpy(L->ring, plan.order, sizeof(int) * (size_t)L->N);
 	memcpy(L->stripe_count, plan.stripe_count, sizeof(int) * (size_t)L->N);
 	memcpy(L->stripes, plan.stripes, sizeof(*L->stripes) * (size_t)L->N * RMOE_STRIPES_MAX);
-	for (int i = 0; i < L->N; i++)
-		L->striped |= L->stripe_count[i] > 1;
+	L->striped = rmoe_ring_stripes_most(L->stripe_count, L->N) > 1;
 	rmoe_plan_free(&plan);
 	for (int i = 0; i < L->N; i++)
 		if (L->ring[i] == ctx->rank)

@@ -250,10 +250,7 @@ const char *rmoe_layer_dispatch_reason(const rmoe_layer *L)
 
 int rmoe_layer_stripes(const rmoe_layer *L)
 {
-	int most = L ? 1 : 0;
-	for (int i = 0; L && i < L->N; i++)
-		most = L->stripe_count[i] > most ? L->stripe_count[i] : most;
-	return most;
+	return L ? rmoe_ring_stripes_most(L->stripe_count, L->N) : 0;
 }
 
 /* ---- finite checks ------------------------------------------------------------ */

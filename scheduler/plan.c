@@ -170,9 +170,7 @@ static int plan_striped(const struct rmoe_bound_input *flat, const int *order, s
 	int rc = count && stripes && edges ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory striping the ring");
 	if (!rc)
 		rc = rmoe_ring_stripes(flat->t, order, 0, count, stripes);
-	tb->stripes = 1;
-	for (int i = 0; !rc && i < n; i++)
-		tb->stripes = count[i] > tb->stripes ? count[i] : tb->stripes;
+	tb->stripes = rc ? 1 : rmoe_ring_stripes_most(count, n);
 	if (!rc) {
 		memcpy(edges, flat->edges, sizeof(*edges) * (size_t)n);
 		rmoe_ring_edges_striped(flat->t, count, edges);
@@ -267,8 +265,7 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 		rmoe_plan_free(out);
 		return rc;
 	}
-	for (int i = 0; i < n; i++)
-		mc.stripes = out->stripe_count[i] > mc.stripes ? out->stripe_count[i] : mc.stripes;
+	mc.stripes = rmoe_ring_stripes_most(out->stripe_count, n);
 	plan_cap(cfg, &mc, out);
 	plan_device(req, t, out);
 	plan_memory(req, &mc, out);

@@ -42,20 +42,31 @@ int rmoe_ring_order(const struct rmoe_topology *t, int *order)
 /* A node's adapters carry every ring edge that leaves it (and every one
  * that enters it) at once, since all hops of a ring move together: an edge
  * gets its share on the busier of its two ends. */
-static int share_adapters(const struct rmoe_topology *t, struct rmoe_ring_edge *edges)
+int rmoe_ring_node_edges(const struct rmoe_topology *t, const int *order, int **out, int **in)
 {
-	int n = t->nranks, nics = t->nics_per_node;
-	int *out = calloc((size_t)t->nnodes, sizeof(int)), *in = calloc((size_t)t->nnodes, sizeof(int));
-	if (!out || !in) {
-		free(out);
-		free(in);
-		return rmoe_error(RMOE_ENOMEM, "out of host memory sharing the network adapters");
+	const int n = t->nranks;
+	*out = calloc((size_t)t->nnodes, sizeof(int));
+	*in = calloc((size_t)t->nnodes, sizeof(int));
+	if (!*out || !*in) {
+		free(*out);
+		free(*in);
+		*out = *in = NULL;
+		return rmoe_error(RMOE_ENOMEM, "out of host memory counting the ring's edges between nodes");
 	}
 	for (int i = 0; i < n; i++)
-		if (edges[i].link == RMOE_LINK_NETWORK) {
-			out[t->node[edges[i].from]]++;
-			in[t->node[edges[i].to]]++;
+		if (t->node[order[i]] != t->node[order[(i + 1) % n]]) {
+			(*out)[t->node[order[i]]]++;
+			(*in)[t->node[order[(i + 1) % n]]]++;
 		}
+	return 0;
+}
+
+static int share_adapters(const struct rmoe_topology *t, const int *order, struct rmoe_ring_edge *edges)
+{
+	int n = t->nranks, nics = t->nics_per_node, *out, *in;
+	int rc = rmoe_ring_node_edges(t, order, &out, &in);
+	if (rc)
+		return rc;
 	for (int i = 0; i < n; i++) {
 		struct rmoe_ring_edge *e = &edges[i];
 		if (e->link != RMOE_LINK_NETWORK)
@@ -94,7 +105,7 @@ int rmoe_ring_edges(const struct rmoe_topology *t, const int *order, struct rmoe
 		enum rmoe_link_class l = rmoe_topology_link(t, a, b);
 		edges[i] = (struct rmoe_ring_edge){a, b, l, t->link[l].bandwidth_gbs, t->link[l].latency_us, 0};
 	}
-	return t->nics_per_node > 0 ? share_adapters(t, edges) : 0;
+	return t->nics_per_node > 0 ? share_adapters(t, order, edges) : 0;
 }
 
 int rmoe_ring_node_crossings(const struct rmoe_topology *t, const int *order)

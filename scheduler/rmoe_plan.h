@@ -170,6 +170,10 @@ int rmoe_ring_edges(const struct rmoe_topology *t, const int *order, struct rmoe
 /* Edges of the order that join two nodes. */
 int rmoe_ring_node_crossings(const struct rmoe_topology *t, const int *order);
 
+/* Per node, the order's edges that leave it (*out) and enter it (*in):
+ * arrays of t->nnodes the caller frees. 0, or RMOE_ENOMEM. */
+int rmoe_ring_node_edges(const struct rmoe_topology *t, const int *order, int **out, int **in);
+
 /* Seconds to move bytes over the edge: latency + bytes / bandwidth. */
 double rmoe_edge_seconds(const struct rmoe_ring_edge *e, double bytes);
 
@@ -196,6 +200,9 @@ struct rmoe_stripe {
  * the edge's end. 0, or RMOE_EINVAL naming a bad request. Pure. */
 int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int requested, int *count,
                       struct rmoe_stripe *stripes);
+
+/* The most stripes any of n edges takes (count[n]); 1 for none. */
+int rmoe_ring_stripes_most(const int *count, int n);
 
 /* The edges (rmoe_ring_edges') as the striped ring sees them, for the
  * bound: an edge of S stripes moves S times as fast as the slower of its

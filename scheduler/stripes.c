@@ -56,17 +56,10 @@ int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int reque
 	 * order; rank order over interleaved ranks has more): each of its
 	 * ranks then relays at most one stripe each way per hop, and its
 	 * adapters serve that edge alone. */
-	int *out_edges = calloc((size_t)t->nnodes, sizeof(int)), *in_edges = calloc((size_t)t->nnodes, sizeof(int));
-	if (!out_edges || !in_edges) {
-		free(out_edges);
-		free(in_edges);
-		return rmoe_error(RMOE_ENOMEM, "out of host memory striping the ring");
-	}
-	for (int i = 0; i < n; i++)
-		if (t->node[order[i]] != t->node[order[(i + 1) % n]]) {
-			out_edges[t->node[order[i]]]++;
-			in_edges[t->node[order[(i + 1) % n]]]++;
-		}
+	int *out_edges, *in_edges;
+	int rc = rmoe_ring_node_edges(t, order, &out_edges, &in_edges);
+	if (rc)
+		return rc;
 	for (int i = 0; i < n; i++) {
 		const int from = order[i], to = order[(i + 1) % n];
 		struct rmoe_stripe *s = stripes + (size_t)i * RMOE_STRIPES_MAX;
@@ -92,6 +85,14 @@ int rmoe_ring_stripes(const struct rmoe_topology *t, const int *order, int reque
 	free(out_edges);
 	free(in_edges);
 	return 0;
+}
+
+int rmoe_ring_stripes_most(const int *count, int n)
+{
+	int most = 1;
+	for (int i = 0; i < n; i++)
+		most = count[i] > most ? count[i] : most;
+	return most;
 }
 
 void rmoe_ring_edges_striped(const struct rmoe_topology *t, const int *count, struct rmoe_ring_edge *edges)

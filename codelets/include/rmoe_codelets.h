@@ -260,9 +260,6 @@ int64_t rmoe_heap_peak(void);
 int rmoe_bookkeeping_measure(void);
 void rmoe_bookkeeping_set_requests(int64_t send, int64_t recv);
 void rmoe_bookkeeping_units(int64_t *handle, int64_t *task, int64_t *task_buffer, int64_t *send, int64_t *recv);
-/* The running counts: handles, tasks, task buffers, sends, receives and
- * argument bytes (counts[6]). */
-void rmoe_bookkeeping_counts(int64_t *counts);
 void rmoe_bookkeeping_count_handle(void);
 void rmoe_bookkeeping_count_task(int nbuffers, size_t argsize);
 void rmoe_bookkeeping_count_request(int send);

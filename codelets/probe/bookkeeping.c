@@ -53,16 +53,6 @@ int64_t rmoe_bookkeeping_bytes(void)
 	       atomic_load(&n_recvs) * unit.recv + atomic_load(&arg_bytes);
 }
 
-void rmoe_bookkeeping_counts(int64_t *counts)
-{
-	counts[0] = atomic_load(&n_handles);
-	counts[1] = atomic_load(&n_tasks);
-	counts[2] = atomic_load(&n_task_buffers);
-	counts[3] = atomic_load(&n_sends);
-	counts[4] = atomic_load(&n_recvs);
-	counts[5] = atomic_load(&arg_bytes);
-}
-
 void rmoe_bookkeeping_set_requests(int64_t send, int64_t recv)
 {
 	unit.send = send > 0 ? send : 0;

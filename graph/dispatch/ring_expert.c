@@ -57,8 +57,11 @@ static starpu_data_handle_t *slots_alloc(struct rmoe_layer *L, struct rmoe_pass 
 	*n = L->window < L->N ? L->window : L->N;
 	starpu_data_handle_t *s = calloc((size_t)*n, sizeof(*s));
 	for (int i = 0; s && i < *n; i++) {
-		s[i] = L->striped ? rmoe_pass_host_temp(pass, L->part_floats, L->act) : rmoe_act_vector(pass, L, L->part_floats);
+		s[i] = rmoe_ring_buffer(pass, L, L->part_floats, L->act);
 		if (!s[i]) {
+			/* Those made: held, so unregistered before their memory goes. */
+			for (int j = 0; j < i; j++)
+				rmoe_pass_hold(pass, s[j]);
 			free(s);
 			return NULL;
 		}

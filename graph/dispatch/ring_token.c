@@ -58,17 +58,6 @@ static size_t elsize(const struct rmoe_layer *L, int k)
 	return k == ORDER ? sizeof(int32_t) : k == WEIGHTS || k == DG ? sizeof(float) : L->act;
 }
 
-/* A buffer that travels: a temporary, or with striped edges the pass's
- * host memory (held: unregistered at the pass's end). NULL when out of
- * memory. */
-static starpu_data_handle_t travel_vector(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t n, size_t size)
-{
-	if (!L->striped)
-		return rmoe_temp_vector(pass, n, size);
-	starpu_data_handle_t h = rmoe_pass_host_temp(pass, n, size);
-	return h && !rmoe_pass_hold(pass, h) ? h : NULL;
-}
-
 static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R, int backward)
 {
 	const int N = L->N;
@@ -93,7 +82,7 @@ static int ring_init(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_
 		if (!R->buf[k])
 			return rmoe_error(RMOE_ENOMEM, "out of host memory");
 		for (int b = 0; b < R->nslots; b++) {
-			R->buf[k][b] = travel_vector(L, pass, L->T_max * per_token(L, k), elsize(L, k));
+			R->buf[k][b] = rmoe_ring_buffer(pass, L, L->T_max * per_token(L, k), elsize(L, k));
 			if (!R->buf[k][b])
 				return rmoe_error(RMOE_ENOMEM, "out of host memory");
 		}
@@ -114,7 +103,7 @@ static int own_open(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 		if (!user[k] || L->T == L->T_max)
 			continue;
 		const int64_t n = L->T_max * per_token(L, k);
-		own[k] = L->striped ? travel_vector(L, pass, n, elsize(L, k)) : rmoe_temp_vector(pass, n, elsize(L, k));
+		own[k] = rmoe_ring_buffer(pass, L, n, elsize(L, k));
 		if (!own[k]) {
 			own[k] = user[k];
 			return rmoe_error(RMOE_ENOMEM, "out of host memory");
@@ -129,7 +118,8 @@ static int own_open(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 
 /* The padded accumulators' rows back into this rank's handles; the copies
  * freed once their tasks end. */
-static int own_close(struct rmoe_layer *L, starpu_data_handle_t *user, starpu_data_handle_t *own, int rc)
+static int own_close(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t *user,
+                     starpu_data_handle_t *own, int rc)
 {
 	for (int k = 0; k < NKINDS; k++) {
 		if (own[k] == user[k])
@@ -137,18 +127,19 @@ static int own_close(struct rmoe_layer *L, starpu_data_handle_t *user, starpu_da
 		struct rmoe_task_opts o = rmoe_opts(L, "unpad-partition", 0);
 		if (!rc && (k == ACC || k == DG) && L->T > 0)
 			rc = rmoe_insert_copy_pad(&o, L->T_max * per_token(L, k), own[k], L->T * per_token(L, k), user[k]);
-		/* A striped pass's copies are held to its end (travel_vector). */
-		if (!L->striped)
+		/* A striped pass's copies are its host memory: held to its end. */
+		if (L->striped)
+			rmoe_pass_hold(pass, own[k]);
+		else
 			starpu_data_unregister_submit(own[k]);
 	}
 	return rc;
 }
 
-static void ring_free(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_ring *R)
+static void ring_free(struct rmoe_pass *pass, struct token_ring *R)
 {
 	for (int k = 0; k < NKINDS; k++) {
-		/* Striped: travel_vector held them already. */
-		for (int b = 0; R->buf[k] && b < R->nslots && !L->striped; b++)
+		for (int b = 0; R->buf[k] && b < R->nslots && R->buf[k][b]; b++)
 			rmoe_pass_hold(pass, R->buf[k][b]);
 		free(R->buf[k]);
 	}
@@ -303,8 +294,8 @@ int rmoe_ring_token_forward(struct rmoe_layer *L, struct rmoe_pass *pass, starpu
 		rc = orc;
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 3, accs, 1, forward_hop, NULL);
-	rc = own_close(L, user, own, rc);
-	ring_free(L, pass, &R);
+	rc = own_close(L, pass, user, own, rc);
+	ring_free(pass, &R);
 	return rc;
 }
 
@@ -368,10 +359,10 @@ int rmoe_ring_token_backward(struct rmoe_layer *L, struct rmoe_pass *pass, starp
 		rc = orc;
 	if (!rc)
 		rc = run_ring(L, pass, &R, own, inputs, 4, accs, 2, backward_hop, &dw_written);
-	rc = own_close(L, user, own, rc);
+	rc = own_close(L, pass, user, own, rc);
 	/* No visiting pair ever reached the resident experts. */
 	if (!rc && !dw_written)
 		rc = rmoe_pass_zero(L, NULL, L->h_dw_part, L->part_floats, 0, "zero-grad");
-	ring_free(L, pass, &R);
+	ring_free(pass, &R);
 	return rc;
 }

@@ -55,14 +55,8 @@ starpu_data_handle_t rmoe_node_vector(struct rmoe_pass *pass, int node, void *pt
 
 starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, int64_t n, size_t elsize)
 {
-	if (pass->nowned == pass->capowned) {
-		int cap = pass->capowned ? 2 * pass->capowned : 8;
-		void **a = realloc(pass->owned, (size_t)cap * sizeof(*a));
-		if (!a)
-			return NULL;
-		pass->owned = a;
-		pass->capowned = cap;
-	}
+	if (rmoe_pass_room(&pass->owned, &pass->capowned, pass->nowned, sizeof(*pass->owned), 8))
+		return NULL;
 	void *mem = malloc((size_t)(n > 0 ? n : 1) * elsize);
 	if (!mem)
 		return NULL;

@@ -1,22 +1,33 @@
 /* The end of a pass: the relay buffers it holds until then, the wait for
  * its outputs, tasks and last transfers, and the release of what it kept. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "rmoe_collective.h"
 #include "rmoe_pass.h"
 
+int rmoe_pass_room(void *items, int *cap, int count, size_t size, int first)
+{
+	if (count < *cap)
+		return 0;
+	const int grown = *cap ? 2 * *cap : first;
+	void *a;
+	memcpy(&a, items, sizeof(a));
+	a = realloc(a, (size_t)grown * size);
+	if (!a)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory");
+	memcpy(items, &a, sizeof(a));
+	*cap = grown;
+	return 0;
+}
+
 int rmoe_pass_hold(struct rmoe_pass *pass, starpu_data_handle_t h)
 {
-	if (pass->nheld == pass->capheld) {
-		int cap = pass->capheld ? 2 * pass->capheld : 8;
-		starpu_data_handle_t *a = realloc(pass->held, (size_t)cap * sizeof(*a));
-		if (!a) {
-			/* Not held: freed when its last user ends, which is also correct. */
-			starpu_data_unregister_submit(h);
-			return rmoe_error(RMOE_ENOMEM, "out of host memory");
-		}
-		pass->held = a;
-		pass->capheld = cap;
+	int rc = rmoe_pass_room(&pass->held, &pass->capheld, pass->nheld, sizeof(*pass->held), 8);
+	if (rc) {
+		/* Not held: freed when its last user ends, which is also correct. */
+		starpu_data_unregister_submit(h);
+		return rc;
 	}
 	pass->held[pass->nheld++] = h;
 	return 0;

@@ -22,11 +22,21 @@ static inline starpu_data_handle_t rmoe_act_vector(struct rmoe_pass *pass, const
 }
 
 /* A temporary of n elements of elsize bytes in host memory the pass owns
- * (freed at its end, after the handle, which the caller holds or
- * unregisters): for a buffer cut in pieces (stripes.c), which StarPU 1.3
+ * (freed at its end, after the handle, which the caller must hold,
+ * rmoe_pass_hold): for a buffer cut in pieces (stripes.c), which StarPU 1.3
  * gathers correctly only with a home node. Counted as the pass's resident
  * bytes. NULL when out of memory. */
 starpu_data_handle_t rmoe_pass_host_temp(struct rmoe_pass *pass, int64_t n, size_t elsize);
+
+/* A buffer a ring sends on (a slot, a padded partition): a temporary, or
+ * where the layer's hops are striped a host temporary of the pass's
+ * (rmoe_pass_host_temp, which the caller must then hold). NULL when out
+ * of memory. */
+static inline starpu_data_handle_t rmoe_ring_buffer(struct rmoe_pass *pass, const struct rmoe_layer *L, int64_t n,
+                                                    size_t elsize)
+{
+	return L->striped ? rmoe_pass_host_temp(pass, n, elsize) : rmoe_temp_vector(pass, n, elsize);
+}
 
 /* A host buffer registered (home node: main memory); with pass, counted as
  * the pass's resident bytes. */

@@ -74,6 +74,12 @@ struct rmoe_pass {
 	int64_t owned_bytes;          /* their bytes: in resident, and in the heap's growth */
 };
 
+/* Room for one more item in a pass's growing array: *items (a pointer to
+ * the array's pointer) of *cap items of size bytes, count of them used,
+ * doubled when full (first items at first). 0, or RMOE_ENOMEM with the
+ * array left as it was. */
+int rmoe_pass_room(void *items, int *cap, int count, size_t size, int first);
+
 /* A ring's relay buffer (weights, gradients, travelling tokens) stays
  * allocated until the pass ends instead of being freed when its last
  * transfer completes: the peak then does not depend on when the network

@@ -53,14 +53,8 @@ static struct rmoe_split *split_of(struct rmoe_pass *pass, starpu_data_handle_t 
 	for (int i = 0; i < pass->nsplits; i++)
 		if (pass->splits[i].parent == h && pass->splits[i].n == n)
 			return &pass->splits[i];
-	if (pass->nsplits == pass->capsplits) {
-		int cap = pass->capsplits ? 2 * pass->capsplits : 8;
-		struct rmoe_split *a = realloc(pass->splits, (size_t)cap * sizeof(*a));
-		if (!a)
-			return NULL;
-		pass->splits = a;
-		pass->capsplits = cap;
-	}
+	if (rmoe_pass_room(&pass->splits, &pass->capsplits, pass->nsplits, sizeof(*pass->splits), 8))
+		return NULL;
 	struct rmoe_split *s = &pass->splits[pass->nsplits++];
 	memset(s, 0, sizeof(*s));
 	s->parent = h;
@@ -139,14 +133,8 @@ static starpu_data_handle_t relay_slot(struct rmoe_layer *L, struct rmoe_pass *p
 		if (r->role == role && r->kind == kind && r->slot == slot)
 			return r->h;
 	}
-	if (pass->nrelays == pass->caprelays) {
-		int cap = pass->caprelays ? 2 * pass->caprelays : 8;
-		struct rmoe_relay_slot *a = realloc(pass->relays, (size_t)cap * sizeof(*a));
-		if (!a)
-			return NULL;
-		pass->relays = a;
-		pass->caprelays = cap;
-	}
+	if (rmoe_pass_room(&pass->relays, &pass->caprelays, pass->nrelays, sizeof(*pass->relays), 8))
+		return NULL;
 	starpu_data_handle_t b = rmoe_temp_vector(pass, n, elsize);
 	if (!b || rmoe_pass_hold(pass, b))
 		return NULL;

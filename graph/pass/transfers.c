@@ -40,14 +40,8 @@ int rmoe_pass_watch(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	 * task is added to the pass. */
 	if (L->cfg.wait_timeout <= 0)
 		return 0;
-	if (pass->nwatched == pass->capwatched) {
-		int cap = pass->capwatched ? 2 * pass->capwatched : 16;
-		struct rmoe_watch *a = realloc(pass->watched, (size_t)cap * sizeof(*a));
-		if (!a)
-			return rmoe_error(RMOE_ENOMEM, "out of host memory");
-		pass->watched = a;
-		pass->capwatched = cap;
-	}
+	if (rmoe_pass_room(&pass->watched, &pass->capwatched, pass->nwatched, sizeof(*pass->watched), 16))
+		return RMOE_ENOMEM;
 	struct rmoe_task_opts o = rmoe_opts(L, "watch", 0);
 	struct starpu_task *t = NULL;
 	o.kept = &t;

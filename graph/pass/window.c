@@ -36,15 +36,7 @@ struct rmoe_task_opts rmoe_opts(const struct rmoe_layer *L, const char *name, in
  * that keeping it cannot fail afterwards. */
 static int reserve_anchor(struct rmoe_pass *pass)
 {
-	if (pass->nanchors < pass->capanchors)
-		return 0;
-	int cap = pass->capanchors ? 2 * pass->capanchors : 16;
-	struct starpu_task **a = realloc(pass->anchors, (size_t)cap * sizeof(*a));
-	if (!a)
-		return rmoe_error(RMOE_ENOMEM, "out of host memory");
-	pass->anchors = a;
-	pass->capanchors = cap;
-	return 0;
+	return rmoe_pass_room(&pass->anchors, &pass->capanchors, pass->nanchors, sizeof(*pass->anchors), 16);
 }
 
 /* The options of a task that becomes the pass's window (and is kept as an

@@ -319,12 +319,14 @@ int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		else
 			lo = m1;
 	}
-	int64_t best = lo;
-	for (int64_t r = lo + 1; r <= hi; r++)
-		if (capped_total(d, &one, r, &e) < capped_total(d, &one, best, &e))
-			best = r;
-	const int64_t least = capped_total(d, &one, best, &e);
-	if (least > budget)
+	int64_t best = lo, least = capped_total(d, &one, lo, &e);
+	for (int64_t r = lo + 1; r <= hi; r++) {
+		const int64_t total = capped_total(d, &one, r, &e);
+		if (total < least)
+			best = r, least = total;
+	}
+	if (least > budget) {
+		capped_total(d, &one, best, &e);   /* e at the leanest chunk, for the message */
 		return rmoe_error(RMOE_EINVAL,
 		                  "memory cap %lld bytes is too small: the layer holds %lld bytes before a hop's "
 		                  "rows (weights, gradients, inputs, routing, ring buffers), and at its leanest, "
@@ -333,6 +335,7 @@ int rmoe_memory_cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *c,
 		                  (long long)cap, (long long)e.fixed_backward, (long long)best, (long long)least,
 		                  (long long)rmoe_max2(e.runtime_forward, e.runtime_backward),
 		                  (long long)(least + least / (RMOE_CAP_HEADROOM - 1) + 1), 100.0 / RMOE_CAP_HEADROOM);
+	}
 	/* Largest chunk that fits: from the leanest on, the total grows with
 	 * the rows; bisect. */
 	lo = best;
