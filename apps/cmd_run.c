@@ -23,9 +23,8 @@ struct run_opts {
 	struct rmoe_preset_opts preset;
 	struct rmoe_shape_opts shape;
 	struct rmoe_ring_opts ring;
-	int64_t chunk_rows, seed, repeat, partitions;
+	int64_t seed, repeat, partitions;
 	int64_t blas_threads;           /* 0: the context's automatic count */
-	int64_t stripes;                /* ring: per node-crossing hop; 0: as planned */
 	int64_t ranks_per_node;         /* emulated nodes; 0: by host */
 	const char *dispatch, *load, *dump, *csv, *io, *routing;
 	const char *tokens_per_rank;    /* NULL: --tokens on every rank */
@@ -78,9 +77,7 @@ static int parse_options(struct run_opts *r, int argc, char **argv, int first, c
 	};
 	const struct rmoe_opt layer[] = {
 		RMOE_RING_OPTIONS(&r->ring),
-		{"chunk-rows", RMOE_OPT_INT, &r->chunk_rows, 0, 1e12, "C", "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},
 		{"partitions", RMOE_OPT_INT, &r->partitions, 1, 1e6, "P", "rings: each rank's experts as P partitions (hops on one device)", NULL},
-		{"stripes", RMOE_OPT_INT, &r->stripes, 0, RMOE_STRIPES_MAX, "S", "ring: each node-crossing hop in S stripes, one per network adapter, relayed over the GPU links (0: as planned, the node's adapters; 1: the flat ring)", NULL},
 		{"norm-topk", RMOE_OPT_FLAG, &r->norm_topk, 0, 0, NULL, "renormalise the top-k probabilities (the default, unless the preset's model does not)", NULL},
 		{"no-norm-topk", RMOE_OPT_FLAG, &r->no_norm_topk, 0, 0, NULL, "keep top-k probabilities unnormalised", NULL},
 		{"shared-gated", RMOE_OPT_FLAG, &r->shared_gated, 0, 0, NULL, "scale the shared expert by sigmoid(x w_shared_expert_gate), as Qwen2-MoE (default: ungated, DeepSeek-style)", NULL},
@@ -141,11 +138,9 @@ static int make_config(const struct run_opts *r, struct rmoe_layer_config *cfg, 
 	if (r->shared_gated)
 		cfg->shared_gated = 1;
 	cfg->overlap = !r->no_overlap;
-	cfg->chunk_rows = r->chunk_rows;
 	cfg->check_finite = r->check_finite;
 	cfg->deterministic = r->deterministic;
 	cfg->partitions = r->partitions;
-	cfg->stripes = (int)r->stripes;
 	if (strcmp(r->io, "host") && strcmp(r->io, "device")) {
 		snprintf(msg, len, "--io '%s': expected host or device", r->io);
 		return RMOE_EINVAL;

@@ -67,6 +67,8 @@ int rmoe_app_ring_config(const struct rmoe_ring_opts *o, struct rmoe_layer_confi
 	}
 	cfg->mem_cap = o->mem_cap;
 	cfg->window = (int)o->window;
+	cfg->chunk_rows = o->chunk_rows;
+	cfg->stripes = (int)o->stripes;
 	return 0;
 }
 

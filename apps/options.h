@@ -13,6 +13,7 @@
 
 #include "opts.h"
 #include "relaymoe/relaymoe.h"
+#include "rmoe_scheduler.h"
 
 /* What the parser accepts, the same in every subcommand: the bounds of a
  * sane value. What the layer can hold is checked after it: the products
@@ -65,6 +66,8 @@ struct rmoe_ring_opts {
 	const char *ring_order;    /* planned | rank */
 	int64_t mem_cap;           /* bytes; 0: none */
 	int64_t window;            /* the rings' receive buffers per relayed kind; 0: default */
+	int64_t chunk_rows;        /* rows per chunk of a hop or block; 0: whole */
+	int64_t stripes;           /* the rings: per node-crossing hop; 0: as planned */
 };
 #define RMOE_RING_OPTIONS(o)                                                                                   \
 	{"dtype", RMOE_OPT_STRING, &(o)->dtype, 0, 0, "f32|bf16",                                              \
@@ -75,7 +78,12 @@ struct rmoe_ring_opts {
 	 "keep each ring layer's and a2a's peak under BYTES (e.g. 64M): hops or blocks in chunks", NULL},      \
 	{"window", RMOE_OPT_INT, &(o)->window, 0, 1e6, "W",                                                   \
 	 "rings: receive at most W hops ahead of what was consumed (0: 2); all-to-alls: W blocks or chunks in " \
-	 "flight per role (0: every peer's, 2 under --mem-cap); W >= 2", NULL}
+	 "flight per role (0: every peer's, 2 under --mem-cap); W >= 2", NULL},                               \
+	{"chunk-rows", RMOE_OPT_INT, &(o)->chunk_rows, 0, 1e12, "C",                                          \
+	 "split each hop (a2a: each exchanged block) into chunks of C rows", NULL},                            \
+	{"stripes", RMOE_OPT_INT, &(o)->stripes, 0, RMOE_STRIPES_MAX, "S",                                    \
+	 "ring: each node-crossing hop in S stripes, one per network adapter, relayed over the GPU links (0: " \
+	 "as planned, the node's adapters; 1: the flat ring)", NULL}
 
 /* The seed every random tensor of the command is drawn from. */
 #define RMOE_SEED_OPTION(dst)                                                                                  \

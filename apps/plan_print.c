@@ -244,6 +244,7 @@ static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
 		                 "  pieces\n",
 		              tb->stripes, tb->stripes, tb->stripes, (double)tb->striped_peak[0] / (1 << 30),
 		              (double)tb->striped_peak[1] / (1 << 30));
+	rmoe_text_put(o, "\ndispatch auto: %s\n  %s\n", rmoe_dispatch_name(v->plan->dispatch), v->plan->dispatch_reason);
 }
 
 static void text_attention(struct rmoe_text *o, const struct rmoe_plan_attention *at)
@@ -547,6 +548,15 @@ static void json_time(struct rmoe_json *j, const struct rmoe_plan_view *v)
 	rmoe_json_lines(j, 4, 2);
 	for (int k = 0; k < 2 && !tb->rc && tb->stripes > 1; k++)
 		json_bound(j, k ? "token" : "ring", &tb->striped[k]);
+	rmoe_json_end_object(j);
+	/* What --dispatch auto runs (scheduler/plan.c, plan_auto). */
+	const struct rmoe_plan *pl = v->plan;
+	rmoe_json_key(j, "auto");
+	rmoe_json_begin_object(j);
+	rmoe_json_key_string(j, "dispatch", rmoe_dispatch_name(pl->dispatch));
+	rmoe_json_key_int(j, "stripes", rmoe_ring_stripes_most(pl->stripe_count, pl->nranks));
+	rmoe_json_key_real(j, "bound_ms", pl->auto_bound_s * 1e3);
+	rmoe_json_key_string(j, "reason", pl->dispatch_reason);
 	rmoe_json_end_object(j);
 	rmoe_json_end_object(j);
 }

@@ -41,7 +41,8 @@ const struct rmoe_dispatcher rmoe_dispatchers[RMOE_NDISPATCHERS] = {
 	 .whole_blocks = 1, .no_cap = "sends whole per-rank blocks", .cpu_tasks = 1, .peer_counts = 1,
 	 .routing_blocks = 1, .model = rmoe_model_alltoall_deepep,
 	 .traffic = rmoe_traffic_alltoall_deepep},
-	{.kind = RMOE_DISPATCH_AUTO, .name = "auto", .family = RMOE_FAMILY_CHOICE, .capped = 1, .chunked = "hops"},
+	{.kind = RMOE_DISPATCH_AUTO, .name = "auto", .family = RMOE_FAMILY_CHOICE, .capped = 1, .chunked = "hops",
+	 .striped = 1},
 };
 
 const struct rmoe_dispatcher *rmoe_dispatcher_of(enum rmoe_dispatch d)

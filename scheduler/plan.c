@@ -29,27 +29,18 @@ static int plan_ring(const struct rmoe_topology *t, int rank_order, struct rmoe_
 	return rc;
 }
 
-/* §3.2: with RMOE_DISPATCH_AUTO the mode with less exposed communication per
- * hop over the planned ring's slowest edge, from Table 2's volumes, at the
- * device's rate for the layer's element type. */
-static void plan_dispatch(const struct rmoe_layer_config *cfg, const struct rmoe_routing_problem *p,
-                          const struct rmoe_topology *t, struct rmoe_plan *out)
+/* §3.2's choice between expert and token routing (printed by the plan;
+ * auto now weighs every dispatcher's bound, plan_auto) and the dispatch as
+ * asked. */
+static void plan_routing(const struct rmoe_layer_config *cfg, const struct rmoe_routing_problem *p,
+                         const struct rmoe_topology *t, struct rmoe_plan *out)
 {
 	double tflops = p->dtype == RMOE_DTYPE_BF16 ? t->bf16_tflops : t->f32_tflops;
-	int rc = rmoe_routing_choose(p, out->edges, t->nranks, tflops, &out->routing);
+	if (rmoe_routing_choose(p, out->edges, t->nranks, tflops, &out->routing))
+		snprintf(out->routing.reason, sizeof(out->routing.reason), "no routing choice: %s",
+		         rmoe_last_error_message());
 	out->dispatch = cfg->dispatch;
-	const struct rmoe_dispatcher *row = rmoe_dispatcher_of(cfg->dispatch);
-	if (!row || row->family != RMOE_FAMILY_CHOICE) {
-		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason), "%s requested",
-		         rmoe_dispatch_name(cfg->dispatch));
-	} else if (rc) {
-		out->dispatch = RMOE_DISPATCH_RING_EXPERT;
-		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason),
-		         "expert routing (the routing choice failed: %s)", rmoe_last_error_message());
-	} else {
-		out->dispatch = out->routing.mode;
-		snprintf(out->dispatch_reason, sizeof(out->dispatch_reason), "%s", out->routing.reason);
-	}
+	snprintf(out->dispatch_reason, sizeof(out->dispatch_reason), "%s requested", rmoe_dispatch_name(cfg->dispatch));
 }
 
 /* Memory cap: the chunk size from the memory model, planned for the worst
@@ -64,31 +55,36 @@ static int cap_chunk(enum rmoe_dispatch d, const struct rmoe_mem_config *mc, int
 }
 
 /* Every dispatcher under the layer's cap, so the ring and the all-to-alls
- * compare at the chunking each would need (rmoe_plan_memory.cap_*); the
- * dispatch that runs takes its own, smaller chunks asked for kept. */
-static void plan_cap(const struct rmoe_layer_config *cfg, const struct rmoe_mem_config *mc, struct rmoe_plan *out)
+ * compare at the chunking each would need (rmoe_plan_memory.cap_*). */
+static void plan_cap_rows(const struct rmoe_layer_config *cfg, const struct rmoe_mem_config *mc, struct rmoe_plan *out)
+{
+	struct rmoe_plan_memory *m = &out->memory;
+	for (int i = 0; cfg->mem_cap > 0 && i < RMOE_PLAN_NDISPATCHERS; i++) {
+		m->cap_rc[i] = cap_chunk(rmoe_dispatchers[i].kind, mc, cfg->mem_cap, &m->cap_chunk_rows[i]);
+		if (m->cap_rc[i])
+			snprintf(m->cap_msg[i], sizeof(m->cap_msg[i]), "%s", rmoe_last_error_message());
+	}
+}
+
+/* The dispatch that runs under the cap: its chunks, smaller ones asked for
+ * kept, or why it cannot meet the cap. */
+static void plan_cap(const struct rmoe_layer_config *cfg, struct rmoe_plan *out)
 {
 	out->chunk_rows = cfg->chunk_rows;
 	if (cfg->mem_cap <= 0)
 		return;
-	struct rmoe_plan_memory *m = &out->memory;
-	int64_t c = 0;
+	const struct rmoe_plan_memory *m = &out->memory;
 	out->cap_rc = RMOE_ENOTSUP;
 	snprintf(out->cap_msg, sizeof(out->cap_msg), "%s takes no memory cap", rmoe_dispatch_name(out->dispatch));
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
-		m->cap_rc[i] = cap_chunk(rmoe_dispatchers[i].kind, mc, cfg->mem_cap, &m->cap_chunk_rows[i]);
 		if (rmoe_dispatchers[i].kind != out->dispatch)
 			continue;
 		out->cap_rc = m->cap_rc[i];
-		c = m->cap_chunk_rows[i];
-		/* the message now, before the next dispatcher's replaces it */
 		if (out->cap_rc)
-			snprintf(out->cap_msg, sizeof(out->cap_msg), "%s", rmoe_last_error_message());
+			snprintf(out->cap_msg, sizeof(out->cap_msg), "%s", m->cap_msg[i]);
+		else if (out->chunk_rows <= 0 || out->chunk_rows > m->cap_chunk_rows[i])
+			out->chunk_rows = m->cap_chunk_rows[i];
 	}
-	if (out->cap_rc)
-		return;
-	if (out->chunk_rows <= 0 || out->chunk_rows > c)
-		out->chunk_rows = c;
 }
 
 static void plan_device(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out)
@@ -155,13 +151,21 @@ static void plan_memory(const struct rmoe_plan_request *req, const struct rmoe_m
 		rmoe_memory_model(rmoe_dispatchers[i].kind, &even, &m->est[i]);
 		m->max_tokens[i] = m->budget > 0 ? rmoe_memory_max_tokens(rmoe_dispatchers[i].kind, &even, m->budget) : 0;
 	}
-	struct rmoe_mem_config run = *mc;
-	run.chunk_rows = out->chunk_rows;
-	rmoe_memory_model(out->dispatch, &run, &m->run);
 }
 
-/* The rings' bounds with their crossing hops striped as planned. */
-static int plan_striped(const struct rmoe_bound_input *flat, const int *order, struct rmoe_plan_time *tb)
+/* The dispatch that runs, at its chunk rows: what the fit check compares
+ * with the device's memory. */
+static void plan_run_memory(const struct rmoe_mem_config *mc, struct rmoe_plan *out)
+{
+	struct rmoe_mem_config run = *mc;
+	run.chunk_rows = out->chunk_rows;
+	rmoe_memory_model(out->dispatch, &run, &out->memory.run);
+}
+
+/* The rings' bounds with their crossing hops striped as requested (0: as
+ * planned). */
+static int plan_striped(const struct rmoe_bound_input *flat, const int *order, int requested,
+                        struct rmoe_plan_time *tb)
 {
 	const int n = flat->t->nranks;
 	int *count = malloc(sizeof(int) * (size_t)n);
@@ -169,7 +173,7 @@ static int plan_striped(const struct rmoe_bound_input *flat, const int *order, s
 	struct rmoe_ring_edge *edges = malloc(sizeof(*edges) * (size_t)n);
 	int rc = count && stripes && edges ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory striping the ring");
 	if (!rc)
-		rc = rmoe_ring_stripes(flat->t, order, 0, count, stripes);
+		rc = rmoe_ring_stripes(flat->t, order, requested, count, stripes);
 	tb->stripes = rc ? 1 : rmoe_ring_stripes_most(count, n);
 	if (!rc) {
 		memcpy(edges, flat->edges, sizeof(*edges) * (size_t)n);
@@ -207,7 +211,8 @@ static void plan_time(const struct rmoe_layer_config *cfg, const struct rmoe_rou
 			e->fits_cap = m->cap_rc[i] == 0 || (m->cap_rc[i] == RMOE_ENOTSUP && peak <= cfg->mem_cap);
 	}
 	if (!tb->rc)
-		tb->rc = plan_striped(&in, out->order, tb);
+		/* --stripes 1 still prints the planned stripes beside the flat ring */
+		tb->rc = plan_striped(&in, out->order, cfg->stripes == 1 ? 0 : cfg->stripes, tb);
 	if (tb->rc)
 		memset(tb->est, 0, sizeof(tb->est));
 }
@@ -231,6 +236,86 @@ static void plan_striped_fit(const struct rmoe_mem_config *mc, struct rmoe_plan 
 	}
 }
 
+/* Why auto may not run row i of the layer (NULL: it may): a setting only
+ * the rings take, whole blocks where chunks are asked for, a peak over the
+ * cap or the device. */
+static const char *auto_excluded(int i, const struct rmoe_layer_config *cfg, const struct rmoe_plan *out,
+                                 int fits_device)
+{
+	const struct rmoe_dispatcher *row = &rmoe_dispatchers[i];
+	if (cfg->partitions > 1 && row->family != RMOE_FAMILY_RING)
+		return "no partitions";
+	if (cfg->stripes > 1 && !row->striped)
+		return "no stripes";
+	if (cfg->chunk_rows > 0 && row->whole_blocks)
+		return "whole blocks, not chunks";
+	if (cfg->mem_cap > 0 && out->memory.cap_rc[i])
+		return "over the cap";
+	if (fits_device == 0)
+		return "over the device";
+	return NULL;
+}
+
+/* Issue 42, §3.2 generalised: auto runs the dispatcher with the smallest
+ * time bound (the rings striped where the layer's stripes let them) among
+ * those that may run the layer; bounds within RMOE_AUTO_TIE of the
+ * smallest tie, and the smaller peak wins (compute-bound layers: the
+ * all-to-alls' bound is the rings' compute). Nothing that may run: the
+ * ring, whose cap and fit checks then say why. */
+static void plan_auto(const struct rmoe_layer_config *cfg, struct rmoe_plan *out)
+{
+	out->auto_row = -1;
+	if (rmoe_dispatcher_of(cfg->dispatch)->family != RMOE_FAMILY_CHOICE)
+		return;
+	const struct rmoe_plan_time *tb = &out->time;
+	const struct rmoe_plan_memory *m = &out->memory;
+	const int stripes = cfg->stripes != 1 ? tb->stripes : 1;
+	const struct rmoe_time_bound *bound[RMOE_PLAN_NDISPATCHERS];
+	const char *why[RMOE_PLAN_NDISPATCHERS];
+	int best = -1;
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && !tb->rc; i++) {
+		const struct rmoe_dispatcher *row = &rmoe_dispatchers[i];
+		int k = row->mode && !strcmp(row->mode, "token"); /* rmoe_plan_time.striped[k] */
+		bound[i] = row->striped && stripes > 1 ? &tb->striped[k] : &tb->est[i];
+		why[i] = auto_excluded(i, cfg, out, bound[i]->fits_device);
+		if (why[i])
+			continue;
+		if (best < 0 || bound[i]->bound_s < bound[best]->bound_s)
+			best = i;
+	}
+	int pick = best;
+	for (int i = 0; best >= 0 && i < RMOE_PLAN_NDISPATCHERS; i++)
+		if (!why[i] && bound[i]->bound_s <= bound[best]->bound_s * (1.0 + RMOE_AUTO_TIE) &&
+		    m->est[i].peak < m->est[pick].peak)
+			pick = i;
+	char *r = out->dispatch_reason;
+	const size_t len = sizeof(out->dispatch_reason);
+	if (pick < 0) {
+		out->dispatch = RMOE_DISPATCH_RING_EXPERT;
+		snprintf(r, len, "ring: %s", tb->rc ? "no time bound to choose by" : "no dispatcher fits the cap and the device");
+		return;
+	}
+	const struct rmoe_dispatcher *row = &rmoe_dispatchers[pick];
+	const struct rmoe_time_bound *b = bound[pick];
+	out->dispatch = row->kind;
+	out->auto_row = pick;
+	out->auto_striped = row->striped && stripes > 1;
+	out->auto_bound_s = b->bound_s;
+	size_t at = (size_t)snprintf(r, len, "%s%s: the smallest time bound that fits, %.1f ms (compute %.1f, wire %.1f), "
+	                             "peak %.2f GiB%s; the others (ms):",
+	                             row->name, out->auto_striped ? " striped" : "", b->bound_s * 1e3, b->compute_s * 1e3,
+	                             b->wire_s * 1e3, (double)m->est[pick].peak / 1073741824.0,
+	                             pick != best ? " (a tie, the smaller peak)" : "");
+	const char *sep = " ";
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && at < len; i++) {
+		if (i == pick)
+			continue;
+		at += (size_t)snprintf(r + at, len - at, "%s%s %.1f%s%s%s", sep, rmoe_dispatchers[i].name,
+		                       bound[i]->bound_s * 1e3, why[i] ? " (" : "", why[i] ? why[i] : "", why[i] ? ")" : "");
+		sep = ", ";
+	}
+}
+
 int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topology *t, struct rmoe_plan *out)
 {
 	if (!out)
@@ -251,26 +336,37 @@ int rmoe_plan_make(const struct rmoe_plan_request *req, const struct rmoe_topolo
 	mc.etp = p.etp;
 	mc.runtime = req->runtime;
 	out->have_layer = 1;
-	plan_dispatch(cfg, &p, t, out);
-	/* The graph's stripes (only a striped dispatcher's hops are), which
-	 * the memory model counts (the relays' pieces). */
+	plan_routing(cfg, &p, t, out);
+	/* The rings' stripes as the layer asks, which the memory model counts
+	 * (the relays' pieces) for every ring row; the other rows ignore them. */
 	const int n = t->nranks;
 	out->stripe_count = malloc(sizeof(int) * (size_t)n);
 	out->stripes = malloc(sizeof(*out->stripes) * (size_t)n * RMOE_STRIPES_MAX);
 	rc = out->stripe_count && out->stripes ? 0 : rmoe_error(RMOE_ENOMEM, "out of host memory for the plan's stripes");
 	if (!rc)
-		rc = rmoe_ring_stripes(t, out->order, rmoe_dispatcher_of(out->dispatch)->striped ? cfg->stripes : 1,
-		                       out->stripe_count, out->stripes);
+		rc = rmoe_ring_stripes(t, out->order, cfg->stripes, out->stripe_count, out->stripes);
 	if (rc) {
 		rmoe_plan_free(out);
 		return rc;
 	}
 	mc.stripes = rmoe_ring_stripes_most(out->stripe_count, n);
-	plan_cap(cfg, &mc, out);
+	plan_cap_rows(cfg, &mc, out);
 	plan_device(req, t, out);
 	plan_memory(req, &mc, out);
 	plan_time(cfg, &p, t, out);
 	plan_striped_fit(&mc, out);
+	plan_auto(cfg, out);
+	/* Only a striped dispatcher's graph stripes its hops. */
+	if (!rmoe_dispatcher_of(out->dispatch)->striped) {
+		rc = rmoe_ring_stripes(t, out->order, 1, out->stripe_count, out->stripes);
+		if (rc) {
+			rmoe_plan_free(out);
+			return rc;
+		}
+		mc.stripes = 1;
+	}
+	plan_cap(cfg, out);
+	plan_run_memory(&mc, out);
 	plan_fit(req, out);
 	return 0;
 }

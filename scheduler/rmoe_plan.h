@@ -336,6 +336,7 @@ struct rmoe_plan_memory {
 	 * (RMOE_ENOTSUP: it takes no cap; RMOE_EINVAL: too small). */
 	int64_t cap_chunk_rows[RMOE_PLAN_NDISPATCHERS];
 	int cap_rc[RMOE_PLAN_NDISPATCHERS];
+	char cap_msg[RMOE_PLAN_NDISPATCHERS][512];   /* why not, where cap_rc */
 	int64_t budget;
 	/* The dispatch that runs, with its chunk rows, even routing: what the
 	 * fit check compares with the device's memory. */
@@ -368,6 +369,9 @@ struct rmoe_plan_device {
 	char source[160];
 };
 
+/* Bounds closer than this fraction of the smallest tie (plan_auto). */
+#define RMOE_AUTO_TIE 0.005
+
 /* Every decision taken before a layer's graph is built, made once by
  * rmoe_plan_make from the configuration and the topology, the same on every
  * rank (which compare its digest), used by the context (the ring) and by
@@ -381,12 +385,20 @@ struct rmoe_plan {
 	int have_layer;            /* 0: ring only; the fields below are unset */
 	struct rmoe_routing_choice routing;   /* §3.2: expert vs token routing per hop */
 	enum rmoe_dispatch dispatch;          /* what runs: as asked, or the choice for auto */
+	/* RMOE_DISPATCH_AUTO: the dispatcher with the smallest time bound
+	 * (rmoe_plan_time) among those that fit the device and the cap and take
+	 * the layer's configuration; a bound within RMOE_AUTO_TIE of the
+	 * smallest is a tie, which the smaller peak wins. auto_row: its row of
+	 * rmoe_dispatchers[] (-1: asked for, not chosen); auto_striped: its
+	 * bound is the striped ring's. */
+	int auto_row, auto_striped;
+	double auto_bound_s;
 	char dispatch_reason[384];
 	int64_t chunk_rows;        /* rows per chunk of a hop: as asked, or fewer under the cap */
 	int cap_rc;                /* 0, or why the memory cap cannot be met (cap_msg) */
 	char cap_msg[512];
 	struct rmoe_plan_memory memory;
-	struct rmoe_plan_time time;     /* printed only: no decision reads it yet */
+	struct rmoe_plan_time time;     /* printed, and what auto chooses by */
 	struct rmoe_plan_device device;
 	int fit_rc;                /* 0, or RMOE_ENOMEM: the layer does not fit (fit_msg) */
 	char fit_msg[512];

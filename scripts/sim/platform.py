@@ -130,12 +130,12 @@ class Fail(Exception):
 
 # ---- cluster file (the planner's format, docs/planning.md) ----------------
 
-TOP_KEYS = ("name", "nodes", "devices_per_node", "ranks_per_node", "gpu_link")
+TOP_KEYS = ("name", "nodes", "devices_per_node", "ranks_per_node", "gpu_link", "nics_per_node")
 DEVICE_KEYS = ("bf16_tflops", "f32_tflops", "memory")
 PLACEMENT_KEYS = ("rank_nodes", "rank_devices")
 LINK_KEYS = ("bandwidth_gbs", "latency_us")
 WHERE = {
-    "top": "before any section: name, nodes, devices_per_node, ranks_per_node, gpu_link",
+    "top": "before any section: name, nodes, devices_per_node, ranks_per_node, gpu_link, nics_per_node",
     "device": "in [device]: bf16_tflops, f32_tflops, memory",
     "link": "in [link]: bandwidth_gbs, latency_us",
     "placement": "in [placement]: rank_nodes, rank_devices",
@@ -180,6 +180,7 @@ VALUES = {
     "devices_per_node": (lambda v: _int(v, 0, MAX_PER_NODE), "an integer from 0 (CPU only) to %d" % MAX_PER_NODE),
     "ranks_per_node": (lambda v: _int(v, 1, MAX_PER_NODE), "an integer from 1 to %d" % MAX_PER_NODE),
     "gpu_link": (lambda v: v if v in ("nvlink", "pcie") else None, "nvlink or pcie"),
+    "nics_per_node": (lambda v: _int(v, 1, 4096), "an integer from 1 to 4096"),
     "bf16_tflops": (lambda v: _num(v, 1e-6, 1e6), "a positive number of TFLOP/s (at most 1e6)"),
     "f32_tflops": (lambda v: _num(v, 1e-6, 1e6), "a positive number of TFLOP/s (at most 1e6)"),
     "memory": (_bytes, "a byte count such as 64G, 80GiB or 68719476736"),
@@ -411,9 +412,14 @@ def smpi_platform(c, nranks, node, device, hosts):
                 bw, lat = c["link"][cls]
                 w('  <link id="%s-%s-r%d-r%d" bandwidth="%s" latency="%s" sharing_policy="SPLITDUPLEX"/>'
                   % (z, cls, a, b, bps(bw), sec(lat)))
-        for r in ranks:
-            w('  <link id="%s-nic-r%d" bandwidth="%s" latency="%s" sharing_policy="SPLITDUPLEX"/>'
-              % (z, r, bps(net_bw), sec(net_lat / 2)))
+        # The node's network adapters: one per rank unless nics_per_node
+        # says fewer, each shared by a contiguous group of the node's ranks
+        # (its flows split the adapter's rate, as the planner's share).
+        nics = min(c.get("nics_per_node") or len(ranks), len(ranks))
+        nic = {r: i * nics // len(ranks) for i, r in enumerate(ranks)}
+        for j in range(nics):
+            w('  <link id="%s-nic-a%d" bandwidth="%s" latency="%s" sharing_policy="SPLITDUPLEX"/>'
+              % (z, j, bps(net_bw), sec(net_lat / 2)))
         for i, a in enumerate(ranks):
             for b in ranks[i + 1:]:
                 cls = link_class(c, node, device, a, b)
@@ -423,10 +429,10 @@ def smpi_platform(c, nranks, node, device, hosts):
                 w('  <route src="%s" dst="%s" symmetrical="NO"><link_ctn id="%s" direction="DOWN"/></route>'
                   % (hosts[b], hosts[a], lid))
         for r in ranks:
-            w('  <route src="%s" dst="%s-gw" symmetrical="NO"><link_ctn id="%s-nic-r%d" direction="UP"/></route>'
-              % (hosts[r], z, z, r))
-            w('  <route src="%s-gw" dst="%s" symmetrical="NO"><link_ctn id="%s-nic-r%d" direction="DOWN"/></route>'
-              % (z, hosts[r], z, r))
+            w('  <route src="%s" dst="%s-gw" symmetrical="NO"><link_ctn id="%s-nic-a%d" direction="UP"/></route>'
+              % (hosts[r], z, z, nic[r]))
+            w('  <route src="%s-gw" dst="%s" symmetrical="NO"><link_ctn id="%s-nic-a%d" direction="DOWN"/></route>'
+              % (z, hosts[r], z, nic[r]))
         w(' </zone>')
     if len(nodes) > 1:
         # Full-bisection fat tree: never the bottleneck, each flow is capped by

@@ -229,9 +229,124 @@ static void test_planner_plan_chunks_under_a_cap(void **state)
 	rmoe_plan_free(&plan);
 }
 
+/* The bound (and peak) of row i as auto weighs it: the striped ring's
+ * where the plan stripes the rings. */
+static const struct rmoe_time_bound *auto_bound(const struct rmoe_plan *plan, int i, int striped)
+{
+	int k = rmoe_dispatchers[i].kind == RMOE_DISPATCH_RING_TOKEN;
+	return striped && rmoe_dispatchers[i].striped ? &plan->time.striped[k] : &plan->time.est[i];
+}
+
+/* Issue 42: auto runs the smallest time bound among the dispatchers that
+ * may run the layer, ties going to the smaller peak. */
+static void test_planner_plan_auto_takes_the_fastest_that_fits(void **state)
+{
+	struct plan_fixture *f = *state;
+	struct rmoe_topology t = f->t;
+	struct rmoe_layer_config cfg = f->cfg;
+	struct rmoe_plan_request req = {.layer = &cfg};
+	struct rmoe_plan plan;
+	/* 8 ranks on two nodes: the ring with 4 stripes, wire 34.7 ms against
+	 * a2a-deepep's 112.9; every bound it passed over is larger. */
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_EXPERT);
+	assert_int_equal(plan.auto_row, 0);
+	assert_true(plan.auto_striped);
+	assert_int_equal(plan.stripe_count[3], 4);
+	assert_non_null(strstr(plan.dispatch_reason, "ring striped: the smallest time bound that fits, 34.7 ms"));
+	for (int i = 1; i < RMOE_PLAN_NDISPATCHERS; i++)
+		assert_true(auto_bound(&plan, i, 1)->bound_s > plan.auto_bound_s);
+	rmoe_plan_free(&plan);
+	/* The flat ring (--stripes 1) is wire-bound on one adapter a node:
+	 * a2a-deepep's bound is the smaller, and nothing is striped. */
+	cfg.stripes = 1;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_ALLTOALL_DEEPEP);
+	assert_false(plan.auto_striped);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(plan.stripe_count[i], 1);
+	assert_true(plan.time.est[4].bound_s < plan.time.est[0].bound_s);
+	const int64_t deepep_peak = plan.memory.est[4].peak;
+	rmoe_plan_free(&plan);
+	/* a2a-deepep sends whole blocks: asked for chunks, or under a cap it
+	 * does not take, or on a device its peak does not fit, auto passes it
+	 * over for the next bound, the flat ring's (below a2a's). */
+	cfg.chunk_rows = 4096;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_EXPERT);
+	assert_non_null(strstr(plan.dispatch_reason, "a2a-deepep 112.9 (whole blocks, not chunks)"));
+	rmoe_plan_free(&plan);
+	cfg.chunk_rows = 0;
+	cfg.mem_cap = deepep_peak;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_EXPERT);
+	assert_int_equal(plan.cap_rc, 0);
+	assert_non_null(strstr(plan.dispatch_reason, "a2a-deepep 112.9 (over the cap)"));
+	rmoe_plan_free(&plan);
+	cfg.mem_cap = 0;
+	struct rmoe_device_info dev[8];
+	memset(dev, 0, sizeof(dev));
+	for (int r = 0; r < 8; r++) {
+		dev[r].kind = RMOE_DEVICE_CUDA;
+		dev[r].memory_bytes = deepep_peak - 1;
+	}
+	req.devices = dev;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_EXPERT);
+	assert_int_equal(plan.fit_rc, 0);
+	assert_non_null(strstr(plan.dispatch_reason, "a2a-deepep 112.9 (over the device)"));
+	rmoe_plan_free(&plan);
+	/* Partitions are ring hops: the rings only. */
+	req.devices = NULL;
+	cfg.partitions = 2;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(rmoe_dispatcher_of(plan.dispatch)->family, RMOE_FAMILY_RING);
+	rmoe_plan_free(&plan);
+	/* Nothing fits: the ring, whose fit check says why. */
+	cfg.partitions = 0;
+	for (int r = 0; r < 8; r++)
+		dev[r].memory_bytes = (int64_t)1 << 20;
+	req.devices = dev;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_int_equal(plan.dispatch, RMOE_DISPATCH_RING_EXPERT);
+	assert_int_equal(plan.auto_row, -1);
+	assert_int_equal(plan.fit_rc, RMOE_ENOMEM);
+	assert_non_null(strstr(plan.dispatch_reason, "no dispatcher fits"));
+	rmoe_plan_free(&plan);
+}
+
+/* One node, NVLink between every pair, a layer small enough that every
+ * dispatcher's wire hides under its compute: the bounds are the same
+ * compute, a tie, and the smallest peak runs. */
+static void test_planner_plan_auto_breaks_ties_by_peak(void **state)
+{
+	struct plan_fixture *f = *state;
+	struct rmoe_topology t = f->t;
+	struct rmoe_layer_config cfg = f->cfg;
+	cfg.tokens = 512;
+	cfg.topk = 2;
+	struct rmoe_plan_request req = {.layer = &cfg};
+	struct rmoe_plan plan;
+	assert_int_equal(rmoe_plan_make(&req, &t, &plan), 0);
+	assert_true(plan.auto_row >= 0);
+	int tied = 0;
+	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS; i++) {
+		const struct rmoe_time_bound *b = auto_bound(&plan, i, plan.auto_striped);
+		if (b->bound_s > plan.time.est[plan.auto_row].bound_s * (1.0 + RMOE_AUTO_TIE) * (1.0 + RMOE_AUTO_TIE))
+			continue;
+		tied++;
+		assert_true(plan.memory.est[plan.auto_row].peak <= plan.memory.est[i].peak);
+	}
+	assert_true(tied >= 2);
+	rmoe_plan_free(&plan);
+}
+
 RMOE_TEST_MAIN(NULL, NULL,
                cmocka_unit_test_setup_teardown(test_planner_plan_for_a_simulated_cluster, plan_setup_8, plan_teardown),
                cmocka_unit_test_setup_teardown(test_planner_plan_of_the_ring_only, plan_setup_8, plan_teardown),
                cmocka_unit_test_setup_teardown(test_planner_plan_fit_names_the_tightest_rank, plan_setup_4,
                                                plan_teardown),
-               cmocka_unit_test_setup_teardown(test_planner_plan_chunks_under_a_cap, plan_setup_4, plan_teardown))
+               cmocka_unit_test_setup_teardown(test_planner_plan_chunks_under_a_cap, plan_setup_4, plan_teardown),
+               cmocka_unit_test_setup_teardown(test_planner_plan_auto_takes_the_fastest_that_fits, plan_setup_8,
+                                               plan_teardown),
+               cmocka_unit_test_setup_teardown(test_planner_plan_auto_breaks_ties_by_peak, plan_setup_4, plan_teardown))
