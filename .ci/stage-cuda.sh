@@ -30,6 +30,11 @@ cmake --build "$cuda_build" -j"$(nproc)" >"$cuda_build/build.log" 2>&1 ||
   { tail -n 30 "$cuda_build/build.log" >&2; echo "stage-cuda: the CUDA build failed" >&2; exit 1; }
 if grep -E "warning" "$cuda_build/build.log" >&2; then echo "stage-cuda: the CUDA build has warnings" >&2; exit 1; fi
 echo "stage-cuda: relaymoe with CUDA codelets in $cuda_build ($(since))"
+# Its StarPU has FxT: the trace tests below record and read real traces
+# (the only CI stage that does; scripts/build-fxt.sh does it on a CPU-only
+# StarPU), never just the refusal without FxT.
+grep -q '^#define RMOE_STARPU_HAS_FXT 1' "$cuda_build/generated/rmoe_config.h" ||
+  { echo "stage-cuda: relaymoe did not find FxT in the StarPU of $prefix" >&2; exit 1; }
 
 # Every kernel with sm_90 code and PTX.
 tools=$build/cuobjdump
@@ -46,7 +51,7 @@ echo "stage-cuda: sm_90 code checked ($(since))"
 # The CUDA build where there is no GPU: the quick label (the unit tests and
 # every dispatcher at 2 ranks, forward, backward, bf16, task errors), the
 # CUDA kernels on the host shim (cuda-host), the GPU checks that skip
-# themselves (gpu) and the FxT traces (trace). The rest of the suite reruns
+# themselves (gpu) and the FxT traces (trace, trace_np2 among them). The rest of the suite reruns
 # on CPU workers the same C code the main suite has run (the codelets' CPU
 # functions, the graph, the planner), and CI must stay well under its time
 # limit on two cores.

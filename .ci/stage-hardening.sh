@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hardening stage (docs/hardening.md), after the main suite:
 #  1. the suite (less the multihost, bench, subproject and long labels: flow_np8,
-#     app_preset_routing, train_exactness_np4; and relaymoe.hf's python_hf_*)
+#     app_preset_routing, train_exactness_np4, the 6- and 8-rank stripe tests;
+#     relaymoe.hf's python_hf_*; three program-level reruns named below)
 #     built with ASan + UBSan (build-asan/), multi-rank tests included;
 #  2. the unit tests under Valgrind memcheck (the main build, build/);
 #  3. each libFuzzer target for RMOE_FUZZ_SECONDS (default 60) from its seed
@@ -40,8 +41,13 @@ step "test suite under ASan + UBSan"
   # again, without the sanitizers. relaymoe.hf's tests (python_hf_*) add
   # Python code only: the C calls they make (rmoe_layer_backward_ex with
   # dprobs among them) run here in the python and train labels.
+  # app_end_to_end, app_shared_gated and gpu_checks_dry run the program
+  # over the library calls the mpi tests make here (every dispatcher, the
+  # shared experts, bf16), and the program's own paths (options, files,
+  # reports) run here in app_heap_run_np2, app_bf16_np4, app_task_fault_np2,
+  # app_tokens_per_rank_*, hardening_bad_input and the fuzzers.
   ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$jobs" -LE 'multihost|bench|subproject|long' \
-    -E '^python_hf_'
+    -E '^python_hf_|^app_end_to_end$|^app_shared_gated$|^gpu_checks_dry$'
 )
 
 # ---- 2. Valgrind memcheck on the unit tests ------------------------------------------

@@ -10,7 +10,7 @@
 # backward after the warm-up).
 #   bench/sched/overlap.sh [ROUNDS]     (default 3)
 #   RMOE_FXT_APP   relaymoe built against StarPU with FxT
-#                  (default: build/relaymoe-fxt/apps/relaymoe, .ci/stage-fxt.sh's)
+#                  (default: build/relaymoe-fxt/apps/relaymoe, scripts/build-fxt.sh's)
 #   NP             ranks (default 4); extra relaymoe options in RUN_ARGS
 #   NAME           name of the result files instead of "overlap"
 #   NOTE           a line for the Markdown (e.g. which StarPU the app uses)
@@ -21,7 +21,7 @@ np=${NP:-4}
 app=${RMOE_FXT_APP:-$here/build/relaymoe-fxt/apps/relaymoe}
 out=$here/bench/results
 name=${NAME:-overlap}
-[ -x "$app" ] || { echo "overlap.sh: no relaymoe with FxT at $app (run .ci/stage-fxt.sh, or set RMOE_FXT_APP)" >&2; exit 1; }
+[ -x "$app" ] || { echo "overlap.sh: no relaymoe with FxT at $app (run scripts/build-fxt.sh, or set RMOE_FXT_APP)" >&2; exit 1; }
 # shellcheck source=common.sh
 . "$here/bench/sched/common.sh"
 rows=$work/rows.csv
