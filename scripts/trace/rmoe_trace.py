@@ -21,6 +21,15 @@ transfers inside the block:
                                      1+6h+k                kind k sent during hop h
                                      1+6N+k                accumulator k back to its owner
   both rings (graph/pass/flow.c)          8N+8+kN+h             credit k for the slot of hop h
+
+A striped ring's pass (graph/pass/stripes.c) takes STRIPE_LEGS blocks: the
+first as above (piece 0 goes straight to the right neighbour), then one per
+leg of the other pieces at the same offset: 1 the sender to its out relay,
+2 the out relay across the network to the in relay, 3 the in relay to the
+receiver, 4 and 5 the relays' credits upstream (from the out relay to the
+sender, from the in relay to the out relay). A block is a leg of the pass
+before it when its transfers fall within that pass's time (the next layer
+call's block starts after the pass has ended).
   a2a-megatron (graph/dispatch/alltoall_megatron.c)  0 counts, 1 dispatch, 2 combine, 3 dout, 4 dx, ...
   a2a (graph/dispatch/alltoall_plan.c)        0 counts, then 1+k*C+j for chunk j of kind k
 
@@ -51,6 +60,9 @@ TOKEN_KINDS = ["tokens", "dy", "pair-order", "topk-weights", "acc", "dg-acc"]
 # graph/dispatch/alltoall_plan.c's tags; dy, g and dg: the lean backward's
 CREDIT_KINDS = 2
 A2A_PHASES = ["counts", "dispatch", "combine", "dout", "dx", "dy", "g", "dg"]
+# RMOE_STRIPE_LEGS of graph/pass/rmoe_pass.h, and what each leg carries.
+STRIPE_LEGS = 6
+LEG_NAMES = [None, "to-relay", "across", "from-relay", "relay-credit", "relay-credit"]
 TAG_FIELD = re.compile(r"^\s*(-?\d+)\s*$|\(tag (-?\d+)\)")
 
 
@@ -97,12 +109,13 @@ class Transfer:
     receiver's completion of the request (None when paje.trace has no end
     for it)."""
     __slots__ = ("src", "dst", "start", "end", "size", "tag", "offset", "block", "pass_index", "what",
-                 "hop", "paje_start")
+                 "hop", "paje_start", "leg")
 
     def __init__(self, src, dst, start, end, size, tag):
         self.src, self.dst, self.start, self.end, self.size, self.tag = src, dst, start, end, size, tag
         self.paje_start = start   # as written in paje.trace, before any clock shift
         self.offset = self.block = self.pass_index = self.hop = None
+        self.leg = 0              # a striped pass's leg (STRIPE_LEGS); 0: the pass's first block
         self.what = "transfer"
 
     @property
@@ -266,8 +279,15 @@ class Trace:
         span = {}
         for b, xs in blocks.items():
             span[b] = (min(x.start for x in xs), max(max(x.end, x.start) for x in xs))
-        owner = {}
+        owner, leg = {}, {}
         last = None
+
+        def within(sp, p):
+            # Most of the block's span inside the pass: clock alignment may
+            # leave the next call's first transfers a little early.
+            ov = min(sp[1], p.end) - max(sp[0], p.start)
+            return ov > 0 and ov >= 0.5 * (sp[1] - sp[0])
+
         for p in self.passes:
             best, best_score = None, None
             for b in sorted(span):
@@ -277,14 +297,26 @@ class Trace:
                 ov = min(hi, p.end) - max(lo, p.start)
                 if best_score is None or ov > best_score:
                     best, best_score = b, ov
-            if best is not None:
-                owner[best] = p
-                p.blocks.append(best)
-                last = best
+            if best is None:
+                continue
+            # A striped pass's legs: the blocks around the best one that
+            # fall within the pass, at most STRIPE_LEGS of them.
+            first_block = best
+            while (first_block - 1 in span and (last is None or first_block - 1 > last)
+                   and best - (first_block - 1) < STRIPE_LEGS and within(span[first_block - 1], p)):
+                first_block -= 1
+            b = first_block
+            while b in span and b - first_block < STRIPE_LEGS and (b <= best or within(span[b], p)):
+                owner[b] = p
+                leg[b] = b - first_block
+                p.blocks.append(b)
+                last = b
+                b += 1
         for b, xs in sorted(blocks.items()):
             best = owner.get(b)
             for x in xs:
                 x.pass_index = best.index if best is not None else None
+                x.leg = leg.get(b, 0)
                 name_transfer(x, x.offset % block, n, best)
         for x in self.open_links:
             if first is None:
@@ -293,6 +325,7 @@ class Trace:
             x.block = x.offset // block
             best = owner.get(x.block)
             x.pass_index = best.index if best is not None else None
+            x.leg = leg.get(x.block, 0)
             name_transfer(x, x.offset % block, n, best)
 
     # ---- per rank and hop ----------------------------------------------------
@@ -393,6 +426,18 @@ def name_transfer(x, rel, n, p):
         # after the counts (graph/dispatch/alltoall_plan.c).
         x.what = "a2a " + A2A_PHASES[rel] if rel < len(A2A_PHASES) else "a2a chunk"
         return
+    if x.leg >= 4:
+        # A relay's credit upstream for the slot of the piece at rel.
+        name_transfer_data(x, rel, n, p)
+        x.what = LEG_NAMES[x.leg]
+        return
+    name_transfer_data(x, rel, n, p)
+    if x.leg and x.what != "transfer":
+        x.what = "%s %s" % (x.what, LEG_NAMES[x.leg])
+
+
+def name_transfer_data(x, rel, n, p):
+    """name_transfer for a ring pass's block, whatever the leg."""
     if rel >= 8 * n + 8:
         # A credit of the ring's flow control (graph/pass/flow.c): kind k of hop h.
         k, h = divmod(rel - (8 * n + 8), n)

@@ -90,6 +90,32 @@ class TestRing(Synthetic):
         links = [(s, d, o, a, None if (s, o) == no_end else b) for s, d, o, a, b in links if (s, o) != drop]
         write_trace(self.dir, 3, ring_forward(3), links)
 
+    def test_overlap_striped_pass_legs(self):
+        # A striped forward on 4 ranks (graph/pass/stripes.c): piece 0 of hop
+        # 1's weights 1 -> 2 in the pass's first block, piece 1 through the
+        # relays 1 -> 0 -> 3 -> 2 in blocks 1, 2 and 3, the relays' credits
+        # in 4 and 5; then an all-to-all call's counts in the block after,
+        # once the pass has ended: not a leg.
+        n, block = 4, rmoe_trace.tag_block(4)
+        links = [(r, (r + 1) % n, h, 10.0 * h + 1.0, 10.0 * h + 3.0) for r in range(n) for h in range(n - 1)]
+        links += [(1, 0, block + 1, 11.0, 12.0), (0, 3, 2 * block + 1, 12.0, 14.0), (3, 2, 3 * block + 1, 14.0, 15.0),
+                  (0, 1, 4 * block + 1, 10.5, 10.6), (3, 0, 5 * block + 1, 10.5, 10.7),
+                  (0, 1, 6 * block, 45.0, 46.0)]
+        write_trace(self.dir, n, ring_forward(n), links)
+        trace, rows = self.rows()
+        self.assert_bounded(rows)
+        names = {(x.src, x.dst, x.block): (x.label, x.leg, x.pass_index) for x in trace.transfers
+                 if x.offset % block == 1}
+        self.assertEqual(names[(1, 2, 0)], ("weights h1", 0, 0))
+        self.assertEqual(names[(1, 0, 1)], ("weights to-relay h1", 1, 0))
+        self.assertEqual(names[(0, 3, 2)], ("weights across h1", 2, 0))
+        self.assertEqual(names[(3, 2, 3)], ("weights from-relay h1", 3, 0))
+        self.assertEqual(names[(0, 1, 4)], ("relay-credit h1", 4, 0))
+        self.assertEqual(names[(3, 0, 5)], ("relay-credit h1", 5, 0))
+        self.assertEqual(trace.passes[0].blocks, [0, 1, 2, 3, 4, 5])
+        a2a = [x for x in trace.transfers if x.block == 6]
+        self.assertEqual([(x.what, x.pass_index) for x in a2a], [("a2a counts", None)])
+
     def test_overlap_ring_closing_pair_aligned(self):
         self.make()
         trace, rows = self.rows()
