@@ -9,7 +9,13 @@
 # which carries MPI's messages between hosts and is the one shaped and cut,
 # and a management network (eth1, 192.168.78.0/24) for the launcher (mpirun
 # and its daemons), never shaped or cut, so that a cut fabric link is
-# something the ranks must notice, not the launcher.
+# something the ranks must notice, not the launcher. With --nics K a host
+# has K fabric adapters (eth0, fab1, ..., each its own port on the switch,
+# its own address on the fabric's subnet, its own shaping), as a node of
+# MareNostrum 5 has one per GPU: a host's packets leave by the adapter of
+# their source address (a routing table per adapter), and scripts/cluster/
+# nic.sh, put before the program on mpirun's command line, binds each rank's
+# MPI messages to adapter (local rank mod K).
 #
 # Every address and link lives inside namespaces this script creates; the
 # machine's own namespace gets nothing (mpirun runs on the first host, as on
@@ -32,7 +38,8 @@
 # options of run:
 #   --hosts N      emulated hosts (default 2)
 #   --ranks R      MPI slots per host in the hostfile (default 2)
-#   --rate RATE    each host's fabric link, each direction, as tc writes it
+#   --nics K       fabric adapters per host (default 1)
+#   --rate RATE    each fabric adapter's link, each direction, as tc writes it
 #                  (1gbit, 500mbit); default: unshaped (veth speed)
 #   --delay D      added one-way delay per direction (100us, 1ms): netem, which
 #                  some kernels lack (then an error, before anything runs)
@@ -47,8 +54,10 @@
 #   RMOE_CLUSTER_HOSTFILE  one line per host: MANAGEMENT_ADDRESS slots=R
 #   RMOE_CLUSTER_HOSTS, RMOE_CLUSTER_RANKS, RMOE_CLUSTER_NP (= hosts x ranks)
 #   RMOE_CLUSTER_SUBNET (fabric), RMOE_CLUSTER_MGMT_SUBNET
-#   RMOE_CLUSTER_PREFIX, RMOE_CLUSTER_RATE, RMOE_CLUSTER_DELAY
+#   RMOE_CLUSTER_PREFIX, RMOE_CLUSTER_RATE, RMOE_CLUSTER_DELAY, RMOE_CLUSTER_NICS
 #   RMOE_CLUSTER_SCRIPT    this script (for link and shape)
+#   RMOE_CLUSTER_NIC       scripts/cluster/nic.sh: the program's prefix that
+#                          binds a rank to its adapter (a plain exec with one)
 #
 #   scripts/cluster/cluster.sh run --hosts 2 --ranks 2 --rate 1gbit -- \
 #     sh -c '"$RMOE_CLUSTER_MPIRUN" --map-by node hostname'
@@ -67,6 +76,10 @@ die() { echo "cluster.sh: $*" >&2; exit 2; }
 say() { echo "cluster.sh: $*" >&2; }
 
 host_ns() { echo "$P$1"; }
+# Adapter j of host i: its device, its port on the switch, its address.
+nic_dev() { if [ "$2" -eq 0 ]; then echo eth0; else echo "fab$2"; fi; }
+nic_port() { if [ "$2" -eq 0 ]; then echo "${P}f$1"; else echo "${P}f$1n$2"; fi; }
+nic_addr() { echo "$NET.$((10 + $2 * HOSTS + $1))"; }
 
 # ---- what exists of ours --------------------------------------------------------
 
@@ -150,11 +163,13 @@ shape_dev() {  # ns dev rate delay
 }
 
 shape_fabric() {  # rate delay
-  local i
+  local i j
   for i in $(seq 0 $((HOSTS - 1))); do
-    # host -> switch (the host's uplink) and switch -> host (its downlink)
-    shape_dev "$(host_ns "$i")" eth0 "$1" "$2" || return 1
-    shape_dev "$SW" "${P}f$i" "$1" "$2" || return 1
+    for j in $(seq 0 $((NICS - 1))); do
+      # host -> switch (the adapter's uplink) and switch -> host (its downlink)
+      shape_dev "$(host_ns "$i")" "$(nic_dev "$i" "$j")" "$1" "$2" || return 1
+      shape_dev "$SW" "$(nic_port "$i" "$j")" "$1" "$2" || return 1
+    done
   done
 }
 
@@ -190,6 +205,9 @@ up() {
     done
     ip -n "$ns" addr add "$NET.$((10 + i))/24" dev eth0 || return 1
     ip -n "$ns" addr add "$MGMT.$((10 + i))/24" dev eth1 || return 1
+    if [ "$NICS" -gt 1 ]; then
+      nics_up "$i" "$ns" || return 1
+    fi
     ip -n "$ns" link set lo up || return 1
     if [ -n "$RETRIES" ]; then
       ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2="$RETRIES" || return 1
@@ -200,14 +218,38 @@ up() {
   shape_fabric "$RATE" "$DELAY"
 }
 
+# A host's adapters 1..K-1 beside eth0, all on the fabric's subnet: each
+# answers ARP for its own address only, and a packet leaves by the adapter
+# its source address belongs to (rule: from that address, table 100 + j),
+# so a rank bound to an adapter's address sends and receives over it.
+nics_up() {  # host namespace
+  local i=$1 ns=$2 j dev port addr
+  ip netns exec "$ns" sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 \
+    net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 >/dev/null || return 1
+  for j in $(seq 1 $((NICS - 1))); do
+    dev=$(nic_dev "$i" "$j") port=$(nic_port "$i" "$j") addr=$(nic_addr "$i" "$j")
+    ip link add "$dev" netns "$ns" type veth peer name "$port" netns "$SW" || return 1
+    ip -n "$SW" link set "$port" master "${P}f" || return 1
+    ip -n "$SW" link set "$port" up || return 1
+    ip -n "$ns" link set "$dev" up || return 1
+    ip -n "$ns" addr add "$addr/24" dev "$dev" || return 1
+  done
+  for j in $(seq 0 $((NICS - 1))); do
+    dev=$(nic_dev "$i" "$j") addr=$(nic_addr "$i" "$j")
+    ip -n "$ns" route add "$NET.0/24" dev "$dev" src "$addr" table $((100 + j)) || return 1
+    ip -n "$ns" rule add from "$addr" table $((100 + j)) || return 1
+  done
+}
+
 # ---- commands -------------------------------------------------------------------------
 
 cmd_run() {
-  HOSTS=2 RANKS=2 RATE='' DELAY='' KEEP='' RETRIES=''
+  HOSTS=2 RANKS=2 NICS=1 RATE='' DELAY='' KEEP='' RETRIES=''
   while [ $# -gt 0 ]; do
     case $1 in
       --hosts) HOSTS=$2; shift 2 ;;
       --ranks) RANKS=$2; shift 2 ;;
+      --nics) NICS=$2; shift 2 ;;
       --rate) RATE=$2; shift 2 ;;
       --delay) DELAY=$2; shift 2 ;;
       --keep) KEEP=$2; shift 2 ;;
@@ -219,6 +261,8 @@ cmd_run() {
   [ $# -gt 0 ] || die "run: expected -- COMMAND"
   [[ $HOSTS =~ ^[0-9]+$ ]] && [ "$HOSTS" -ge 1 ] && [ "$HOSTS" -le 200 ] || die "--hosts $HOSTS: expected 1 to 200"
   [[ $RANKS =~ ^[0-9]+$ ]] && [ "$RANKS" -ge 1 ] || die "--ranks $RANKS: expected a positive count"
+  [[ $NICS =~ ^[0-9]+$ ]] && [ "$NICS" -ge 1 ] && [ "$NICS" -le 16 ] && [ $((NICS * HOSTS)) -le 240 ] ||
+    die "--nics $NICS: expected 1 to 16 adapters per host, at most 240 in all (one /24)"
   [ -z "$RATE" ] || rate_bits "$RATE" >/dev/null || exit 2
   [ -z "$RETRIES" ] || { [[ $RETRIES =~ ^[0-9]+$ ]] && [ "$RETRIES" -ge 1 ] && [ "$RETRIES" -le 15 ]; } ||
     die "--tcp-retries $RETRIES: expected 1 to 15"
@@ -264,9 +308,10 @@ cmd_run() {
   export RMOE_CLUSTER_DIR=$DIR RMOE_CLUSTER_HOSTFILE=$DIR/hostfile RMOE_CLUSTER_HOSTS=$HOSTS
   export RMOE_CLUSTER_RANKS=$RANKS RMOE_CLUSTER_NP=$((HOSTS * RANKS)) RMOE_CLUSTER_PREFIX=$P
   export RMOE_CLUSTER_SUBNET=$NET.0/24 RMOE_CLUSTER_MGMT_SUBNET=$MGMT.0/24
-  export RMOE_CLUSTER_RATE=$RATE RMOE_CLUSTER_DELAY=$DELAY
+  export RMOE_CLUSTER_RATE=$RATE RMOE_CLUSTER_DELAY=$DELAY RMOE_CLUSTER_NICS=$NICS
+  export RMOE_CLUSTER_NIC=$here/nic.sh
   export RMOE_CLUSTER_MPIRUN=$here/mpirun.sh RMOE_CLUSTER_SCRIPT=$here/cluster.sh
-  say "$HOSTS host(s) x $RANKS slot(s) up (${P}0..$P$((HOSTS - 1)), fabric $NET.10-$((9 + HOSTS))" \
+  say "$HOSTS host(s) x $RANKS slot(s) up (${P}0..$P$((HOSTS - 1)), fabric $NET.10-$((9 + HOSTS * NICS)), $NICS adapter(s) a host" \
       "${RATE:-unshaped}${DELAY:+ +$DELAY}, management $MGMT.10-$((9 + HOSTS)))"
   # In the background, so that a signal reaches the trap at once.
   "$@" &
@@ -280,7 +325,7 @@ cmd_run() {
 in_run() {
   [ -n "${RMOE_CLUSTER_DIR:-}" ] && [ -n "${RMOE_CLUSTER_HOSTS:-}" ] ||
     die "$1: only inside cluster.sh run (RMOE_CLUSTER_* not set)"
-  HOSTS=$RMOE_CLUSTER_HOSTS
+  HOSTS=$RMOE_CLUSTER_HOSTS NICS=${RMOE_CLUSTER_NICS:-1}
 }
 
 cmd_link() {
@@ -293,8 +338,9 @@ cmd_link() {
   # drops what it sends but keeps its address and routes, as a NIC whose
   # cable is pulled; nothing fails at once, so every process must notice
   # the cut by waiting, as on a cluster.
-  local n
+  local n j
   for n in $nets; do ip -n "$SW" link set "$P$n$h" "$state" || return 1; done
+  for j in $(seq 1 $((NICS - 1))); do ip -n "$SW" link set "$(nic_port "$h" "$j")" "$state" || return 1; done
 }
 
 cmd_shape() {

@@ -22,7 +22,7 @@ args=(--hostfile "$RMOE_CLUSTER_HOSTFILE"
       --mca oob_tcp_if_include "$RMOE_CLUSTER_MGMT_SUBNET" --mca btl_tcp_if_include "$RMOE_CLUSTER_SUBNET"
       --mca btl self,vader,tcp --bind-to none --mca mpi_yield_when_idle 1
       -x STARPU_SILENT -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x OPENBLAS_NUM_THREADS)
-for v in STARPU_HOME STARPU_SCHED RMOE_WAIT_TIMEOUT LD_LIBRARY_PATH; do
+for v in STARPU_HOME STARPU_SCHED RMOE_WAIT_TIMEOUT LD_LIBRARY_PATH RMOE_CLUSTER_NICS; do
   [ -n "${!v:-}" ] && args+=(-x "$v")
 done
 [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
