@@ -301,8 +301,8 @@ static void plan_auto(const struct rmoe_layer_config *cfg, struct rmoe_plan *out
 	out->auto_row = pick;
 	out->auto_striped = row->striped && stripes > 1;
 	out->auto_bound_s = b->bound_s;
-	size_t at = (size_t)snprintf(r, len, "%s%s: the smallest time bound that fits, %.1f ms (compute %.1f, wire %.1f), "
-	                             "peak %.2f GiB%s; the others (ms):",
+	size_t at = (size_t)snprintf(r, len, "%s%s: the smallest time bound that fits, %.4g ms (compute %.4g, wire %.4g), "
+	                             "peak %.4g GiB%s; the others (ms):",
 	                             row->name, out->auto_striped ? " striped" : "", b->bound_s * 1e3, b->compute_s * 1e3,
 	                             b->wire_s * 1e3, (double)m->est[pick].peak / 1073741824.0,
 	                             pick != best ? " (a tie, the smaller peak)" : "");
@@ -310,7 +310,7 @@ static void plan_auto(const struct rmoe_layer_config *cfg, struct rmoe_plan *out
 	for (int i = 0; i < RMOE_PLAN_NDISPATCHERS && at < len; i++) {
 		if (i == pick)
 			continue;
-		at += (size_t)snprintf(r + at, len - at, "%s%s %.1f%s%s%s", sep, rmoe_dispatchers[i].name,
+		at += (size_t)snprintf(r + at, len - at, "%s%s %.4g%s%s%s", sep, rmoe_dispatchers[i].name,
 		                       bound[i]->bound_s * 1e3, why[i] ? " (" : "", why[i] ? why[i] : "", why[i] ? ")" : "");
 		sep = ", ";
 	}
