@@ -150,9 +150,20 @@ def main():
     bad = [r for r in rows if r["verdict"] != "ok"]
     cmd = "bench/sim/auto_check.py --ep \"%s\" --presets \"%s\" --clusters \"%s\" --tolerance %g --name %s" % (
         args.ep, args.presets, args.clusters, args.tolerance, args.name)
+    # run.sh's --prefix and --app name this machine's builds: left out.
+    shown, skip = [], False
+    for a in args.run_args:
+        if skip:
+            skip = False
+        elif a in ("--prefix", "--app"):
+            skip = True
+        else:
+            shown.append(a)
     md = ["# `--dispatch auto` against the simulation", "",
-          "Command: `%s -- %s` (%s, commit %s). Full size (EP 64 at scale %d), gpudirect, bf16, dmdas." %
-          (cmd, " ".join(args.run_args), started, rows[0]["commit"] if rows else "-", args.scale_64), "",
+          "Command: `%s%s` with run.sh's `--prefix` and `--app` for the SimGrid StarPU and the simulation "
+          "build (docs/simulation.md) (%s, commit %s). Full size (EP 64 at scale %d), gpudirect, bf16, dmdas." %
+          (cmd, " -- " + " ".join(shown) if shown else "", started, rows[0]["commit"] if rows else "-",
+           args.scale_64), "",
           "auto: `relaymoe plan --cluster FILE --json`'s choice (the smallest time bound that fits). Simulated: "
           "the choice, and every dispatcher whose bound is below the choice's simulated time / %.2f; the others "
           "(pruned, with their bounds) cannot beat it by more than %d%%, since no simulated time is below its "
