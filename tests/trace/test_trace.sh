@@ -2,7 +2,8 @@
 # Traces end to end, on a build against a StarPU with FxT: a 2-rank run of
 # every dispatcher records and converts a trace; it names the method's tasks
 # and the transfers of every hop (check_trace.py); the overlap summary and a
-# non-empty Gantt PNG come out of it; a trace folder that cannot be created
+# non-empty Gantt PNG come out of it; the striped rings' pieces decode by
+# leg at 4 ranks in 2 emulated nodes; a trace folder that cannot be created
 # is an error on every rank.
 # With "nofxt" (a build against a StarPU without FxT): --trace is refused
 # with a message that says how to get FxT.
@@ -64,7 +65,33 @@ else
   bad "gantt.png missing, not a PNG or too small"
 fi
 
-# 4. A trace folder that cannot be created: refused on every rank, no hang.
+# 4. The striped rings: 4 ranks in 2 emulated nodes, so each node-crossing
+# hop goes in 2 pieces through relays (graph/pass/stripes.c). Every pass
+# takes its STRIPE_LEGS tag blocks, no transfer is left without its pass,
+# each pass has pieces across the nodes, and the names check as at 2 ranks.
+out=$(run 4 --dispatch ring,token --ranks-per-node 2 --trace "$work/striped" 2>&1); rc=$?
+if [ $rc -eq 0 ] && chk=$($py "$src/tests/trace/check_trace.py" "$work/striped" 4 2>&1) &&
+   legs=$($py - "$src/scripts/trace" "$work/striped" <<'EOF'
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import rmoe_trace
+t = rmoe_trace.Trace(sys.argv[2])
+assert len(t.passes) == 8, [p.label for p in t.passes]
+for p in t.passes:
+    assert len(p.blocks) == rmoe_trace.STRIPE_LEGS, (p.label, p.blocks)
+    assert any(x.leg == 2 and x.pass_index == p.index for x in t.transfers), p.label
+orphans = [x.label for x in t.transfers if x.pass_index is None]
+assert not orphans, orphans[:5]
+print(sum(1 for x in t.transfers if x.leg == 2), "in all")
+EOF
+); then
+  ok "striped rings on 4 ranks (2 a node): 8 passes, each with its tag blocks and pieces across the nodes ($legs)"
+else
+  bad "striped rings' trace (rc=$rc)"; echo "$out"; echo "${chk:-}"; echo "${legs:-}"
+fi
+
+# 5. A trace folder that cannot be created: refused on every rank, no hang.
 touch "$work/not-a-folder"
 out=$(run 2 --dispatch ring --trace "$work/not-a-folder/trace" 2>&1); rc=$?
 if [ $rc -ne 0 ] && [ "$(printf '%s' "$out" | grep -c "cannot create the folder\|another rank failed to set up the trace")" -ge 2 ]; then
