@@ -59,7 +59,7 @@ def plan(app, cluster, preset, ep, scale):
     pick = a["dispatch"] + ("-striped" if a["stripes"] > 1 and a["dispatch"] in ("ring", "token") else "")
     if tb["dispatchers"].get(a["dispatch"], {}).get("fits_device") is False:
         die("%s %s EP %d: auto chose %s, over the device" % (cluster, preset, ep, pick))
-    return pick, bounds, a["reason"]
+    return pick, bounds
 
 
 def simulate(names, cluster, preset, ep, scale, args, run_args):
@@ -85,7 +85,7 @@ def simulate(names, cluster, preset, ep, scale, args, run_args):
 
 def check(cluster, preset, ep, args, run_args):
     scale = args.scale_64 if ep >= 64 else 1
-    pick, bounds, reason = plan(args.plan_app, cluster, preset, ep, scale)
+    pick, bounds = plan(args.plan_app, cluster, preset, ep, scale)
     sims, commit = simulate([pick], cluster, preset, ep, scale, args, run_args)
     t = sims[pick]
     # Only a bound below t / (1 + tolerance) leaves room to beat the choice
@@ -102,7 +102,7 @@ def check(cluster, preset, ep, args, run_args):
             "fastest_sim_ms": "%.1f" % sims[fastest], "auto_over_fastest": "%.3f" % (t / sims[fastest]),
             "simulated": " ".join("%s:%.1f" % (n, sims[n]) for n in sorted(sims)),
             "pruned": " ".join("%s:%.1f" % (n, bounds[n]) for n in sorted(bounds) if n not in sims),
-            "bound_ok": "yes" if bound_ok else "NO", "verdict": "ok" if ok else "FAIL", "commit": commit[:12]}, reason
+            "bound_ok": "yes" if bound_ok else "NO", "verdict": "ok" if ok else "FAIL", "commit": commit[:12]}
 
 
 def main():
@@ -135,7 +135,7 @@ def main():
     for c in clusters:
         for ep in eps:
             for preset in args.presets.split():
-                row, _ = check(c, preset, ep, args, args.run_args)
+                row = check(c, preset, ep, args, args.run_args)
                 rows.append(row)
                 print("auto_check: %s %s EP %d: auto %s %s ms, fastest %s %s ms: %s" %
                       (row["cluster"], preset, ep, row["auto"], row["auto_sim_ms"], row["fastest"],

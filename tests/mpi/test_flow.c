@@ -109,10 +109,10 @@ static int measure(rmoe_ctx *ctx, const struct rmoe_layer_config *cfg, const str
 			rc = rmoe_app_agree(rmoe_layer_backward(layer, prob->dy, res->dx));
 		if (!rc && pass == 1) {
 			rmoe_layer_get_stats(layer, &st);
-			hf = fmax(hf, (double)st.peak_heap_forward_bytes);
-			hb = fmax(hb, (double)st.peak_heap_backward_bytes);
-			rf = fmax(rf, (double)st.runtime_forward_bytes);
-			rb = fmax(rb, (double)st.runtime_backward_bytes);
+			hf = (double)st.peak_heap_forward_bytes;
+			hb = (double)st.peak_heap_backward_bytes;
+			rf = (double)st.runtime_forward_bytes;
+			rb = (double)st.runtime_backward_bytes;
 		}
 	}
 	if (!rc)

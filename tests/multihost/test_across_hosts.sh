@@ -15,12 +15,9 @@
 # Needs root (network namespaces) and iproute2; exit 77 without them.
 set -uo pipefail
 app=$1 src=$2 work=$3
-if [ -z "${RMOE_CLUSTER_DIR:-}" ]; then
-  [ "$(id -u)" -eq 0 ] || { echo "needs root: network namespaces"; exit 77; }
-  command -v ip >/dev/null && command -v unshare >/dev/null || { echo "needs iproute2 and unshare"; exit 77; }
-  rm -rf "$work" && mkdir -p "$work"
-  exec "$src/scripts/cluster/cluster.sh" run --hosts 2 --ranks 2 -- "$0" "$@"
-fi
+# shellcheck source=tests/multihost/lib.sh
+. "$src/tests/multihost/lib.sh"
+enter_hosts "$src" "$work" --hosts 2 --ranks 2 -- "$0" "$@"
 py=/usr/bin/python3
 layer=(--hidden 64 --ffn 32 --experts 8 --topk 2 --tokens 96)
 fails=0
