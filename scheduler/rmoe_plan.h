@@ -180,6 +180,16 @@ double rmoe_edge_seconds(const struct rmoe_ring_edge *e, double bytes);
 /* The edge that takes longest for a message of bytes (the hop's pace). */
 int rmoe_ring_slowest_edge(const struct rmoe_ring_edge *edges, int n, double bytes);
 
+/* ---- the all-to-alls' exchange order (scheduler/exchange_order.c) ------------- */
+
+/* to[k], from[k] for k < t->nranks: at step k rank me sends its block to
+ * to[k] and receives from[k]'s; step 0 is its own (to = from = me). Every
+ * step is a permutation of the ranks. On nodes of equal size the node's
+ * own steps come first, then the other nodes', each step giving every
+ * rank of a node a different rank of one other node; otherwise pairwise
+ * (me + k, me - k). Depends only on t and me. */
+int rmoe_exchange_order(const struct rmoe_topology *t, int me, int *to, int *from);
+
 /* ---- striped crossing hops (scheduler/stripes.c) --------------------------------- */
 
 /* One stripe of a ring edge: the rank that sends it over the network (out)

@@ -1,6 +1,6 @@
 /* The lean all-to-all's backward (a2a), with the ring's kernel discipline
  * (§3.3) and the forward's plan: no counts exchanged again, no host wait.
- * Per chunk, as in the forward (alltoall_fwd.c: the pairwise order, the
+ * Per chunk, as in the forward (alltoall_fwd.c: the exchange order, the
  * depth of chunks in flight): the sender gathers the x rows, the dy rows
  * (unweighted) and the routing weights of the chunk's pairs and sends them
  * to the experts' rank; there the pair-weighted expert backward recomputes

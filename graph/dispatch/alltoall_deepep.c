@@ -20,7 +20,7 @@
  * DeepEP (deepseek-ai/DeepEP, normal kernels: get_dispatch_layout,
  * dispatch, combine) does this on GPUs with NVLink and RDMA buffers; here
  * StarPU-MPI carries the blocks, pipelined and bounded as the lean a2a's
- * (alltoall_fwd.c: the pairwise order, rmoe_a2a_depth blocks in flight per
+ * (alltoall_fwd.c: the exchange order, rmoe_a2a_depth blocks in flight per
  * role, receivers' credits, one block on the experts at a time). A rank's
  * own block is the lean a2a's step 0 (nothing travels). Whole blocks only:
  * the receiver knows a block's tokens, not those of a chunk. The backward

@@ -9,10 +9,13 @@
  * chunk (no sort, no unsort copy). Each chunk's outputs go back as soon as
  * they are computed and are added at their tokens, weighted.
  *
- * Exchange order: at step i a rank sends to me + i and receives from
- * me - i (step 0: its own rows, no transfer), the pairwise schedule of an
- * all-to-all. Chunks of at most the chunk rows (the memory cap's, or the
- * configuration's; a whole block without).
+ * Exchange order: at step i a rank sends to one peer and receives from
+ * another, every step a permutation of the ranks (step 0: its own rows, no
+ * transfer): on one node the pairwise schedule (me + i, me - i), on
+ * several a node's own steps first, then one other node's at a time
+ * (scheduler/exchange_order.c); a sender's tasks rank above the experts'
+ * (alltoall_plan.c). Chunks of at most the chunk rows (the memory cap's,
+ * or the configuration's; a whole block without).
  *
  * Depth: as a sender a rank has at most D chunks out (rmoe_a2a_depth) whose
  * results have not come back (a chunk's permute waits for the results of

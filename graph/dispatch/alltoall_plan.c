@@ -257,24 +257,35 @@ static int backward_begin(struct rmoe_layer *L, struct rmoe_pass *pass, const st
 	return rc;
 }
 
-/* The steps in the pairwise order (struct rmoe_a2a_run). */
-static int pairwise(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
+/* The steps in the exchange order (scheduler/exchange_order.c: on several
+ * nodes a node's own steps first, then the other nodes', one adapter per
+ * block each way). A sender's tasks (its blocks' gathers, the results'
+ * additions) rank above every step's expert tasks: a block gathered late
+ * leaves late, and on one GPU a gather queued behind the experts of the
+ * blocks already here held every later send back by their compute
+ * (a2a-deepep at full size, EP 8: 150.4 ms simulated, 123.1 with this
+ * order and these priorities; docs/ring.md). */
+static int exchange(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
 {
 	const struct rmoe_a2a_plan *p = r->p;
 	const int N = p->N, me = p->me;
-	int rc = 0;
+	int *order = malloc(sizeof(int) * (size_t)(2 * N));
+	if (!order)
+		return rmoe_error(RMOE_ENOMEM, "out of host memory for the exchange order");
+	int rc = rmoe_exchange_order(&r->L->ctx->topo, me, order, order + N);
 	for (int i = 0; i < N && !rc; i++) {
-		const int to = (me + i) % N, from = (me - i + N) % N, prio = rmoe_prio_hop(i, N);
+		const int to = order[i], from = order[N + i], prio = rmoe_prio_hop(i, N);
 		if (i == 0) {
 			for (int64_t j = 0; j < p->nsend[me] && !rc; j++)
 				rc = s->own(r, me, j, &p->send[me][j], prio);
 			continue;
 		}
 		for (int64_t j = 0; j < p->nsend[to] && !rc; j++)
-			rc = s->token(r, to, j, &p->send[to][j], prio);
+			rc = s->token(r, to, j, &p->send[to][j], prio + rmoe_prio_hop(0, N));
 		for (int64_t j = 0; j < p->nrecv[from] && !rc; j++)
 			rc = s->expert(r, from, j, &p->recv[from][j], prio);
 	}
+	free(order);
 	return rc;
 }
 
@@ -284,9 +295,9 @@ static int run_steps(struct rmoe_a2a_run *r, const struct rmoe_a2a_steps *s)
 {
 	const struct rmoe_layer *L = r->L;
 	const int64_t depth = rmoe_a2a_depth(L->cfg.window, L->N, L->cfg.mem_cap > 0);
-	r->tokens = (struct rmoe_a2a_depth){calloc((size_t)depth, sizeof(struct starpu_task *)), 0, depth, NULL};
-	r->experts = (struct rmoe_a2a_depth){calloc((size_t)depth, sizeof(struct starpu_task *)), 0, depth, NULL};
-	int rc = r->tokens.done && r->experts.done ? pairwise(r, s)
+	r->tokens = (struct rmoe_a2a_depth){.done = calloc((size_t)depth, sizeof(struct starpu_task *)), .depth = depth};
+	r->experts = (struct rmoe_a2a_depth){.done = calloc((size_t)depth, sizeof(struct starpu_task *)), .depth = depth};
+	int rc = r->tokens.done && r->experts.done ? exchange(r, s)
 	                                           : rmoe_error(RMOE_ENOMEM, "out of host memory for the pipeline");
 	/* The arrays hold the kept fences' pointers while submitting only. */
 	free(r->tokens.done);

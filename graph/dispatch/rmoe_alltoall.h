@@ -117,10 +117,11 @@ int rmoe_a2a_gather(struct rmoe_layer *L, starpu_data_handle_t src, int64_t widt
 int rmoe_a2a_identity_grow(struct rmoe_layer *L, int64_t n);
 starpu_data_handle_t rmoe_a2a_identity(struct rmoe_layer *L, int64_t n);
 
-/* One pass of an all-to-all graph on the plan, its steps in the pairwise
- * order of alltoall_fwd.c: at step 0 a rank's own chunks, at step i its
- * chunks for rank me + i, then rank me - i's for its experts; the depths
- * of both roles shared by all of them. */
+/* One pass of an all-to-all graph on the plan, its steps in the exchange
+ * order (rmoe_exchange_order, scheduler/exchange_order.c): at step 0 a
+ * rank's own chunks, at step i its chunks for the rank it sends to, then
+ * the chunks for its experts of the rank it receives from; the depths of
+ * both roles shared by all of them. */
 struct rmoe_a2a_run {
 	struct rmoe_layer *L;
 	struct rmoe_pass *pass;

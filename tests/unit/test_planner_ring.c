@@ -1,7 +1,8 @@
 /* The planner's topology and ring order: nodes numbered from gathered host
  * names or a description's placement, the ring over seeded random placements
  * (one crossing per node, the same order on every rank), and its edges' link
- * numbers, with network adapters shared on a node. No MPI initialisation, no
+ * numbers, with network adapters shared on a node; the all-to-alls'
+ * exchange order. No MPI initialisation, no
  * StarPU. */
 #include <math.h>
 #include <stddef.h>
@@ -283,8 +284,98 @@ static void test_planner_ring_edges_share_a_node_adapter(void **state)
 	free(in);
 }
 
+/* The all-to-alls' exchange order (scheduler/exchange_order.c) over seeded
+ * random placements: for every rank step 0 is its own block and its steps
+ * visit every rank once; at every step the ranks' targets are a
+ * permutation whose sources invert it (no rank receives two blocks of a
+ * step). On nodes of equal size a node's own steps come first and in each
+ * later step every rank of a node sends to a different rank of one other
+ * node (each adapter one block each way); on unequal nodes, pairwise. */
+static void check_exchange_order(const struct rmoe_topology *t, int equal)
+{
+	const int n = t->nranks, per = n / t->nnodes;
+	int *to = malloc(sizeof(int) * (size_t)(n * n)), *from = malloc(sizeof(int) * (size_t)(n * n));
+	int *seen = malloc(sizeof(int) * (size_t)n);
+	for (int me = 0; me < n; me++) {
+		assert_int_equal(rmoe_exchange_order(t, me, to + me * n, from + me * n), 0);
+		assert_int_equal(to[me * n], me);
+		assert_int_equal(from[me * n], me);
+		memset(seen, 0, sizeof(int) * (size_t)n);
+		for (int k = 0; k < n; k++)
+			assert_int_equal(seen[to[me * n + k]]++, 0);
+	}
+	for (int k = 0; k < n; k++) {
+		memset(seen, 0, sizeof(int) * (size_t)n);
+		for (int r = 0; r < n; r++) {
+			const int q = to[r * n + k];
+			assert_int_equal(seen[q]++, 0);
+			assert_int_equal(from[q * n + k], r);
+			if (!equal)
+				assert_int_equal(q, (r + k) % n);
+			else if (k < per)
+				assert_int_equal(t->node[q], t->node[r]);
+			else
+				assert_int_not_equal(t->node[q], t->node[r]);
+		}
+		/* Equal nodes: a step takes all of a node's ranks to one node. */
+		for (int r = 0; equal && r < n; r++)
+			for (int r2 = 0; r2 < n; r2++)
+				if (t->node[r] == t->node[r2])
+					assert_int_equal(t->node[to[r * n + k]], t->node[to[r2 * n + k]]);
+	}
+	free(to);
+	free(from);
+	free(seen);
+}
+
+static void test_planner_exchange_order_is_a_matching_per_step(void **state)
+{
+	(void)state;
+	const char *names[] = {"n0", "n1", "n2", "n3"};
+	for (int nodes = 1; nodes <= 4; nodes++)
+		for (int per = 1; per <= 4; per++)
+			for (uint64_t trial = 0; trial < 5; trial++) {
+				const int n = nodes * per;
+				/* Hosts interleaved by a seeded shuffle: a node's ranks
+				 * need not be consecutive. */
+				int *key = malloc(sizeof(int) * (size_t)n);
+				for (int r = 0; r < n; r++)
+					key[r] = r % nodes;
+				for (int r = n - 1; r > 0; r--) {
+					int j = (int)(rmoe_seeded_u64(SEED, 7000 + 100 * (uint64_t)n + trial, (uint64_t)r) %
+					              (uint64_t)(r + 1));
+					int tmp = key[r];
+					key[r] = key[j];
+					key[j] = tmp;
+				}
+				const char **hosts = malloc(sizeof(char *) * (size_t)n);
+				for (int r = 0; r < n; r++)
+					hosts[r] = names[key[r]];
+				struct rmoe_rank_info *in = infos(n, hosts, 0);
+				struct rmoe_topology t;
+				assert_int_equal(rmoe_topology_from_ranks(in, n, NULL, &t), 0);
+				check_exchange_order(&t, nodes > 1);
+				rmoe_topology_free(&t);
+				free(in);
+				free(hosts);
+				free(key);
+			}
+	/* Nodes of 3 and 1 ranks: the pairwise order. */
+	const char *uneven[] = {"a", "a", "b", "a"};
+	struct rmoe_rank_info *in = infos(4, uneven, 0);
+	struct rmoe_topology t;
+	assert_int_equal(rmoe_topology_from_ranks(in, 4, NULL, &t), 0);
+	check_exchange_order(&t, 0);
+	rmoe_topology_free(&t);
+	free(in);
+	struct rmoe_topology none = {0};
+	int to[1], from[1];
+	assert_int_equal(rmoe_exchange_order(&none, 0, to, from), RMOE_EINVAL);
+}
+
 RMOE_TEST_MAIN(NULL, NULL,
                cmocka_unit_test(test_planner_topology_numbers_nodes_by_first_appearance),
                cmocka_unit_test(test_planner_ring_crosses_nodes_once_per_node),
                cmocka_unit_test(test_planner_ring_edges_carry_link_numbers),
-               cmocka_unit_test(test_planner_ring_edges_share_a_node_adapter))
+               cmocka_unit_test(test_planner_ring_edges_share_a_node_adapter),
+               cmocka_unit_test(test_planner_exchange_order_is_a_matching_per_step))
