@@ -9,35 +9,31 @@
  * the slow ones travel), then each other node at shift s with the node's
  * slots shifted by t: in such a step every rank of a node sends to a
  * different rank of one other node, so each adapter carries one block
- * each way. The all-to-all graphs send the crossing blocks one after
- * another in this order (graph/dispatch/alltoall_plan.c). */
+ * each way. The all-to-all graphs submit their steps in this order
+ * (graph/dispatch/alltoall_plan.c). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "rmoe_plan.h"
 
 /* Nodes of equal size: slot[r] (r's index among its node's ranks) and
- * member[node * R + slot]; 0 when the nodes differ in size. */
-static int equal_nodes(const struct rmoe_topology *t, int *slot, int *member)
+ * member[node * R + slot]; 0 when the nodes differ in size. fill: M
+ * counters of the caller's. */
+static int equal_nodes(const struct rmoe_topology *t, int *slot, int *member, int *fill)
 {
 	const int N = t->nranks, M = t->nnodes;
 	if (M < 1 || N % M)
 		return 0;
 	const int R = N / M;
-	int *fill = calloc((size_t)M, sizeof(int));
-	if (!fill)
-		return -1;
-	int ok = 1;
-	for (int r = 0; r < N && ok; r++) {
+	memset(fill, 0, sizeof(int) * (size_t)M);
+	for (int r = 0; r < N; r++) {
 		const int n = t->node[r];
 		if (n < 0 || n >= M || fill[n] >= R)
-			ok = 0;
-		else {
-			slot[r] = fill[n];
-			member[n * R + fill[n]++] = r;
-		}
+			return 0;
+		slot[r] = fill[n];
+		member[n * R + fill[n]++] = r;
 	}
-	free(fill);
-	return ok;
+	return 1;
 }
 
 int rmoe_exchange_order(const struct rmoe_topology *t, int me, int *to, int *from)
@@ -45,16 +41,11 @@ int rmoe_exchange_order(const struct rmoe_topology *t, int me, int *to, int *fro
 	if (!t || !to || !from || t->nranks < 1 || !t->node || me < 0 || me >= t->nranks)
 		return rmoe_error(RMOE_EINVAL, "rmoe_exchange_order: expected a topology and a rank in it");
 	const int N = t->nranks, M = t->nnodes;
-	int *slot = malloc(sizeof(int) * (size_t)(2 * N));
+	int *slot = malloc(sizeof(int) * (size_t)(2 * N + (M > 0 ? M : 0)));
 	if (!slot)
 		return rmoe_error(RMOE_ENOMEM, "out of host memory ordering %d ranks' exchanges", N);
 	int *member = slot + N;
-	const int eq = M > 1 ? equal_nodes(t, slot, member) : 0;
-	if (eq < 0) {
-		free(slot);
-		return rmoe_error(RMOE_ENOMEM, "out of host memory ordering %d ranks' exchanges", N);
-	}
-	if (!eq)
+	if (M < 2 || !equal_nodes(t, slot, member, member + N))
 		for (int k = 0; k < N; k++) {
 			to[k] = (me + k) % N;
 			from[k] = (me - k + N) % N;
@@ -62,7 +53,7 @@ int rmoe_exchange_order(const struct rmoe_topology *t, int me, int *to, int *fro
 	else {
 		const int R = N / M, n = t->node[me], l = slot[me];
 		int k = 0;
-		/* s = 0 first: the own block (t = 0), then the node's others. */
+		/* s = 0 first: the own block (u = 0), then the node's others. */
 		for (int s = 0; s < M; s++)
 			for (int u = 0; u < R; u++, k++) {
 				to[k] = member[((n + s) % M) * R + (l + u) % R];

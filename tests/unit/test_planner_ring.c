@@ -27,6 +27,22 @@ static struct rmoe_rank_info *infos(int n, const char *const *hosts, int gpus)
 	return in;
 }
 
+/* key[r] = the node of rank r: [0..nodes) repeated, shuffled by the
+ * seeded stream (Fisher-Yates); the caller frees it. */
+static int *shuffled_nodes(int n, int nodes, uint64_t stream)
+{
+	int *key = malloc(sizeof(int) * (size_t)n);
+	for (int r = 0; r < n; r++)
+		key[r] = r % nodes;
+	for (int r = n - 1; r > 0; r--) {
+		int j = (int)(rmoe_seeded_u64(SEED, stream, (uint64_t)r) % (uint64_t)(r + 1));
+		int tmp = key[r];
+		key[r] = key[j];
+		key[j] = tmp;
+	}
+	return key;
+}
+
 static void test_planner_topology_numbers_nodes_by_first_appearance(void **state)
 {
 	(void)state;
@@ -98,15 +114,7 @@ static void test_planner_ring_crosses_nodes_once_per_node(void **state)
 				uint64_t stream = 1000 * (uint64_t)nodes + 100 * (uint64_t)per + trial;
 				/* Node keys: a seeded shuffle of [0..nodes) x per, node
 				 * numbers themselves permuted. */
-				int *key = malloc(sizeof(int) * (size_t)n);
-				for (int r = 0; r < n; r++)
-					key[r] = r % nodes;
-				for (int r = n - 1; r > 0; r--) {
-					int j = (int)(rmoe_seeded_u64(SEED, stream, (uint64_t)r) % (uint64_t)(r + 1));
-					int tmp = key[r];
-					key[r] = key[j];
-					key[j] = tmp;
-				}
+				int *key = shuffled_nodes(n, nodes, stream);
 				const char *names[] = {"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"};
 				const char **hosts = malloc(sizeof(char *) * (size_t)n);
 				for (int r = 0; r < n; r++)
@@ -338,16 +346,7 @@ static void test_planner_exchange_order_is_a_matching_per_step(void **state)
 				const int n = nodes * per;
 				/* Hosts interleaved by a seeded shuffle: a node's ranks
 				 * need not be consecutive. */
-				int *key = malloc(sizeof(int) * (size_t)n);
-				for (int r = 0; r < n; r++)
-					key[r] = r % nodes;
-				for (int r = n - 1; r > 0; r--) {
-					int j = (int)(rmoe_seeded_u64(SEED, 7000 + 100 * (uint64_t)n + trial, (uint64_t)r) %
-					              (uint64_t)(r + 1));
-					int tmp = key[r];
-					key[r] = key[j];
-					key[j] = tmp;
-				}
+				int *key = shuffled_nodes(n, nodes, 7000 + 100 * (uint64_t)n + trial);
 				const char **hosts = malloc(sizeof(char *) * (size_t)n);
 				for (int r = 0; r < n; r++)
 					hosts[r] = names[key[r]];
