@@ -33,6 +33,7 @@ struct rmoe_watch {
 struct rmoe_split {
 	starpu_data_handle_t parent;
 	int n;
+	int sending;                  /* read-only partition active (stripes.c) */
 	starpu_data_handle_t pieces[RMOE_STRIPES_MAX];
 };
 

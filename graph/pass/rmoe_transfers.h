@@ -85,6 +85,13 @@ int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
                    int prio);
 int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t slot, int64_t tag);
 
+/* A striped send leaves h partitioned, read-only, so that the readers
+ * submitted after it need not wait for the pieces to leave; before h is
+ * written (received into, or fenced by a credit's write access) the
+ * partition must end, which this submits (a no-op where h is not being
+ * sent in pieces). */
+void rmoe_ring_settle(struct rmoe_pass *pass, starpu_data_handle_t h);
+
 /* Every rank, once per striped transfer of tag, on every rank (hop h of a
  * relayed kind, as rmoe_ring_send's rh; n elements of elsize bytes a
  * cargo): the pieces this rank relays, received into its window's slot

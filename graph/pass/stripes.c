@@ -9,6 +9,15 @@
  * the receiver, where undoing the partition makes every reader of the
  * buffer wait for every piece.
  *
+ * The sender's partition stays active after the sends: StarPU 1.3's
+ * unpartition is a task that writes the parent, so submitting it at once
+ * made the hop's own compute, a reader of the buffer submitted after the
+ * send, wait for every piece to leave (a crossing sender started each
+ * pass a piece's network time late, and every rank waited for it at the
+ * pass's end). The buffer is unpartitioned before its next writer instead
+ * (rmoe_ring_settle, from the receive into the slot or the credit that
+ * grants it; the pass's end for the rest).
+ *
  * Legs of a piece have tags of their own: tag (piece 0), and tag plus one,
  * two and three blocks of RMOE_PASS_TAGS for the sender's, the network's
  * and the in relay's leg, so no rank receives two messages of one source
@@ -68,6 +77,17 @@ static struct rmoe_split *split_of(struct rmoe_pass *pass, starpu_data_handle_t 
 	return s;
 }
 
+void rmoe_ring_settle(struct rmoe_pass *pass, starpu_data_handle_t h)
+{
+	for (int i = 0; i < pass->nsplits; i++) {
+		struct rmoe_split *s = &pass->splits[i];
+		if (s->parent == h && s->sending) {
+			starpu_data_unpartition_submit(h, (unsigned)s->n, s->pieces, -1);
+			s->sending = 0;
+		}
+	}
+}
+
 /* Whether the relays' slots of hop rh were used before (credits). */
 static int relay_credit(const struct rmoe_layer *L, int rh)
 {
@@ -100,15 +120,16 @@ int rmoe_ring_send(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
 		rc = j == 0 ? rmoe_send(L, pass, s->pieces[0], L->right, tag, prio, NULL, NULL)
 		            : rmoe_send(L, pass, s->pieces[j], L->stripes[e * RMOE_STRIPES_MAX + j].out, leg_tag(L, tag, 1),
 		                        prio, NULL, NULL);
-	/* Read-only: the buffer stays valid; this only orders its next
-	 * writer after the pieces' sends. */
-	starpu_data_unpartition_submit(h, (unsigned)n, s->pieces, -1);
+	/* Read-only: the buffer's readers go on meanwhile; its next writer
+	 * ends the partition first (rmoe_ring_settle). */
+	s->sending = 1;
 	return rc;
 }
 
 int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t slot, int64_t tag)
 {
 	const int e = (L->ring_pos - 1 + L->N) % L->N, n = L->stripe_count[e];
+	rmoe_ring_settle(pass, slot);
 	if (n < 2)
 		return rmoe_recv(L, slot, L->left, tag);
 	struct rmoe_split *s = split_of(pass, slot, n);
