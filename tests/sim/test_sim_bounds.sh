@@ -9,6 +9,14 @@
 # below it:
 #   - the rings at most 1.05x their bound (bench/sim/report.py bound()),
 #     the token ring 1.10x;
+#   - the striped ring (issue 42; run.sh's ring-striped) at most 1.30x:
+#     at this size its wire is within 10% of its compute (8.7 against
+#     9.6 ms), and a backward hop's weights and gradient stripes take
+#     about as long on an adapter as the hop's compute, so the lock step
+#     shows (1.26x); at full size, where it is compute-bound, it runs
+#     1.08x (bench/results/sim_ep_full.csv). A crossing sender's compute
+#     waiting for its own pieces to leave (the unpartition fixed in
+#     graph/pass/stripes.c) made it 1.32x here;
 #   - a2a and a2a-deepep at most 1.3x theirs;
 #   - a2a-megatron, Megatron Core's stages one after another by design, at
 #     most 1.10x its no-overlap sum (compute and wire one after the other).
@@ -25,7 +33,7 @@ rm -rf "$work"
 mkdir -p "$work"
 start=$(date +%s)
 prefix=$(dirname "$(dirname "$smpirun")")
-disp="ring token a2a a2a-megatron a2a-deepep"
+disp="ring ring-striped token a2a a2a-megatron a2a-deepep"
 echo "test_sim_bounds: EP 8, Qwen3-30B-A3B / 2, bf16, gpudirect: $disp"
 "$src/bench/sim/run.sh" --ep 8 --dispatch "$disp" --transport gpudirect --dtype bf16 --scale 2 \
   --app "$app" --prefix "$prefix" --out "$work/out" --name bounds --keep "$work/keep" --timeout 300 |
@@ -34,7 +42,7 @@ echo "test_sim_bounds: EP 8, Qwen3-30B-A3B / 2, bf16, gpudirect: $disp"
 import csv, sys
 rows = {r["dispatch"]: r for r in csv.DictReader(open(sys.argv[1]))}
 # (what the time is measured against, the limit)
-limits = {"ring": ("bound_ms", 1.05), "token": ("bound_ms", 1.10), "a2a": ("bound_ms", 1.30),
+limits = {"ring": ("bound_ms", 1.05), "ring-striped": ("bound_ms", 1.30), "token": ("bound_ms", 1.10), "a2a": ("bound_ms", 1.30),
           "a2a-deepep": ("bound_ms", 1.30), "a2a-megatron": ("serial_ms", 1.10)}
 bad = 0
 for d in sys.argv[2].split():
