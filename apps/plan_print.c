@@ -216,7 +216,7 @@ static void text_bound_row(struct rmoe_text *o, const char *name, const struct r
 static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
 {
 	const struct rmoe_plan_time *tb = &v->plan->time;
-	rmoe_text_put(o, "\ntime bound per rank (bench/sim/report.py's bound from the configuration, even routing):\n");
+	rmoe_text_put(o, "\ntime bound per rank (bench/sim/report.py's terms from the configuration, pass by pass, even routing):\n");
 	if (tb->rc) {
 		rmoe_text_put(o, "  none: %s\n", rmoe_strerror(tb->rc));
 		return;
@@ -235,8 +235,8 @@ static void text_time(struct rmoe_text *o, const struct rmoe_plan_view *v)
 	rmoe_text_put(o, "  (MB: what the busiest rank sends per pass; times in ms. wire: those bytes over the link\n"
 	                 "  they cross (over: the ring's slowest edge, or an all-to-all rank's adapter or pair link),\n"
 	                 "  with latency; compute: GEMM flops of both passes at %g TFLOP/s, no per-task floor;\n"
-	                 "  bound = max(compute, wire fwd + bwd), serial = their sum. device, cap: whether the\n"
-	                 "  memory model's peak fits the device and --mem-cap)\n",
+	                 "  bound = the larger of compute and wire in each pass, summed; serial = compute + wire.\n"
+	                 "  device, cap: whether the memory model's peak fits the device and --mem-cap)\n",
 	              tb->device_tflops);
 	if (tb->stripes > 1)
 		rmoe_text_put(o, "  ring/%d, token/%d: the rings with each node-crossing hop striped over %d network adapters,\n"

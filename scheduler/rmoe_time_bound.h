@@ -1,8 +1,8 @@
 /* The time bound of a layer's forward and backward per dispatcher: what no
  * schedule of its graph could beat on the described machine, from the
- * configuration alone. The definition is the simulation's
- * (bench/sim/report.py, bound()), with the bytes and the compute it
- * measures derived here instead:
+ * configuration alone. The terms are the simulation's (bench/sim/report.py,
+ * bound()), with the bytes and the compute it measures derived here
+ * instead:
  *   per pass, wire: the bytes the busiest rank sends over the link they
  *     must cross. A ring rank sends everything to its successor, over the
  *     slowest ring edge, plus one latency per hop. An all-to-all rank
@@ -13,11 +13,19 @@
  *   for both passes, compute: the GEMM flops one rank runs (router, experts
  *     at even routing, the shared expert) at the device's rate for the
  *     element type, the formulas of codelets/flops.c.
- *   bound = max(compute, wire forward + wire backward); serial = compute +
- *     wire (nothing overlapped).
+ *   bound = max(compute forward, wire forward) + max(compute backward,
+ *     wire backward): a pass ends before the next starts, so each lasts at
+ *     least the larger of its own two; serial = compute + wire (nothing
+ *     overlapped).
  * The simulation's compute is the busiest GPU's executing time, which adds
  * a floor per task and the memory-bound kernels (gathers, scatters); they
- * are left out here, so compute and bound are lower bounds of it. Pure. */
+ * are left out here, so compute and bound are lower bounds of the
+ * simulated time. The simulation's own bound takes the larger of the two
+ * totals, max(compute, wire forward + wire backward), as StarPU's worker
+ * statistics give its compute for both passes together; where compute
+ * and wire are close and one pass leans on each, the bound here is the
+ * higher (MoE-H2048 at EP 8, its rings striped: the forward wire-bound,
+ * the backward compute-bound). Pure. */
 #ifndef RMOE_TIME_BOUND_H
 #define RMOE_TIME_BOUND_H
 
@@ -54,7 +62,7 @@ struct rmoe_pass_bound {
 struct rmoe_time_bound {
 	struct rmoe_pass_bound pass[2];   /* [0] forward, [1] backward */
 	double compute_s, wire_s;  /* both passes */
-	double bound_s;            /* max(compute_s, wire_s) */
+	double bound_s;            /* sum over passes of max(compute, wire) */
 	double serial_s;           /* compute_s + wire_s */
 	/* Set by the plan from the memory model's peak (even routing): 1 fits,
 	 * 0 does not, -1 unknown (no device memory known; no --mem-cap). Under

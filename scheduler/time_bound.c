@@ -248,8 +248,11 @@ int rmoe_time_bound(const struct rmoe_dispatcher *row, const struct rmoe_bound_i
 			rc = alltoall_wire(in->t, pb);
 		out->compute_s += pb->compute_s;
 		out->wire_s += pb->wire_s;
+		/* A pass ends before the next starts (the layer's passes are
+		 * apart in training too): each lasts at least its own compute
+		 * and its own wire. */
+		out->bound_s += fmax(pb->compute_s, pb->wire_s);
 	}
-	out->bound_s = fmax(out->compute_s, out->wire_s);
 	out->serial_s = out->compute_s + out->wire_s;
 	return rc;
 }

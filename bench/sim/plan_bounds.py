@@ -23,7 +23,12 @@ With --check, exits 1 unless, per row:
     task at least its flops at the same rate (codelets/sim_cost.c), the
     busiest GPU has at least the mean pairs, and the planner counts no
     per-task floor and no memory-bound kernel;
-  - hence its bound is at most the simulation's, within the wire tolerance.
+  - its bound, the larger of compute and wire in each pass summed, is at
+    most the simulated time (forward + backward), within the wire
+    tolerance: what a bound promises. The simulation's bound, the larger of
+    the two totals (StarPU's worker statistics do not split the compute by
+    pass), stands beside it; the planner's may exceed it where one pass
+    leans on compute and the other on wire.
 How far the compute terms are apart is reported, not checked.
 """
 import argparse
@@ -44,7 +49,7 @@ DEFAULT_TOLERANCE = 0.02
 SHAPE = (("hidden", "hidden"), ("ffn", "ffn"), ("experts", "experts"), ("topk", "topk"))
 COLUMNS = ("sweep", "ep", "dispatch", "plan_fwd_bytes", "sim_fwd_bytes", "fwd_rel", "plan_bwd_bytes",
            "sim_bwd_bytes", "bwd_rel", "plan_wire_ms", "sim_wire_ms", "wire_rel", "plan_compute_ms",
-           "sim_gpu_exec_ms", "compute_ratio", "plan_bound_ms", "sim_bound_ms", "bound_rel")
+           "sim_gpu_exec_ms", "compute_ratio", "plan_bound_ms", "sim_bound_ms", "bound_rel", "sim_ms")
 
 
 def sweep_options(results, sweep):
@@ -117,7 +122,7 @@ def compare(app, results):
                 plan_compute_ms=b["compute_ms"], sim_gpu_exec_ms=float(r["gpu_exec_ms"]),
                 compute_ratio=float(r["gpu_exec_ms"]) / b["compute_ms"],
                 plan_bound_ms=b["bound_ms"], sim_bound_ms=float(r["bound_ms"]),
-                bound_rel=rel(b["bound_ms"], float(r["bound_ms"]))))
+                bound_rel=rel(b["bound_ms"], float(r["bound_ms"])), sim_ms=1e3 * float(r["fwd_bwd_s"])))
     return rows
 
 
@@ -133,9 +138,9 @@ def problems(rows):
         if r["plan_compute_ms"] > r["sim_gpu_exec_ms"]:
             out.append("%s: the planner's compute %.3f ms exceeds the simulated GPU's %.3f ms" %
                        (case, r["plan_compute_ms"], r["sim_gpu_exec_ms"]))
-        if r["bound_rel"] > tol:
-            out.append("%s: the planner's bound %.3f ms exceeds the simulation's %.3f ms by more than %.0f%%" %
-                       (case, r["plan_bound_ms"], r["sim_bound_ms"], 100 * tol))
+        if r["plan_bound_ms"] > r["sim_ms"] * (1 + tol):
+            out.append("%s: the planner's bound %.3f ms exceeds the simulated time %.3f ms by more than %.0f%%" %
+                       (case, r["plan_bound_ms"], r["sim_ms"], 100 * tol))
     expected = {"ring", "token", "a2a", "a2a-megatron", "a2a-deepep"}
     for sweep in SWEEPS:
         for ep in sorted({r["ep"] for r in rows if r["sweep"] == sweep}):
@@ -149,17 +154,17 @@ def problems(rows):
 
 def markdown(rows):
     lines = ["| EP | dispatch | fwd MB plan / sim | bwd MB plan / sim | bytes off | wire ms plan / sim | "
-             "compute ms plan / sim GPU | bound ms plan / sim |",
-             "|---|---|---|---|---|---|---|---|"]
+             "compute ms plan / sim GPU | bound ms plan / sim | simulated ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         off = ("%.2f%%" % (100 * max(abs(r["fwd_rel"]), abs(r["bwd_rel"])))
                if r["fwd_rel"] is not None else "relays' pieces")
         lines.append("| %d | %s | %.1f / %.1f | %.1f / %.1f | %s | %.2f / %.2f | %.2f / %.2f (%.2fx) | "
-                     "%.2f / %.2f |" %
+                     "%.2f / %.2f | %.2f |" %
                      (r["ep"], r["dispatch"], r["plan_fwd_bytes"] / 1e6, r["sim_fwd_bytes"] / 1e6,
                       r["plan_bwd_bytes"] / 1e6, r["sim_bwd_bytes"] / 1e6, off, r["plan_wire_ms"],
                       r["sim_wire_ms"], r["plan_compute_ms"], r["sim_gpu_exec_ms"], r["compute_ratio"],
-                      r["plan_bound_ms"], r["sim_bound_ms"]))
+                      r["plan_bound_ms"], r["sim_bound_ms"], r["sim_ms"]))
     return "\n".join(lines)
 
 
