@@ -26,6 +26,7 @@ static const struct {
 	[RMOE_ENV_SIM_HISTORY_HOST] = {"RMOE_SIM_HISTORY_HOST", "the host name that history was recorded under"},
 	[RMOE_ENV_TRAIN_PLOT] = {"RMOE_TRAIN_PLOT", "relaymoe train: the script that plots its CSV"},
 	[RMOE_ENV_CUDA_GEMM] = {"RMOE_CUDA_GEMM", "the CUDA expert GEMMs' way: grouped, strided or loop"},
+	[RMOE_ENV_TASK_LOG] = {"RMOE_TASK_LOG", "PREFIX: every task's times, a CSV per rank (PREFIX.RANK.csv)"},
 };
 
 const char *rmoe_env(enum rmoe_env_knob k)

@@ -38,6 +38,7 @@ enum rmoe_env_knob {
 	RMOE_ENV_SIM_HISTORY_HOST,
 	RMOE_ENV_TRAIN_PLOT,
 	RMOE_ENV_CUDA_GEMM,
+	RMOE_ENV_TASK_LOG,
 	RMOE_ENV_COUNT
 };
 /* The variable's value (NULL: unset), its name, and what it does. */

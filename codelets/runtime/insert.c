@@ -57,6 +57,10 @@ int rmoe_cl_insert(const struct rmoe_task_opts *o, struct starpu_codelet *cl, st
 	}
 	if (flops > 0)
 		t->flops = flops;
+	if (o->log) {
+		t->callback_func = rmoe_task_log_line;
+		t->callback_arg = o->log;
+	}
 	if (o->after)
 		starpu_task_declare_deps_array(t, 1, (struct starpu_task **)&o->after);
 	if (o->kept)

@@ -66,6 +66,8 @@ static inline void *rmoe_cl_payload(void *cl_arg)
 /* Whether the task whose cl_arg this is should run: 0 once its pass has
  * failed. */
 int rmoe_cl_begin(void *cl_arg);
+/* A task's end callback when its opts name a task log (task_log.c). */
+void rmoe_task_log_line(void *log);
 /* The status of the running task (the default one outside a task). */
 struct rmoe_task_status *rmoe_cl_status(void);
 /* Whether the running task is the one RMOE_FAULT_TASK names (status.c). */

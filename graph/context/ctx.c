@@ -17,6 +17,7 @@
 #include "rmoe_codelets.h"
 #include "rmoe_collective.h"
 #include "rmoe_ctx.h"
+#include "rmoe_system.h"
 
 void rmoe_ctx_config_init(struct rmoe_ctx_config *cfg)
 {
@@ -57,6 +58,9 @@ static int ctx_unwind(rmoe_ctx *ctx)
 		starpu_mpi_shutdown();
 	else if (starpu_is_initialized())
 		starpu_task_wait_for_all();
+	/* After the last task's callback. */
+	int log_rc = rmoe_task_log_close(ctx->task_log);
+	ctx->task_log = NULL;
 	if (ctx->host_cache)
 		rmoe_host_cache_uninstall();
 	int rc = rmoe_trace_finish(ctx);
@@ -69,7 +73,7 @@ static int ctx_unwind(rmoe_ctx *ctx)
 	rmoe_topology_free(&ctx->topo);
 	free(ctx->ring);
 	free(ctx);
-	return rc;
+	return rc ? rc : log_rc;
 }
 
 static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Comm comm)
@@ -123,6 +127,12 @@ static int ctx_create(rmoe_ctx **out, const struct rmoe_ctx_config *ucfg, MPI_Co
 		return rc;
 	}
 	rmoe_tags_init(ctx);
+	const char *log = rmoe_env(RMOE_ENV_TASK_LOG);
+	if ((rc = rmoe_agree(&w, ctx->comm, log && *log ? rmoe_task_log_open(log, ctx->rank, &ctx->task_log) : 0,
+	                     "to open the task log (RMOE_TASK_LOG)"))) {
+		rmoe_ctx_destroy(ctx);
+		return rc;
+	}
 	/* The runtime's structures a pass's graph will hold, measured once
 	 * per process (codelets/probe/bookkeeping.c). */
 	rc = rmoe_bookkeeping_measure();

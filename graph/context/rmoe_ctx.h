@@ -29,6 +29,7 @@ struct rmoe_ctx {
 	int *ring;                /* the plan's ring order: ring[i] = rank at position i */
 	int ring_rank_order;      /* rmoe_ctx_config.ring_order is RMOE_RING_RANK */
 	int blas_threads;         /* what rmoe_codelets_blas_threads set (0: no OpenBLAS) */
+	struct rmoe_task_log *task_log;   /* RMOE_TASK_LOG's file of this rank, or NULL */
 };
 
 /* ---- the steps of rmoe_ctx_create (ctx.c), each 0 or an RMOE_E* code ---- */

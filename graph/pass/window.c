@@ -29,7 +29,8 @@
 struct rmoe_task_opts rmoe_opts(const struct rmoe_layer *L, const char *name, int prio)
 {
 	return (struct rmoe_task_opts){
-		.status = L->tasks, .name = name, .prio = prio, .deterministic = L->cfg.deterministic};
+		.status = L->tasks, .log = L->ctx->task_log, .name = name, .prio = prio,
+		.deterministic = L->cfg.deterministic};
 }
 
 /* Room for one more anchor before a task that becomes one is submitted, so

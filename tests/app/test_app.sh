@@ -58,6 +58,29 @@ if [ $rc -eq 0 ] && [ -n "$line" ] && awk '{ for (i = 1; i <= NF; i++) { if ($i 
   ok "a2a --mem-cap 7M: $line"
 else bad "a2a --mem-cap 7M (rc=$rc)"; echo "$out"; fi
 
+# The task log (RMOE_TASK_LOG): a CSV per rank with every task of both
+# passes, each on its own rank, submitted before it started, started before
+# it ended.
+rm -f "$work/tasks".*.csv
+out=$(RMOE_TASK_LOG="$work/tasks" run 2 "${small[@]}" --dispatch ring 2>&1); rc=$?
+chk=$($py - "$work/tasks" <<'PY' 2>&1
+import csv, sys
+counts, bad = [], []
+for r in (0, 1):
+    rows = list(csv.DictReader(open("%s.%d.csv" % (sys.argv[1], r))))
+    counts.append(len(rows))
+    bad += ["%s: rank %s, times %s %s %s" % (x["task"], x["rank"], x["submit_us"], x["start_us"], x["end_us"])
+            for x in rows if int(x["rank"]) != r
+            or not float(x["submit_us"]) <= float(x["start_us"]) <= float(x["end_us"])]
+    names = {x["task"].split()[0] for x in rows}
+    if not {"router-fwd", "gather", "expert-ffn", "expert-bwd", "router-bwd"} <= names:
+        bad.append("rank %d's tasks: %s" % (r, sorted(names)))
+print("%d and %d tasks; %s" % (counts[0], counts[1], "; ".join(bad[:3]) or "times in order"))
+sys.exit(1 if bad else 0)
+PY
+); crc=$?
+if [ $rc -eq 0 ] && [ $crc -eq 0 ]; then ok "RMOE_TASK_LOG: $chk"; else bad "RMOE_TASK_LOG (run $rc, check $crc): $chk"; echo "$out"; fi
+
 # 3. Bad input: message, exit code, nothing written, no hang (timeout 124).
 expect_fail() { # expect_fail NAME PATTERN NP ARGS...
   local name=$1 pat=$2 np=$3; shift 3
@@ -80,6 +103,7 @@ expect_fail "auto in a dispatch list" "auto chooses one dispatcher and stands al
 expect_fail "empty word in a dispatch list" "('' is none)" 2 --dispatch ring,,a2a
 RMOE_FLOW_CREDITS=maybe expect_fail "malformed RMOE_FLOW_CREDITS" "RMOE_FLOW_CREDITS='maybe': expected on or off" 2 "${small[@]}" --dispatch ring
 expect_fail "bad dtype" "--dtype 'bf32': expected f32 or bf16" 2 --dtype bf32
+RMOE_TASK_LOG=/nonexistent/dir/tasks expect_fail "task log not writable" "cannot write /nonexistent/dir/tasks.1.csv" 2 "${small[@]}"
 
 mkdir -p "$work/badnpy"
 cp "$work/in/"*.npy "$work/badnpy/"
