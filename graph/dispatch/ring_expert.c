@@ -87,6 +87,8 @@ static int send_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
 	int rc = 0;
 	if (rmoe_flow_needed(L, rh, first)) {
 		starpu_data_handle_t credit;
+		/* The gate writes h: a striped send's partition of it ends first. */
+		rmoe_ring_settle(pass, h);
 		rc = rmoe_flow_await(L, pass, rmoe_flow_tag(L, pass, kind, rh), &credit);
 		if (!rc)
 			rc = rmoe_flow_gate(L, pass, credit, h);
@@ -102,6 +104,9 @@ static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
                     int first, int64_t tag)
 {
 	int rc = 0;
+	/* The credit's fence writes the slot: its last send's partition ends
+	 * first (stripes.c). */
+	rmoe_ring_settle(pass, slot);
 	if (rmoe_flow_needed(L, h, first))
 		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, kind, h), &slot, 1);
 	return rc ? rc : rmoe_ring_recv(L, pass, slot, tag);

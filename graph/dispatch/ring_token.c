@@ -166,6 +166,10 @@ static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, struct token_r
 			s[i] = R->buf[inputs[i]][slot];
 		for (int i = 0; i < naccs; i++)
 			s[ninputs + i] = R->buf[accs[i]][slot];
+		/* The credit's fence writes the slots: their last sends'
+		 * partitions end first (stripes.c). */
+		for (int i = 0; i < ninputs + naccs; i++)
+			rmoe_ring_settle(pass, s[i]);
 		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, 0, rh), s, ninputs + naccs);
 	}
 	for (int i = 0; i < ninputs && !rc; i++)
@@ -184,8 +188,10 @@ static int send_kinds(struct rmoe_layer *L, struct rmoe_pass *pass, int rh, star
 	if (rmoe_flow_needed(L, rh, 1) && !*credit)
 		rc = rmoe_flow_await(L, pass, rmoe_flow_tag(L, pass, 0, rh), credit);
 	for (int i = 0; i < n && !rc; i++) {
-		if (*credit)
+		if (*credit) {
+			rmoe_ring_settle(pass, held[kinds[i]]);
 			rc = rmoe_flow_gate(L, pass, *credit, held[kinds[i]]);
+		}
 		if (!rc)
 			rc = rmoe_ring_send(L, pass, held[kinds[i]], rh, tag + kinds[i], prio);
 		if (!rc)

@@ -61,10 +61,8 @@ int rmoe_flow_grant_to(struct rmoe_layer *L, struct rmoe_pass *pass, int peer, i
 	int rc = credit_handle(L, pass, &credit);
 	if (rc)
 		return rc;
-	for (int i = 0; i < n; i++) {
-		rmoe_ring_settle(pass, slots[i]);
+	for (int i = 0; i < n; i++)
 		next[i] = slots[i];
-	}
 	next[n] = credit;
 	/* Write accesses on no node: after every earlier access of the slots,
 	 * before their receives, contents untouched. */
@@ -99,6 +97,5 @@ int rmoe_flow_await(struct rmoe_layer *L, struct rmoe_pass *pass, int64_t tag, s
 int rmoe_flow_gate(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_handle_t credit,
                    starpu_data_handle_t h)
 {
-	rmoe_ring_settle(pass, h);
 	return rmoe_pass_fence(L, pass, &credit, 1, &h, 1, NULL, NULL, "credit-wait");
 }

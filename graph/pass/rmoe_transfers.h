@@ -89,7 +89,8 @@ int rmoe_ring_recv(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_han
  * submitted after it need not wait for the pieces to leave; before h is
  * written (received into, or fenced by a credit's write access) the
  * partition must end, which this submits (a no-op where h is not being
- * sent in pieces). */
+ * sent in pieces). rmoe_ring_recv calls it; a ring calls it before a
+ * credit's fence writes the buffer (flow.c). */
 void rmoe_ring_settle(struct rmoe_pass *pass, starpu_data_handle_t h);
 
 /* Every rank, once per striped transfer of tag, on every rank (hop h of a

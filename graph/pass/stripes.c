@@ -15,8 +15,8 @@
  * send, wait for every piece to leave (a crossing sender started each
  * pass a piece's network time late, and every rank waited for it at the
  * pass's end). The buffer is unpartitioned before its next writer instead
- * (rmoe_ring_settle, from the receive into the slot or the credit that
- * grants it; the pass's end for the rest).
+ * (rmoe_ring_settle: the receive into the slot, and the rings before the
+ * credit fences that write it; the pass's end for the rest).
  *
  * Legs of a piece have tags of their own: tag (piece 0), and tag plus one,
  * two and three blocks of RMOE_PASS_TAGS for the sender's, the network's
