@@ -5,13 +5,14 @@
 
 Reads the sweeps bench/sim/run.sh wrote with the striped ring among their
 dispatchers (sim_ep_full.csv: every dispatcher at full size, EP 8, 16 and
-32; sim_ep_64.csv: every dispatcher at EP 64, scale 2; gpudirect, bf16,
-mn5-acc), each at one commit, and prints per EP: each
+32; sim_striped_64.csv: the flat and the striped ring at EP 64, scale 2;
+gpudirect, bf16, mn5-acc), each at one commit, and prints per EP: each
 ring's simulated forward + backward time, its bound (compute, wire) and
 time over bound, the striped ring's time over the flat ring's (measured
 side by side) and its bound's ratio, and the models' peaks. Beside them the
-fastest all-to-all at that EP, with its commit, of the same sweep.
-Markdown on stdout, or into --out.
+fastest all-to-all at that EP, with its commit: of the same sweep at full
+size, of sim_ep_64.csv at EP 64 (another commit there, so a reference, not
+a measurement of this run). Markdown on stdout, or into --out.
 """
 import argparse
 import csv
@@ -21,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.normpath(os.path.join(HERE, "..", "results"))
-SWEEPS = (("sim_ep_full.csv", "sim_ep_full.csv"), ("sim_ep_64.csv", "sim_ep_64.csv"))
+SWEEPS = (("sim_ep_full.csv", "sim_ep_full.csv"), ("sim_striped_64.csv", "sim_ep_64.csv"))
 ALLTOALLS = ("a2a", "a2a-megatron", "a2a-deepep")
 GIB = float(1 << 30)
 
@@ -76,12 +77,12 @@ The rings with each node-crossing hop in a stripe per network adapter
 ring, simulated with StarPU-SimGrid on MareNostrum 5's accelerated partition
 (scheduler/clusters/mn5-acc.cluster: four H100 a node, one InfiniBand adapter
 per GPU), Qwen3-30B-A3B's layer, bf16, gpudirect, dmdas. Both rings ran in
-one sweep at one commit beside every other dispatcher, at full size
-(sim_ep_full.csv) and at EP 64, scale 2 (sim_ep_64.csv); time = simulated
-forward + backward; bound = what no schedule could beat
-(bench/sim/report.py): for the striped ring the flat ring's cargo over the
-node's four adapters. The fastest all-to-all column comes from the same
-sweep.
+one sweep at one commit, at full size beside every other dispatcher
+(sim_ep_full.csv); time = simulated forward + backward; bound = what no
+schedule could beat (bench/sim/report.py): for the striped ring the flat
+ring's cargo over the node's four adapters. The fastest all-to-all column
+comes from the same sweep at full size, and at EP 64 from sim_ep_64.csv at
+its own commit: a reference there, not a side-by-side measurement.
 
 Table: `python3 bench/sim/striped.py --out bench/results/sim_striped.md`.
 """
