@@ -41,7 +41,6 @@ int rmoe_task_status_record(struct rmoe_task_status *s, int code, const char *ta
 /* Where a task inserted without a status (opts.status NULL) reports. */
 struct rmoe_task_status *rmoe_task_status_default(void);
 
-/* What every insert function takes besides the operation's own data. */
 /* The task log (runtime/task_log.c): every task's submit, start and end
  * times and worker, a CSV line each as it ends, into PREFIX.RANK.csv. Open
  * turns StarPU's task profiling on. 0 or an RMOE_E* code; close reports a
@@ -50,6 +49,7 @@ struct rmoe_task_log;
 int rmoe_task_log_open(const char *prefix, int rank, struct rmoe_task_log **out);
 int rmoe_task_log_close(struct rmoe_task_log *log);
 
+/* What every insert function takes besides the operation's own data. */
 struct rmoe_task_opts {
 	struct rmoe_task_status *status; /* where the task reports failure; NULL: rmoe_task_status_default() */
 	struct rmoe_task_log *log;   /* where the task's times go as it ends, or NULL */

@@ -51,10 +51,10 @@ int rmoe_task_log_close(struct rmoe_task_log *l)
 {
 	if (!l)
 		return 0;
-	int rc = l->failed || fclose(l->f) != 0 ? rmoe_error(RMOE_EIO, "task log of rank %d: a write failed", l->rank)
-	                                        : 0;
-	if (l->failed)
-		fclose(l->f);
+	int failed = l->failed;
+	if (fclose(l->f) != 0)
+		failed = 1;
+	int rc = failed ? rmoe_error(RMOE_EIO, "task log of rank %d: a write failed", l->rank) : 0;
 	pthread_mutex_destroy(&l->lock);
 	free(l);
 	return rc;

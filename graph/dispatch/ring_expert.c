@@ -104,11 +104,12 @@ static int recv_hop(struct rmoe_layer *L, struct rmoe_pass *pass, starpu_data_ha
                     int first, int64_t tag)
 {
 	int rc = 0;
-	/* The credit's fence writes the slot: its last send's partition ends
-	 * first (stripes.c). */
-	rmoe_ring_settle(pass, slot);
-	if (rmoe_flow_needed(L, h, first))
+	if (rmoe_flow_needed(L, h, first)) {
+		/* The credit's fence writes the slot: its last send's partition
+		 * ends first (stripes.c; rmoe_ring_recv does it otherwise). */
+		rmoe_ring_settle(pass, slot);
 		rc = rmoe_flow_grant(L, pass, rmoe_flow_tag(L, pass, kind, h), &slot, 1);
+	}
 	return rc ? rc : rmoe_ring_recv(L, pass, slot, tag);
 }
 
